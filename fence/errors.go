@@ -1,0 +1,142 @@
+package fence
+
+import (
+	"errors"
+	"fmt"
+	"unicode/utf8"
+)
+
+// Errors returned by this package and by every adapter. Match them with errors.Is;
+// the typed errors below carry the details and match their sentinel.
+var (
+	// ErrStale means the database has already seen a higher token for the resource:
+	// a newer holder wrote. Stop; retrying with the same grant can never succeed.
+	ErrStale = errors.New("fence: stale token")
+	// ErrLost means the grant's lock is known to be lost (its Done channel closed);
+	// the write was refused before any I/O.
+	ErrLost = errors.New("fence: lock lost")
+	// ErrNotFound means the row a write names does not exist.
+	ErrNotFound = errors.New("fence: row not found")
+	// ErrInvalidToken means a token <= 0 was presented.
+	ErrInvalidToken = errors.New("fence: invalid token")
+	// ErrInvalidResource means a resource name is empty, too long or not UTF-8.
+	ErrInvalidResource = errors.New("fence: invalid resource")
+	// ErrInvalidIdentifier means a table or column name given to a builder is empty,
+	// too long or contains a NUL byte. Other characters are quoted, never refused.
+	ErrInvalidIdentifier = errors.New("fence: invalid identifier")
+	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
+	// function, an amount <= 0, an empty key).
+	ErrInvalidArgument = errors.New("fence: invalid argument")
+	// ErrInsufficient means a guarded decrement found less left than it wanted to
+	// take; nothing was taken.
+	ErrInsufficient = errors.New("fence: insufficient")
+	// ErrDuplicate means an insert hit a unique key (PostgreSQL 23505, MySQL 1062,
+	// SQLite constraint-unique). *DuplicateError names the constraint where known.
+	ErrDuplicate = errors.New("fence: duplicate key")
+	// ErrKeyReused means an idempotency key arrived with a different request
+	// fingerprint than the one stored with it; nothing ran.
+	ErrKeyReused = errors.New("fence: idempotency key reused with a different request")
+)
+
+var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
+
+// StaleError is returned when a write's token is lower than one the database has
+// already stored for the resource. It matches ErrStale.
+type StaleError struct {
+	Resource  string // the resource the write was for
+	Presented Token  // the token the write carried
+	Seen      Token  // the higher token already stored; 0 when the database did not say
+}
+
+func (e *StaleError) Error() string {
+	if e.Seen > 0 {
+		return fmt.Sprintf("fence: stale token %d for %q: %d already seen", e.Presented, e.Resource, e.Seen)
+	}
+	return fmt.Sprintf("fence: stale token %d for %q: a higher token was seen", e.Presented, e.Resource)
+}
+
+// Is reports whether target is ErrStale.
+func (e *StaleError) Is(target error) bool { return target == ErrStale }
+
+// LostError is returned for a grant whose lock is known lost. It matches ErrLost.
+type LostError struct {
+	Resource string
+	Token    Token
+}
+
+func (e *LostError) Error() string {
+	return fmt.Sprintf("fence: lock %q (token %d) lost", e.Resource, e.Token)
+}
+
+// Is reports whether target is ErrLost.
+func (e *LostError) Is(target error) bool { return target == ErrLost }
+
+// InvalidTokenError is returned for a token <= 0. It matches ErrInvalidToken.
+type InvalidTokenError struct {
+	Resource string
+	Token    Token
+}
+
+func (e *InvalidTokenError) Error() string {
+	return fmt.Sprintf("fence: invalid token %d for %q: tokens are > 0", e.Token, e.Resource)
+}
+
+// Is reports whether target is ErrInvalidToken.
+func (e *InvalidTokenError) Is(target error) bool { return target == ErrInvalidToken }
+
+// DuplicateError is returned when an insert hits a unique key. It matches
+// ErrDuplicate and unwraps to the driver's error.
+type DuplicateError struct {
+	Table      string // the table written, where the adapter knows it
+	Constraint string // the constraint or index the database named, where it did
+	Err        error  // the driver's error
+}
+
+func (e *DuplicateError) Error() string {
+	switch {
+	case e.Constraint != "":
+		return fmt.Sprintf("fence: duplicate key in %q (constraint %q)", e.Table, e.Constraint)
+	default:
+		return fmt.Sprintf("fence: duplicate key in %q", e.Table)
+	}
+}
+
+// Is reports whether target is ErrDuplicate.
+func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
+
+// Unwrap returns the driver's error.
+func (e *DuplicateError) Unwrap() error { return e.Err }
+
+// InsufficientError is returned by a guarded decrement that found less left than it
+// wanted. It matches ErrInsufficient.
+type InsufficientError struct {
+	Table  string
+	Wanted int64 // the amount asked for
+	Left   int64 // what the row held when it was refused
+}
+
+func (e *InsufficientError) Error() string {
+	return fmt.Sprintf("fence: insufficient in %q: wanted %d, %d left", e.Table, e.Wanted, e.Left)
+}
+
+// Is reports whether target is ErrInsufficient.
+func (e *InsufficientError) Is(target error) bool { return target == ErrInsufficient }
+
+// CheckResource reports why name cannot be a resource, or nil. Resources are
+// non-empty UTF-8 of at most MaxResourceLen bytes without NUL bytes.
+func CheckResource(name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty resource name", ErrInvalidResource)
+	case len(name) > MaxResourceLen:
+		return fmt.Errorf("%w: resource name is %d bytes, the limit is %d", ErrInvalidResource, len(name), MaxResourceLen)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: resource name %q is not UTF-8", ErrInvalidResource, name)
+	}
+	for _, r := range name {
+		if r == 0 {
+			return fmt.Errorf("%w: resource name %q contains a NUL byte", ErrInvalidResource, name)
+		}
+	}
+	return nil
+}

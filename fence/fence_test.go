@@ -1,0 +1,160 @@
+package fence_test
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+type lostGrant struct {
+	fence.Grant
+	done chan struct{}
+}
+
+func (g lostGrant) Done() <-chan struct{} { return g.done }
+
+// recordingStore counts calls, so a test can prove a refused grant did no I/O.
+type recordingStore struct{ calls int }
+
+func (s *recordingStore) Fenced(ctx context.Context, g fence.Grant, fn func(int) error) error {
+	s.calls++
+	return fn(1)
+}
+
+func TestExec_refusesBadGrantsBeforeIO(t *testing.T) {
+	closed := make(chan struct{})
+	close(closed)
+	tests := []struct {
+		name  string
+		grant fence.Grant
+		want  error
+	}{
+		{"nil grant", nil, fence.ErrInvalidArgument},
+		{"empty resource", fence.NewGrant("", 3), fence.ErrInvalidResource},
+		{"overlong resource", fence.NewGrant(strings.Repeat("a", fence.MaxResourceLen+1), 3), fence.ErrInvalidResource},
+		{"not utf-8", fence.NewGrant("a\xff", 3), fence.ErrInvalidResource},
+		{"nul byte", fence.NewGrant("a\x00b", 3), fence.ErrInvalidResource},
+		{"zero token", fence.NewGrant("account-42", 0), fence.ErrInvalidToken},
+		{"negative token", fence.NewGrant("account-42", -5), fence.ErrInvalidToken},
+		{"lost lock", lostGrant{fence.NewGrant("account-42", 33), closed}, fence.ErrLost},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &recordingStore{}
+			err := fence.Exec(t.Context(), s, tt.grant, func(int) error { return nil })
+			if !errors.Is(err, tt.want) {
+				t.Fatalf("Exec() error = %v, want %v", err, tt.want)
+			}
+			if s.calls != 0 {
+				t.Fatalf("store called %d times for a refused grant", s.calls)
+			}
+		})
+	}
+}
+
+func TestExec_validGrant(t *testing.T) {
+	s := &recordingStore{}
+	live := lostGrant{fence.NewGrant("account-42", 33), make(chan struct{})}
+	ran := false
+	if err := fence.Exec(t.Context(), s, live, func(int) error { ran = true; return nil }); err != nil {
+		t.Fatalf("Exec() = %v", err)
+	}
+	if !ran || s.calls != 1 {
+		t.Fatalf("ran = %v, calls = %d; want true, 1", ran, s.calls)
+	}
+	if err := fence.Exec[int](t.Context(), nil, live, func(int) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("nil store: %v", err)
+	}
+	if err := fence.Exec(t.Context(), s, live, nil); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("nil fn: %v", err)
+	}
+}
+
+func TestStaleError(t *testing.T) {
+	var err error = &fence.StaleError{Resource: "account-42", Presented: 33, Seen: 34}
+	wrapped := errors.Join(errors.New("job"), err)
+	if !errors.Is(wrapped, fence.ErrStale) {
+		t.Fatal("StaleError does not match ErrStale")
+	}
+	var se *fence.StaleError
+	if !errors.As(wrapped, &se) || se.Seen != 34 || se.Presented != 33 {
+		t.Fatalf("errors.As = %+v", se)
+	}
+	if got := err.Error(); !strings.Contains(got, "33") || !strings.Contains(got, "34") || !strings.Contains(got, "account-42") {
+		t.Fatalf("Error() = %q does not name resource and both tokens", got)
+	}
+	if errors.Is(err, fence.ErrNotFound) {
+		t.Fatal("StaleError matches ErrNotFound")
+	}
+}
+
+func TestTypedErrors_matchSentinels(t *testing.T) {
+	cause := errors.New("driver: 23505")
+	tests := []struct {
+		err  error
+		want error
+	}{
+		{&fence.LostError{Resource: "r", Token: 1}, fence.ErrLost},
+		{&fence.InvalidTokenError{Resource: "r", Token: 0}, fence.ErrInvalidToken},
+		{&fence.DuplicateError{Table: "users", Constraint: "users_name_key", Err: cause}, fence.ErrDuplicate},
+		{&fence.DuplicateError{Table: "users", Err: cause}, cause},
+		{&fence.InsufficientError{Table: "items", Wanted: 2, Left: 1}, fence.ErrInsufficient},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, tt.want) {
+			t.Errorf("%T does not match %v", tt.err, tt.want)
+		}
+		if tt.err.Error() == "" || !strings.HasPrefix(tt.err.Error(), "fence: ") {
+			t.Errorf("%T message %q", tt.err, tt.err.Error())
+		}
+	}
+}
+
+type keyStore struct{ calls int }
+
+func (s *keyStore) Once(ctx context.Context, key, fp string, fn func(int) ([]byte, error)) (fence.Result, error) {
+	s.calls++
+	v, err := fn(0)
+	return fence.Result{Value: v}, err
+}
+
+func TestOnce_badInput(t *testing.T) {
+	fn := func(int) ([]byte, error) { return []byte("ok"), nil }
+	tests := []struct {
+		name string
+		key  string
+		fn   func(int) ([]byte, error)
+	}{
+		{"empty key", "", fn},
+		{"overlong key", strings.Repeat("k", fence.MaxKeyLen+1), fn},
+		{"nil fn", "k", nil},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := &keyStore{}
+			if _, err := fence.Once(t.Context(), s, tt.key, "fp", tt.fn); !errors.Is(err, fence.ErrInvalidArgument) {
+				t.Fatalf("Once() = %v, want ErrInvalidArgument", err)
+			}
+			if s.calls != 0 {
+				t.Fatal("store called for bad input")
+			}
+		})
+	}
+	s := &keyStore{}
+	r, err := fence.Once(t.Context(), s, "k", "fp", fn)
+	if err != nil || string(r.Value) != "ok" || s.calls != 1 {
+		t.Fatalf("Once() = %+v, %v", r, err)
+	}
+}
+
+func TestToken(t *testing.T) {
+	if fence.Token(0).Valid() || !fence.Token(1).Valid() || fence.Token(-1).Valid() {
+		t.Fatal("Valid() wrong")
+	}
+	if fence.Token(34).String() != "34" {
+		t.Fatal("String() wrong")
+	}
+}
