@@ -184,7 +184,7 @@ func testDuplicate[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 func pay[Tx any](h NoLockHarness[Tx], tbl, key string, runs *atomic.Int64) func(Tx) ([]byte, error) {
 	return func(tx Tx) ([]byte, error) {
 		n := runs.Add(1)
-		if err := h.TxExec(context.Background(), tx, "INSERT INTO "+tbl+" (idem_key, amount) VALUES (?, 50)", key); err != nil {
+		if err := h.TxExec(context.Background(), tx, "INSERT INTO "+tbl+" (id, idem_key, amount) VALUES (?, ?, 50)", n, key); err != nil {
 			return nil, err
 		}
 		return fmt.Appendf(nil, "receipt-%s-run-%d", key, n), nil
@@ -193,7 +193,7 @@ func pay[Tx any](h NoLockHarness[Tx], tbl, key string, runs *atomic.Int64) func(
 
 func testRetriedPayment[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	ctx := t.Context()
-	tbl := nlTable(t, h, "id INTEGER PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
+	tbl := nlTable(t, h, "id BIGINT PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
 	key := fmt.Sprintf("pay-%d-%d", rand.Int64(), seq.Add(1))
 	var runs atomic.Int64
 	var (
@@ -237,7 +237,7 @@ func testRetriedPayment[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 
 func testKeyReused[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	ctx := t.Context()
-	tbl := nlTable(t, h, "id INTEGER PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
+	tbl := nlTable(t, h, "id BIGINT PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
 	key := fmt.Sprintf("pay-%d-%d", rand.Int64(), seq.Add(1))
 	var runs atomic.Int64
 	if _, err := fence.Once(ctx, h.Store, key, "amount=50", pay(h, tbl, key, &runs)); err != nil {
@@ -254,11 +254,11 @@ func testKeyReused[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 
 func testFnFails[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	ctx := t.Context()
-	tbl := nlTable(t, h, "id INTEGER PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
+	tbl := nlTable(t, h, "id BIGINT PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
 	key := fmt.Sprintf("pay-%d-%d", rand.Int64(), seq.Add(1))
 	declined := errors.New("card declined")
 	_, err := fence.Once(ctx, h.Store, key, "amount=50", func(tx Tx) ([]byte, error) {
-		if err := h.TxExec(ctx, tx, "INSERT INTO "+tbl+" (idem_key, amount) VALUES (?, 50)", key); err != nil {
+		if err := h.TxExec(ctx, tx, "INSERT INTO "+tbl+" (id, idem_key, amount) VALUES (?, ?, 50)", 1, key); err != nil {
 			return nil, err
 		}
 		return nil, declined
