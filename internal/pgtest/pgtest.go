@@ -1,0 +1,312 @@
+// Package pgtest gives tests a real PostgreSQL: the server named by the environment
+// variable FENCEGATE_POSTGRES_DSN, or a throwaway PostgreSQL started from Debian's
+// postgresql package (/usr/lib/postgresql/*/bin) in a temporary directory on a
+// loopback port. One server serves a whole test package; each test gets a fresh
+// database on it.
+//
+//	var postgres = pgtest.New()
+//
+//	func TestMain(m *testing.M) {
+//		code := m.Run()
+//		postgres.Close()
+//		os.Exit(code)
+//	}
+//
+//	func TestX(t *testing.T) { dsn := postgres.DSN(t) ... }
+//
+// Where no server can be had, DSN skips the test with the reason; when the
+// environment variable CI is set it fails the test instead, so CI never skips.
+package pgtest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"os/user"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// EnvDSN names the environment variable holding the URL of a server to use instead
+// of starting one. Its user needs CREATEDB.
+const EnvDSN = "FENCEGATE_POSTGRES_DSN"
+
+// Server is a PostgreSQL server shared by the tests of one package. It starts on first
+// use and is safe for concurrent use.
+type Server struct {
+	mu     sync.Mutex
+	tried  bool
+	err    error    // why no server can be had
+	base   *url.URL // admin URL; the path names the database
+	admin  *pgx.Conn
+	proc   *exec.Cmd
+	exited chan struct{}
+	dir    string
+	seq    int
+}
+
+// New returns a Server that starts (or connects) on the first call to DSN.
+func New() *Server { return &Server{} }
+
+// DSN creates a fresh, empty database for t, drops it when t ends, and returns a
+// postgres:// URL for it. It skips t when no server can be had, or fails it when the
+// environment variable CI is set.
+func (s *Server) DSN(t testing.TB) string {
+	t.Helper()
+	u, name, err := s.database()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("pgtest: no PostgreSQL server (CI is set, so this fails instead of skipping): %v", err)
+		}
+		t.Skipf("pgtest: no PostgreSQL server, skipping: %v (apt-get install postgresql, or set %s)", err, EnvDSN)
+	}
+	t.Cleanup(func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		if s.admin == nil {
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		// FORCE: a test that leaked a connection must not keep its database alive.
+		if _, err := s.admin.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)"); err != nil {
+			t.Logf("pgtest: drop database %s: %v", name, err)
+		}
+	})
+	return u
+}
+
+func (s *Server) database() (string, string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if !s.tried {
+		s.tried = true
+		s.err = s.start()
+	}
+	if s.err != nil {
+		return "", "", s.err
+	}
+	s.seq++
+	name := fmt.Sprintf("fgtest_%d_%d", os.Getpid(), s.seq)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
+		return "", "", fmt.Errorf("create database %s: %w", name, err)
+	}
+	u := *s.base
+	u.Path = "/" + name
+	return u.String(), name, nil
+}
+
+func (s *Server) start() error {
+	if dsn := os.Getenv(EnvDSN); dsn != "" {
+		u, err := url.Parse(dsn)
+		if err != nil || (u.Scheme != "postgres" && u.Scheme != "postgresql") {
+			return fmt.Errorf("%s must be a postgres:// URL", EnvDSN)
+		}
+		return s.connect(u, 30*time.Second)
+	}
+	u, err := s.launch()
+	if err != nil {
+		s.stop()
+		return err
+	}
+	if err := s.connect(u, 2*time.Minute); err != nil {
+		s.stop()
+		return err
+	}
+	return nil
+}
+
+// connect opens the admin connection, retrying while a server just launched starts.
+func (s *Server) connect(u *url.URL, wait time.Duration) error {
+	deadline := time.Now().Add(wait)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		conn, err := pgx.Connect(ctx, u.String())
+		cancel()
+		if err == nil {
+			s.base, s.admin = u, conn
+			return nil
+		}
+		if s.exited != nil {
+			select {
+			case <-s.exited:
+				return fmt.Errorf("postgres exited during startup: %s", readTail(filepath.Join(s.dir, "postgres.log")))
+			default:
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("connect to %s: %w", u.Host, err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// launch initialises a cluster in a temporary directory and starts postgres on it.
+func (s *Server) launch() (*url.URL, error) {
+	bin, err := binDir()
+	if err != nil {
+		return nil, err
+	}
+	// A short path: the socket's path must fit in sun_path (108 bytes).
+	dir, err := os.MkdirTemp("", "fgpg")
+	if err != nil {
+		return nil, err
+	}
+	s.dir = dir
+	var cred *syscall.Credential
+	if os.Geteuid() == 0 {
+		// postgres refuses to run as root; the directory must belong to postgres.
+		u, err := user.Lookup("postgres")
+		if err != nil {
+			return nil, fmt.Errorf("running as root without a postgres user: %w", err)
+		}
+		uid, _ := strconv.Atoi(u.Uid)
+		gid, _ := strconv.Atoi(u.Gid)
+		if err := os.Chown(dir, uid, gid); err != nil {
+			return nil, err
+		}
+		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	}
+	data := filepath.Join(dir, "data")
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
+	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
+	initdb.Dir = dir
+	if out, err := initdb.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("initdb: %w\n%s", err, tail(string(out)))
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
+	if err != nil {
+		return nil, err
+	}
+	defer logFile.Close()
+	if cred != nil {
+		_ = logFile.Chown(int(cred.Uid), int(cred.Gid))
+	}
+	// postgres runs as a child of the test binary rather than daemonised by pg_ctl, so
+	// the kernel kills it (Pdeathsig) if the test binary dies without cleaning up.
+	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
+		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+		// A throwaway server needs no durability; benchmarks then measure the
+		// statements rather than the disk (the same for every variant in a run).
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=300")
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start postgres: %w", err)
+	}
+	s.proc, s.exited = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(s.exited) }()
+	return &url.URL{
+		Scheme:   "postgres",
+		User:     url.User("postgres"),
+		Host:     net.JoinHostPort("127.0.0.1", strconv.Itoa(port)),
+		Path:     "/postgres",
+		RawQuery: "sslmode=disable",
+	}, nil
+}
+
+// Close stops the server if this Server started it and removes its directory.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.admin != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		s.admin.Close(ctx)
+		cancel()
+		s.admin = nil
+	}
+	return s.stop()
+}
+
+func (s *Server) stop() error {
+	var err error
+	if s.proc != nil && s.proc.Process != nil {
+		// SIGINT is postgres's fast shutdown (pg_ctl -m fast). Only the PID started here.
+		_ = s.proc.Process.Signal(syscall.SIGINT)
+		select {
+		case <-s.exited:
+		case <-time.After(30 * time.Second):
+			_ = s.proc.Process.Kill()
+			<-s.exited
+			err = errors.New("pgtest: postgres did not stop within 30s; killed")
+		}
+		s.proc = nil
+	}
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+		s.dir = ""
+	}
+	return err
+}
+
+// binDir finds the newest /usr/lib/postgresql/<version>/bin holding initdb and
+// postgres, or a directory on PATH holding both.
+func binDir() (string, error) {
+	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
+	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
+	if p, err := exec.LookPath("initdb"); err == nil {
+		dirs = append(dirs, filepath.Dir(p))
+	}
+	for _, d := range dirs {
+		if isFile(filepath.Join(d, "initdb")) && isFile(filepath.Join(d, "postgres")) {
+			return d, nil
+		}
+	}
+	return "", errors.New("initdb and postgres not found in /usr/lib/postgresql/*/bin or on PATH")
+}
+
+func version(binDir string) int {
+	v, _ := strconv.Atoi(filepath.Base(filepath.Dir(binDir)))
+	return v
+}
+
+func isFile(p string) bool {
+	fi, err := os.Stat(p)
+	return err == nil && !fi.IsDir()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+func readTail(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	return tail(string(b))
+}
+
+func tail(s string) string {
+	lines := strings.Split(strings.TrimSpace(s), "\n")
+	if len(lines) > 15 {
+		lines = lines[len(lines)-15:]
+	}
+	return strings.Join(lines, "\n")
+}
