@@ -1,0 +1,230 @@
+package sqlfence
+
+import (
+	"database/sql"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+	"modernc.org/sqlite"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// Dialect is the handful of things that differ between the databases a Store speaks
+// to: identifier quoting, the fence-row upsert, the token-column upsert and how the
+// driver reports unique-key violations and lock contention. Everything else is one
+// code path.
+type Dialect int
+
+// The supported dialects. The zero Dialect is none of them.
+const (
+	// MySQL is MySQL 8 or MariaDB 10.5 and later through github.com/go-sql-driver/mysql.
+	// The connection must report matched rows (clientFoundRows=true); OpenMySQL sets
+	// it, and a Store refuses a pool without it. See OpenMySQL.
+	MySQL Dialect = iota + 1
+	// SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver name
+	// "sqlite"). See OpenSQLite for the settings concurrent writers need.
+	SQLite
+)
+
+// String returns "mysql" or "sqlite".
+func (d Dialect) String() string {
+	switch d {
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
+
+func (d Dialect) check() error {
+	if d != MySQL && d != SQLite {
+		return fmt.Errorf("%w: %d: want sqlfence.MySQL or sqlfence.SQLite", ErrUnknownDialect, int(d))
+	}
+	return nil
+}
+
+// maxIdent is the longest identifier part the database accepts, in characters.
+func (d Dialect) maxIdent() int {
+	if d == MySQL {
+		return 64
+	}
+	return 1024 // SQLite has no limit of its own; this only bounds the statement
+}
+
+// quote quotes one identifier the way the database does: MySQL with backticks,
+// SQLite with double quotes, the quote character itself doubled. It is never
+// concatenated unquoted, so a name can only ever name something.
+func (d Dialect) quote(name string) string {
+	q := `"`
+	if d == MySQL {
+		q = "`"
+	}
+	return q + strings.ReplaceAll(name, q, q+q) + q
+}
+
+// ident checks and quotes a column name.
+func (d Dialect) ident(what, name string) (string, error) {
+	switch {
+	case name == "":
+		return "", fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, what)
+	case !utf8.ValidString(name):
+		return "", fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, what, name)
+	case strings.IndexByte(name, 0) >= 0:
+		return "", fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, what, name)
+	case utf8.RuneCountInString(name) > d.maxIdent():
+		return "", fmt.Errorf("%w: %s name %q is longer than %s's %d characters", fence.ErrInvalidIdentifier, what, name, d, d.maxIdent())
+	}
+	return d.quote(name), nil
+}
+
+// table checks and quotes a table name; one dot separates a schema (a MySQL database,
+// an attached SQLite database) from the table.
+func (d Dialect) table(name string) (string, error) {
+	schema, tbl, dotted := strings.Cut(name, ".")
+	if !dotted {
+		return d.ident("table", name)
+	}
+	if strings.Contains(tbl, ".") {
+		return "", fmt.Errorf("%w: table name %q has more than one dot (schema.table)", fence.ErrInvalidIdentifier, name)
+	}
+	qs, err := d.ident("schema", schema)
+	if err != nil {
+		return "", err
+	}
+	qt, err := d.ident("table", tbl)
+	if err != nil {
+		return "", err
+	}
+	return qs + "." + qt, nil
+}
+
+// raiseSQL raises the resource's fence row to the presented token unless a higher one
+// is stored, locking the row to commit. Arguments: resource, token.
+//
+// MySQL evaluates ON DUPLICATE KEY assignments left to right, each seeing the columns
+// already assigned, so updated_at is decided before token changes. A refused raise
+// leaves the row as it was and hands the stored token back as LAST_INSERT_ID (the
+// table has no AUTO_INCREMENT column, so a raise reports 0): one round trip either way.
+func (d Dialect) raiseSQL() string {
+	if d == MySQL {
+		return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
+			"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
+			"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
+	}
+	return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE " +
+		"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token <= excluded.token"
+}
+
+// raised reads the result of raiseSQL: whether the raise was refused, and the stored
+// token when the dialect reports it without another query.
+func (d Dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error) {
+	if d == MySQL {
+		id, err := res.LastInsertId()
+		return id > 0, fence.Token(id), err
+	}
+	n, err := res.RowsAffected()
+	return n == 0, 0, err
+}
+
+// upsertTail is the clause that turns the INSERT of key, set and token columns into a
+// fenced upsert: the existing row is updated only if its token is not higher.
+//
+// MySQL: ON DUPLICATE KEY UPDATE fires on any unique key, and each assignment sees
+// the ones before it, so every column is guarded by the same condition on the old
+// token and on the key (a clash on another unique key must not update that other
+// row), and the token is assigned last. A refused update reports the stored token + 1
+// (never 0, even for a row with token 0) as LAST_INSERT_ID; the caller reads the row
+// back to tell that from an AUTO_INCREMENT id.
+// SQLite: ON CONFLICT on the key columns; unqualified names are the existing row.
+func (d Dialect) upsertTail(keys, set []string, tok string) string {
+	var b strings.Builder
+	if d == MySQL {
+		cond := tok + " <= VALUES(" + tok + ")"
+		for _, k := range keys {
+			cond += " AND " + k + " <=> VALUES(" + k + ")"
+		}
+		b.WriteString(" ON DUPLICATE KEY UPDATE ")
+		for _, c := range set {
+			fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), %s), ", c, cond, c, c)
+		}
+		fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), LAST_INSERT_ID(%s + 1))", tok, cond, tok, tok)
+		return b.String()
+	}
+	b.WriteString(" ON CONFLICT (" + strings.Join(keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range set {
+		fmt.Fprintf(&b, "%s = excluded.%s, ", c, c)
+	}
+	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, tok, tok)
+	return b.String()
+}
+
+// upserted reads the result of an upsert: refused (or ambiguous, on MySQL) means
+// the caller must read the row back.
+func (d Dialect) upserted(res sql.Result) (check bool, err error) {
+	if d == MySQL {
+		id, err := res.LastInsertId()
+		return id != 0, err
+	}
+	n, err := res.RowsAffected()
+	return n == 0, err
+}
+
+// sqliteUniqueRE pulls the columns out of "UNIQUE constraint failed: t.a, t.b".
+var (
+	sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
+	mysqlDupKeyRE  = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
+)
+
+// asDuplicate maps a unique-key violation to a *fence.DuplicateError naming the
+// index (MySQL) or the columns (SQLite, whose message names no index), or returns nil
+// when err is not one.
+func asDuplicate(err error, table string) *fence.DuplicateError {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) && me.Number == 1062 {
+		name := ""
+		if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
+			// MySQL 8 says 'table.index', MariaDB 'index'.
+			name = strings.ReplaceAll(m[1], "''", "'")
+			name = strings.TrimPrefix(name, lastPart(table)+".")
+		}
+		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+	}
+	var se *sqlite.Error
+	if errors.As(err, &se) && (se.Code() == 2067 || se.Code() == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
+		name := ""
+		if m := sqliteUniqueRE.FindStringSubmatch(se.Error()); m != nil {
+			name = m[1]
+		}
+		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+	}
+	return nil
+}
+
+func lastPart(table string) string {
+	if i := strings.LastIndexByte(table, '.'); i >= 0 {
+		return table[i+1:]
+	}
+	return table
+}
+
+// busy reports whether err means another writer held a lock and the whole
+// transaction may be tried again: SQLITE_BUSY and SQLITE_LOCKED (any extended
+// code), MySQL 1213 (deadlock, transaction rolled back) and 1205 (lock wait timeout).
+func busy(err error) bool {
+	var se *sqlite.Error
+	if errors.As(err, &se) {
+		c := se.Code() & 0xff
+		return c == 5 || c == 6
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1213 || me.Number == 1205
+	}
+	return false
+}

@@ -1,0 +1,299 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// rowStmt is a checked, quoted fence.Row and the columns to set: the parts every
+// token-column statement is built from. Names are quoted by the dialect; values only
+// ever travel as arguments.
+type rowStmt struct {
+	table   string // as given, for errors
+	qtable  string
+	keys    []string // quoted key columns
+	keyArgs []any
+	where   string // "k1 = ? AND k2 = ?"
+	set     []string
+	setArgs []any
+	tok     string // quoted token column
+}
+
+// prepare checks the store, grant, row and columns, without I/O.
+func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet bool) (*rowStmt, error) {
+	if err := s.check(g); err != nil {
+		return nil, err
+	}
+	st := &rowStmt{table: r.Table}
+	var err error
+	if st.qtable, err = s.d.table(r.Table); err != nil {
+		return nil, err
+	}
+	if len(r.Key) == 0 {
+		return nil, fmt.Errorf("%w: row of %q has no key columns", fence.ErrInvalidArgument, r.Table)
+	}
+	if needSet && len(set) == 0 {
+		return nil, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
+	}
+	tokName := r.TokenColumn
+	if tokName == "" {
+		tokName = fence.DefaultTokenColumn
+	}
+	if st.tok, err = s.d.ident("token column", tokName); err != nil {
+		return nil, err
+	}
+	// Column names compare case-insensitively in both databases.
+	seen := map[string]string{strings.ToLower(tokName): "the token column"}
+	use := func(what, name string) (string, error) {
+		q, err := s.d.ident(what, name)
+		if err != nil {
+			return "", err
+		}
+		if prev, dup := seen[strings.ToLower(name)]; dup {
+			return "", fmt.Errorf("%w: %s %q is also %s", fence.ErrInvalidArgument, what, name, prev)
+		}
+		seen[strings.ToLower(name)] = "a " + what
+		return q, nil
+	}
+	conds := make([]string, 0, len(r.Key))
+	for _, k := range r.Key {
+		q, err := use("key column", k.Name)
+		if err != nil {
+			return nil, err
+		}
+		st.keys = append(st.keys, q)
+		st.keyArgs = append(st.keyArgs, k.Value)
+		conds = append(conds, q+" = ?")
+	}
+	st.where = strings.Join(conds, " AND ")
+	for _, c := range set {
+		q, err := use("column", c.Name)
+		if err != nil {
+			return nil, err
+		}
+		st.set = append(st.set, q)
+		st.setArgs = append(st.setArgs, c.Value)
+	}
+	return st, nil
+}
+
+// Update sets the columns on the row if its token column is <= g.Token(), storing
+// g.Token() there, in one statement (outside any transaction):
+//
+//	UPDATE t SET c = ?, ..., fence_token = ? WHERE key = ? AND fence_token <= ?
+//
+// When it changes no row it reads the row's token once to return a *fence.StaleError
+// (Seen = the stored token) or an error matching fence.ErrNotFound. Writing the values
+// the row already has is a success (on MySQL that needs clientFoundRows, which the
+// Store checks). r.Key must pick at most one row (a primary or unique key).
+//
+// Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice),
+// fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant, ErrFoundRows,
+// ErrUnknownDialect, a *fence.DuplicateError when a set column hits a unique key,
+// ErrBusy, or the driver's error wrapped.
+func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+	st, err := s.prepare(g, r, set, true)
+	if err != nil {
+		return err
+	}
+	if err := s.probe(ctx); err != nil {
+		return err
+	}
+	var b strings.Builder
+	b.WriteString("UPDATE " + st.qtable + " SET ")
+	for _, c := range st.set {
+		b.WriteString(c + " = ?, ")
+	}
+	b.WriteString(st.tok + " = ? WHERE " + st.where + " AND " + st.tok + " <= ?")
+	tok := int64(g.Token())
+	args := append(append(append(append([]any{}, st.setArgs...), tok), st.keyArgs...), tok)
+
+	var n int64
+	err = s.retry(ctx, func() error {
+		res, err := s.db.ExecContext(ctx, b.String(), args...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	if err != nil {
+		return st.failed("update", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	return s.refused(ctx, s.db, g, st)
+}
+
+// Upsert inserts the row (key, set columns and g.Token() in the token column), or
+// updates it as Update does if its stored token is <= g.Token(). In the same
+// transaction it raises the fence_tokens row of g.Resource() to g.Token(), so once a
+// newer holder has deleted the row (see Delete) an older one cannot insert it again:
+// that, and a row holding a higher token, return a *fence.StaleError and change
+// nothing. Writing the values the row already has is a success.
+//
+// MySQL: ON DUPLICATE KEY UPDATE, every column guarded by IF() on the old token and
+// the key; a clash on another unique key returns a *fence.DuplicateError instead of
+// updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
+// table's primary key or a unique index. Errors are those of Update.
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+	st, err := s.prepare(g, r, set, false)
+	if err != nil {
+		return err
+	}
+	if err := s.probe(ctx); err != nil {
+		return err
+	}
+	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
+	q := "INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
+		s.d.upsertTail(st.keys, st.set, st.tok)
+	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
+
+	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		check, err := s.d.upserted(res)
+		if err != nil || !check {
+			return err
+		}
+		stored, found, err := s.stored(ctx, tx, st)
+		switch {
+		case err != nil:
+			return err
+		case found && stored == g.Token():
+			return nil // MySQL: an AUTO_INCREMENT id, not a refusal
+		case found && stored > g.Token():
+			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: stored}
+		}
+		// MySQL only: the insert hit another unique key and the guarded update left
+		// that row alone.
+		return &fence.DuplicateError{Table: r.Table,
+			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
+	})
+	if err != nil {
+		return st.failed("upsert", err)
+	}
+	return nil
+}
+
+// Delete removes the row if its token column is <= g.Token(), and in the same
+// transaction raises the fence_tokens row of g.Resource() to g.Token(): that row is
+// the tombstone that makes a later Upsert with an older token stale. A row holding a
+// higher token, or a higher fence token, returns a *fence.StaleError; a missing row
+// an error matching fence.ErrNotFound; both change nothing (the raise rolls back).
+// If r.Key picks more than one row nothing is deleted and fence.ErrInvalidArgument
+// is returned. Other errors are those of Update.
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
+	st, err := s.prepare(g, r, nil, false)
+	if err != nil {
+		return err
+	}
+	if err := s.probe(ctx); err != nil {
+		return err
+	}
+	q := "DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?"
+	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
+	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		switch {
+		case err != nil:
+			return err
+		case n == 1:
+			return nil
+		case n > 1:
+			return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was deleted", fence.ErrInvalidArgument, r.Table, n)
+		}
+		return s.refused(ctx, tx, g, st)
+	})
+	if err != nil {
+		return st.failed("delete", err)
+	}
+	return nil
+}
+
+// writeTx runs fn in a transaction that first raises g's fence row, and commits; it
+// tries the whole transaction again while the database is busy (every statement in
+// it is the Store's own).
+func (s *Store) writeTx(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
+	return s.retry(ctx, func() error {
+		tx, err := s.db.BeginTx(ctx, nil)
+		if err != nil {
+			return fmt.Errorf("sqlfence: begin: %w", err)
+		}
+		defer tx.Rollback() // after Commit, a no-op
+		if err := s.raise(ctx, tx, g); err != nil {
+			return err
+		}
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return tx.Commit()
+	})
+}
+
+type querier interface {
+	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
+}
+
+// stored reads the row's token column.
+func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token, bool, error) {
+	var v sql.NullInt64
+	err := q.QueryRowContext(ctx, "SELECT "+st.tok+" FROM "+st.qtable+" WHERE "+st.where, st.keyArgs...).Scan(&v)
+	switch {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("sqlfence: read token of the row in %q: %w", st.table, err)
+	case !v.Valid:
+		return 0, false, fmt.Errorf("sqlfence: the token column of the row in %q is NULL; declare it NOT NULL DEFAULT 0", st.table)
+	}
+	return fence.Token(v.Int64), true, nil
+}
+
+// refused tells why a conditional write changed no row: a higher stored token (a
+// *fence.StaleError), or no such row.
+func (s *Store) refused(ctx context.Context, q querier, g fence.Grant, st *rowStmt) error {
+	stored, found, err := s.stored(ctx, q, st)
+	switch {
+	case err != nil:
+		return err
+	case found && stored > g.Token():
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: stored}
+	case found:
+		// Matched nothing a moment ago, yet here now: inserted concurrently.
+		return fmt.Errorf("%w: no row in %q where %s when written (one was inserted since)", fence.ErrNotFound, st.table, st.where)
+	}
+	return fmt.Errorf("%w: no row in %q where %s", fence.ErrNotFound, st.table, st.where)
+}
+
+// failed maps a write's error: a unique-key violation to a *fence.DuplicateError,
+// fence's own errors, ErrBusy and ctx's error as they are, anything else wrapped.
+func (st *rowStmt) failed(op string, err error) error {
+	if de := asDuplicate(err, st.table); de != nil {
+		return de
+	}
+	var (
+		se *fence.StaleError
+		de *fence.DuplicateError
+	)
+	switch {
+	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),
+		errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, ErrBusy),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		return err
+	}
+	return fmt.Errorf("sqlfence: %s %q: %w", op, st.table, err)
+}
