@@ -1,0 +1,196 @@
+package sqlfence_test
+
+import (
+	"database/sql"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+type backend struct {
+	name string
+	open func(testing.TB) (*sql.DB, string)
+	d    sqlfence.Dialect
+}
+
+var backends = []backend{
+	{"mariadb", mysqlDB, sqlfence.MySQL},
+	{"sqlite", sqliteDB, sqlfence.SQLite},
+}
+
+// forEach runs fn against every backend as a subtest, each on a fresh database.
+func forEach(t *testing.T, fn func(t *testing.T, db *sql.DB, s *sqlfence.Store)) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			db, _ := b.open(t)
+			fn(t, db, sqlfence.New(db, b.d))
+		})
+	}
+}
+
+// TestStore_Update_quotedIdentifiers writes to a table and columns whose names hold
+// the quote characters of both dialects: quoting must name them exactly, not refuse
+// them and not let them change the statement.
+func TestStore_Update_quotedIdentifiers(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		tbl := "we\"ird`tab'le; --"
+		mustExec(t, db, "CREATE TABLE "+quote(s.Dialect(), tbl)+" ("+
+			quote(s.Dialect(), "k`\"ey")+" VARCHAR(20) PRIMARY KEY, "+
+			quote(s.Dialect(), "va\"l`ue")+" BIGINT NOT NULL, "+
+			quote(s.Dialect(), "tok`en")+" BIGINT NOT NULL DEFAULT 0)")
+		mustExec(t, db, "INSERT INTO "+quote(s.Dialect(), tbl)+" VALUES ('a', 1, 0), ('b', 2, 0)")
+		row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("k`\"ey", "a")}, TokenColumn: "tok`en"}
+		g := fence.NewGrant("quoted", 5)
+		if err := s.Update(t.Context(), g, row, fence.C("va\"l`ue", 42)); err != nil {
+			t.Fatalf("Update() = %v", err)
+		}
+		if err := s.Upsert(t.Context(), g, row, fence.C("va\"l`ue", 43)); err != nil {
+			t.Fatalf("Upsert() = %v", err)
+		}
+		got := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`ue")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'a'")
+		other := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`ue")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'b'")
+		if got != 43 || other != 2 {
+			t.Fatalf("values = %d, %d; want 43, 2", got, other)
+		}
+		if err := s.Delete(t.Context(), fence.NewGrant("quoted", 6), row); err != nil {
+			t.Fatalf("Delete() = %v", err)
+		}
+	})
+}
+
+func quote(d sqlfence.Dialect, name string) string {
+	q := `"`
+	if d == sqlfence.MySQL {
+		q = "`"
+	}
+	return q + strings.ReplaceAll(name, q, q+q) + q
+}
+
+// TestStore_duplicateKey maps unique-key violations of both dialects to one error.
+func TestStore_duplicateKey(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		mustExec(t, db, "CREATE TABLE users (id VARCHAR(20) PRIMARY KEY, email VARCHAR(50) NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
+		mustExec(t, db, "CREATE UNIQUE INDEX users_email ON users (email)")
+		mustExec(t, db, "INSERT INTO users (id, email) VALUES ('neo', 'neo@example.com'), ('trinity', 'trinity@example.com')")
+		g := fence.NewGrant("users", 3)
+		want := "users_email"
+		if s.Dialect() == sqlfence.SQLite {
+			want = "users.email" // SQLite names the columns, not the index
+		}
+		check := func(op string, err error) {
+			t.Helper()
+			var de *fence.DuplicateError
+			if !errors.Is(err, fence.ErrDuplicate) || !errors.As(err, &de) {
+				t.Fatalf("%s = %v, want a *fence.DuplicateError", op, err)
+			}
+			if de.Table != "users" || de.Constraint != want || de.Err == nil {
+				t.Fatalf("%s: DuplicateError = %+v, want table users, constraint %q", op, de, want)
+			}
+		}
+		row := func(id string) fence.Row { return fence.Row{Table: "users", Key: []fence.Col{fence.C("id", id)}} }
+		check("Update", s.Update(t.Context(), g, row("trinity"), fence.C("email", "neo@example.com")))
+		// An insert of a new key whose email belongs to another row: MySQL's
+		// ON DUPLICATE KEY UPDATE must not update neo's row in its place.
+		err := s.Upsert(t.Context(), g, row("smith"), fence.C("email", "neo@example.com"))
+		if !errors.Is(err, fence.ErrDuplicate) {
+			t.Fatalf("Upsert clashing on another unique key = %v, want ErrDuplicate", err)
+		}
+		if n := queryInt(t, db, "SELECT COUNT(*) FROM users WHERE id = 'smith' OR fence_token <> 0"); n != 0 {
+			t.Fatalf("%d rows written by refused writes", n)
+		}
+		if n := queryInt(t, db, "SELECT COUNT(*) FROM fence_tokens WHERE resource = 'users'"); n != 0 {
+			t.Fatal("a refused upsert left its fence raise")
+		}
+	})
+}
+
+// TestStore_badInput checks every refusal names its sentinel, before any I/O.
+func TestStore_badInput(t *testing.T) {
+	g := fence.NewGrant("r", 1)
+	key := []fence.Col{fence.C("id", 1)}
+	var nilStore *sqlfence.Store
+	db, err := sql.Open("sqlite", "file:unused?mode=memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	s := sqlfence.New(db, sqlfence.MySQL)
+	tests := []struct {
+		name string
+		err  error
+		want error
+	}{
+		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), sqlfence.ErrUnknownDialect},
+		{"nil db", sqlfence.New(nil, sqlfence.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1)), fence.ErrInvalidArgument},
+		{"nil store", nilStore.Delete(t.Context(), g, fence.Row{Table: "t", Key: key}), fence.ErrInvalidArgument},
+		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
+		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
+		{"overlong mysql column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C(strings.Repeat("c", 65), 1)), fence.ErrInvalidIdentifier},
+		{"not utf-8", s.Update(t.Context(), g, fence.Row{Table: "t\xff", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
+		{"nul in token column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
+		{"column set twice", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1), fence.C("V", 2)), fence.ErrInvalidArgument},
+		{"key column set", s.Upsert(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("id", 2)), fence.ErrInvalidArgument},
+		{"token column set", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("fence_token", 99)), fence.ErrInvalidArgument},
+		{"bad grant first", s.Update(t.Context(), fence.NewGrant("r", 0), fence.Row{}, fence.C("", 1)), fence.ErrInvalidToken},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if !errors.Is(tt.err, tt.want) {
+				t.Fatalf("error = %v, want %v", tt.err, tt.want)
+			}
+		})
+	}
+}
+
+func TestOpen_badInput(t *testing.T) {
+	tests := []struct {
+		name string
+		open func() (*sql.DB, error)
+	}{
+		{"empty sqlite path", func() (*sql.DB, error) { return sqlfence.OpenSQLite("") }},
+		{"sqlite memory", func() (*sql.DB, error) { return sqlfence.OpenSQLite(":memory:") }},
+		{"sqlite uri", func() (*sql.DB, error) { return sqlfence.OpenSQLite("file:x.db?mode=ro") }},
+		{"mysql dsn", func() (*sql.DB, error) { return sqlfence.OpenMySQL("user@tcp(127.0.0.1:3306/db") }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			db, err := tt.open()
+			if !errors.Is(err, fence.ErrInvalidArgument) || db != nil {
+				t.Fatalf("error = %v, want ErrInvalidArgument and no pool", err)
+			}
+		})
+	}
+}
+
+// TestOpenSQLite_oddPath opens a file whose name holds URI metacharacters.
+func TestOpenSQLite_oddPath(t *testing.T) {
+	path := t.TempDir() + "/a?b#c%d e.db"
+	db, err := sqlfence.OpenSQLite(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	mustExec(t, db, "CREATE TABLE t (id INTEGER)")
+	if mode := queryString(t, db, "PRAGMA journal_mode"); mode != "wal" {
+		t.Fatalf("journal_mode = %q, want wal", mode)
+	}
+	if ms := queryInt(t, db, "PRAGMA busy_timeout"); ms != sqlfence.SQLiteBusyTimeoutMS {
+		t.Fatalf("busy_timeout = %d", ms)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("database not at the path given: %v", err)
+	}
+}
+
+func queryString(t testing.TB, db *sql.DB, q string) string {
+	t.Helper()
+	var v string
+	if err := db.QueryRowContext(t.Context(), q).Scan(&v); err != nil {
+		t.Fatalf("%s: %v", q, err)
+	}
+	return v
+}
