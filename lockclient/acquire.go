@@ -1,0 +1,236 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// retryDelay spaces retries after a transient etcd error (no leader, a member
+// down), so a waiting Acquire does not spin while the cluster elects.
+const retryDelay = 100 * time.Millisecond
+
+// Acquire takes the lock name, waiting while another holder has it, until it is
+// granted or ctx ends; ctx governs the wait and every etcd call. Each attempt is
+// one etcd Txn that creates the key under the session lease if it is absent; the
+// lock's token is the key's create revision, higher than every token granted
+// before for any name. While the lock is held, Acquire watches the key for its
+// deletion and writes nothing. Transient etcd errors (no leader, a member down)
+// are retried until ctx ends.
+//
+// It returns ErrInvalidName for a bad name, ErrInvalidOption for a bad option,
+// ErrClosed or ErrSessionLost when the Client cannot grant locks, ctx's error, or
+// etcd's error that is not transient.
+func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, opts, true)
+}
+
+// TryAcquire takes the lock name if nobody holds it, and otherwise returns at once
+// a *HeldError (errors.Is(err, ErrHeld)) carrying the holder and its token. It is
+// one etcd Txn and writes nothing when the lock is held. ctx governs the call.
+// Other errors are those of Acquire; a transient etcd error is returned, not
+// retried.
+func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
+	return c.acquire(ctx, name, opts, false)
+}
+
+func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool) (*Lock, error) {
+	if err := CheckName(name); err != nil {
+		return nil, err
+	}
+	lo, err := buildLockOptions(c.ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	key := c.key(name)
+	// Values of attempts whose outcome is unknown (the Txn failed in transit):
+	// finding one of them on the key later means that attempt took the lock.
+	var unknown [][]byte
+	for {
+		sent := time.Now()
+		val := c.encode(sent)
+		resp, err := c.cli.Txn(ctx).
+			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
+			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease))).
+			Else(clientv3.OpGet(key)).
+			Commit()
+		switch {
+		case err == nil:
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			c.loseSession()
+			return nil, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
+		case transient(ctx, err):
+			unknown = append(unknown, val)
+			if !wait {
+				c.forget(key, unknown)
+				return nil, fmt.Errorf("lockclient: acquire %q: %w", name, err)
+			}
+			if err := c.sleep(ctx, retryDelay); err != nil {
+				c.forget(key, unknown)
+				return nil, err
+			}
+			continue
+		default:
+			c.forget(key, append(unknown, val))
+			return nil, fmt.Errorf("lockclient: acquire %q: %w", name, err)
+		}
+		if resp.Succeeded {
+			return c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)
+		}
+		kvs := resp.Responses[0].GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue // cannot happen: the compare failed, so the key existed in this Txn
+		}
+		kv := kvs[0]
+		if clientv3.LeaseID(kv.Lease) == lease && isOneOf(kv.Value, unknown) {
+			// An earlier attempt whose answer was lost did take the lock.
+			info := decodeInfo(name, kv)
+			return c.register(name, info.Token, lease, info.AcquiredAt, lo)
+		}
+		if !wait {
+			info := decodeInfo(name, kv)
+			return nil, &HeldError{Name: name, Holder: info, Token: info.Token}
+		}
+		if err := c.waitDelete(ctx, key, resp.Header.Revision); err != nil {
+			c.forget(key, unknown)
+			return nil, err
+		}
+	}
+}
+
+// waitDelete watches key from the revision after rev until it is deleted (or the
+// watch breaks, which the caller answers by trying again).
+func (c *Client) waitDelete(ctx context.Context, key string, rev int64) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	wch := c.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
+	for {
+		select {
+		case <-c.done:
+			c.mu.Lock()
+			st := c.state
+			c.mu.Unlock()
+			return stateErr(st)
+		case wr, ok := <-wch:
+			if !ok {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				return c.sleep(ctx, retryDelay)
+			}
+			if wr.Err() != nil {
+				// Compacted, no leader, cancelled: the Txn tells what is true now.
+				return c.sleep(ctx, retryDelay)
+			}
+			for _, ev := range wr.Events {
+				if ev.Type == mvccpb.DELETE {
+					return nil
+				}
+			}
+		}
+	}
+}
+
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		c.mu.Lock()
+		st := c.state
+		c.mu.Unlock()
+		return stateErr(st)
+	}
+}
+
+// forget queues deletes of the keys an attempt with an unknown outcome may have
+// created, so that a lock nobody will use does not stay held for the session's
+// life. The delete is conditioned on the exact value that attempt wrote.
+func (c *Client) forget(key string, vals [][]byte) {
+	for _, v := range vals {
+		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.Value(key), "=", string(v))})
+	}
+}
+
+func isOneOf(v []byte, vals [][]byte) bool {
+	for _, u := range vals {
+		if string(u) == string(v) {
+			return true
+		}
+	}
+	return false
+}
+
+// register records a granted lock. If the session ended meanwhile, the key is
+// deleted again and the session's error returned.
+func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID, sent time.Time, lo lockOptions) (*Lock, error) {
+	l := newLock(c, name, token, lease, lo)
+	c.mu.Lock()
+	if c.state != live || c.lease != lease {
+		st := c.state
+		c.mu.Unlock()
+		l.cancel(stateErr(st))
+		if st == lost {
+			// The lease is gone or going; its keys go with it.
+			return nil, fmt.Errorf("%w: lost while acquiring %q", ErrSessionLost, name)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
+		defer cancel()
+		c.deleteKey(ctx, name, token)
+		return nil, ErrClosed
+	}
+	// A lock of ours still registered under this name cannot hold the key we
+	// just created: it was released by token elsewhere or expired. It is lost.
+	old := c.locks[name]
+	if old != nil {
+		c.unregisterLocked(old)
+	}
+	c.locks[name] = l
+	poke := false
+	if lo.manual {
+		l.deadline = sent.Add(lo.lease)
+		c.manual.push(l)
+		poke = c.manual[0] == l
+	}
+	c.mu.Unlock()
+	if old != nil {
+		old.lose()
+	}
+	if poke {
+		c.wake()
+	}
+	return l, nil
+}
+
+// unregisterLocked removes l from the registry; it reports whether l was there.
+func (c *Client) unregisterLocked(l *Lock) bool {
+	if c.locks[l.name] != l {
+		return false
+	}
+	delete(c.locks, l.name)
+	if l.index >= 0 {
+		c.manual.remove(l)
+	}
+	return true
+}
+
+func (c *Client) wake() {
+	select {
+	case c.poke <- struct{}{}:
+	default:
+	}
+}

@@ -1,0 +1,155 @@
+package lockclient_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+func TestNew_badOptions(t *testing.T) {
+	srv := locktest.Start(t)
+	cli := srv.Client(t)
+	tests := []struct {
+		name string
+		opts []lockclient.Option
+		msg  string // a word the error must contain, naming the problem
+	}{
+		{"TTL under minimum", []lockclient.Option{lockclient.WithTTL(time.Second)}, "minimum"},
+		{"TTL zero", []lockclient.Option{lockclient.WithTTL(0)}, "minimum"},
+		{"TTL not whole seconds", []lockclient.Option{lockclient.WithTTL(2500 * time.Millisecond)}, "whole"},
+		{"interval equal to TTL", []lockclient.Option{lockclient.WithTTL(3 * time.Second), lockclient.WithRenewInterval(3 * time.Second)}, "not under the TTL"},
+		{"interval over default TTL", []lockclient.Option{lockclient.WithRenewInterval(time.Minute)}, "not under the TTL"},
+		{"interval zero", []lockclient.Option{lockclient.WithRenewInterval(0)}, "not positive"},
+		{"interval negative", []lockclient.Option{lockclient.WithRenewInterval(-time.Second)}, "not positive"},
+		{"empty prefix", []lockclient.Option{lockclient.WithPrefix("")}, "empty"},
+		{"prefix without slash", []lockclient.Option{lockclient.WithPrefix("/locks")}, "end with"},
+		{"prefix with control char", []lockclient.Option{lockclient.WithPrefix("/lo\ncks/")}, "control"},
+		{"empty identity", []lockclient.Option{lockclient.WithIdentity("")}, "empty"},
+		{"long identity", []lockclient.Option{lockclient.WithIdentity(strings.Repeat("x", 201))}, "limit"},
+		{"identity with control char", []lockclient.Option{lockclient.WithIdentity("a\tb")}, "control"},
+		{"nil option", []lockclient.Option{nil}, "nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := lockclient.New(cli, tt.opts...)
+			if !errors.Is(err, lockclient.ErrInvalidOption) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("New() = %v, %v; want ErrInvalidOption mentioning %q", c, err, tt.msg)
+			}
+		})
+	}
+	if _, err := lockclient.New(nil); !errors.Is(err, lockclient.ErrInvalidOption) {
+		t.Fatalf("New(nil) = %v, want ErrInvalidOption", err)
+	}
+	if _, err := lockclient.New(cli, lockclient.WithTTL(2*time.Second), lockclient.WithRenewInterval(1900*time.Millisecond)); err != nil {
+		t.Fatalf("New with interval just under TTL: %v", err)
+	}
+}
+
+func TestClient_badNames(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	tests := []struct {
+		name, lock, msg string
+	}{
+		{"empty", "", "empty"},
+		{"slash", "accounts/42", "slash"},
+		{"newline", "account\n42", "control"},
+		{"nul", "account\x0042", "control"},
+		{"DEL", "account\x7f", "control"},
+		{"not utf-8", "account\xff", "UTF-8"},
+		{"too long", strings.Repeat("a", lockclient.MaxNameLen+1), "limit"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			calls := map[string]error{}
+			_, calls["Acquire"] = c.Acquire(t.Context(), tt.lock)
+			_, calls["TryAcquire"] = c.TryAcquire(t.Context(), tt.lock)
+			calls["Release"] = c.Release(t.Context(), tt.lock, 5)
+			_, calls["Holder"] = c.Holder(t.Context(), tt.lock)
+			for call, err := range calls {
+				if !errors.Is(err, lockclient.ErrInvalidName) || !errors.Is(err, fence.ErrInvalidResource) || !strings.Contains(err.Error(), tt.msg) {
+					t.Errorf("%s(%q) = %v; want ErrInvalidName mentioning %q", call, tt.lock, err, tt.msg)
+				}
+			}
+		})
+	}
+	if _, err := c.TryAcquire(t.Context(), strings.Repeat("a", lockclient.MaxNameLen)); err != nil {
+		t.Fatalf("longest name refused: %v", err)
+	}
+}
+
+func TestClient_badLockOptions(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	tests := []struct {
+		name string
+		opts []lockclient.LockOption
+		msg  string
+	}{
+		{"lease under minimum", []lockclient.LockOption{lockclient.WithManualRenewal(), lockclient.WithLease(time.Second)}, "minimum"},
+		{"lease without manual renewal", []lockclient.LockOption{lockclient.WithLease(5 * time.Second)}, "WithManualRenewal"},
+		{"nil option", []lockclient.LockOption{nil}, "nil"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			for _, try := range []bool{false, true} {
+				var err error
+				if try {
+					_, err = c.TryAcquire(t.Context(), "job", tt.opts...)
+				} else {
+					_, err = c.Acquire(t.Context(), "job", tt.opts...)
+				}
+				if !errors.Is(err, lockclient.ErrInvalidOption) || !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("acquire (try %v) = %v; want ErrInvalidOption mentioning %q", try, err, tt.msg)
+				}
+			}
+		})
+	}
+}
+
+func TestClient_Release_badTokenAndNotHeld(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	for _, tok := range []fence.Token{0, -1} {
+		var ite *fence.InvalidTokenError
+		if err := c.Release(t.Context(), "job", tok); !errors.As(err, &ite) || !errors.Is(err, fence.ErrInvalidToken) {
+			t.Fatalf("Release(token %d) = %v, want *fence.InvalidTokenError", tok, err)
+		}
+	}
+	var nh *lockclient.NotHeldError
+	if err := c.Release(t.Context(), "job", 12345); !errors.As(err, &nh) || nh.Current != 0 {
+		t.Fatalf("Release of a lock nobody holds = %v, want *NotHeldError with Current 0", err)
+	}
+}
+
+func TestClient_closed(t *testing.T) {
+	srv := locktest.Start(t)
+	for _, used := range []bool{false, true} {
+		c := newClient(t, srv.Client(t))
+		if used {
+			mustAcquire(t, c, "job")
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+		calls := map[string]error{}
+		_, calls["Acquire"] = c.Acquire(t.Context(), "job")
+		_, calls["TryAcquire"] = c.TryAcquire(t.Context(), "job")
+		calls["Release"] = c.Release(t.Context(), "job", 5)
+		_, calls["Holder"] = c.Holder(t.Context(), "job")
+		_, calls["List"] = c.List(t.Context())
+		for call, err := range calls {
+			if !errors.Is(err, lockclient.ErrClosed) {
+				t.Errorf("%s on a closed client (used %v) = %v, want ErrClosed", call, used, err)
+			}
+		}
+		if !isClosed(c.Done()) {
+			t.Errorf("Done open after Close (used %v)", used)
+		}
+	}
+}

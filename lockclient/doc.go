@@ -1,0 +1,56 @@
+// Package lockclient takes named locks in etcd whose every grant carries a fencing
+// token, for work that must never run twice at once.
+//
+// # Session lease
+//
+// A Client holds one etcd lease, its session (default TTL 10 s), granted by its
+// first acquire and renewed by the Client's one goroutine every TTL/3. Every lock
+// key the Client creates is attached to it. A process that crashes, freezes or is
+// cut off stops renewing; etcd expires the lease and deletes its keys, and the
+// locks pass on. There is no lease per lock (each lease expiry or revoke costs
+// etcd a synchronous disk commit) and no goroutine per lock.
+//
+// MinTTL is 2 s: etcd grants no lease shorter than 1.5 x its election timeout
+// (1 s by default), rounded up to seconds, and silently raises shorter requests.
+//
+// # Tokens
+//
+// Acquire is one Txn: create the key under the session lease if it is absent,
+// else read it. The lock's token is the key's create revision. etcd revisions are
+// global, stored through raft and never reused, so a later grant of any lock has
+// a higher token, across leader changes and restarts. A waiting Acquire watches
+// the key for its deletion and writes nothing; Release is one Txn that deletes the
+// key only if its create revision is still the token, so a stale holder can never
+// delete its successor's key.
+//
+// Hand the *Lock to fence.Exec or an adapter: the database refuses a write whose
+// token is lower than one it has already stored for the resource. That, not the
+// lease, is what stops a holder that woke after its lock passed on.
+//
+// # Loss
+//
+// The Client keeps a conservative deadline: the time it SENT the last renewal
+// that etcd confirmed, plus the TTL etcd returned. etcd counts the lease from
+// when it received that renewal, so the local deadline passes first. When it
+// passes without a newer confirmed renewal, the session is lost: every Lock's
+// Done closes and its context is cancelled with a *fence.LostError, the Client's
+// Done closes, and the lease is revoked if etcd can still be reached. Loss is
+// one-way: nothing revives those locks, and a lost Client grants no more
+// (Acquire returns ErrSessionLost); make a new Client. The gap between etcd
+// expiring a lease and a frozen process noticing is what fencing covers.
+//
+// A lock taken WithManualRenewal must also be Renewed at least once per its lease
+// duration (WithLease, default the TTL). If it is not, the Client deletes its key
+// itself (a Txn on the create revision) and ends it as lost, so a stuck job in a
+// live process loses its lock too.
+//
+// # Restoring etcd from a backup
+//
+// A restored snapshot rewinds etcd's revision counter: new tokens would be lower
+// than the ones the databases have already stored, and every fenced write would
+// be refused with fence.ErrStale until the counter passes them again. That is a
+// safe failure, not a silent one. etcd's remedy is to restore with a revision
+// bump: etcdutl snapshot restore SNAPSHOT --bump-revision 1000000000
+// --mark-compacted ..., with a bump larger than the revisions written since the
+// snapshot.
+package lockclient

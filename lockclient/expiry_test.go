@@ -1,0 +1,106 @@
+package lockclient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+func TestLock_manualRenewal_expires(t *testing.T) {
+	srv := locktest.Start(t)
+	// A long session TTL: only the lock's own 2 s lease can explain its release.
+	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
+	b := newClient(t, srv.Client(t))
+
+	stuck := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	got := make(chan *lockclient.Lock, 1)
+	go func() {
+		l, err := b.Acquire(t.Context(), "report")
+		if err != nil {
+			t.Error(err)
+		}
+		got <- l
+	}()
+	waitClosed(t, stuck.Done(), "the unrenewed lock's Done")
+	var lost *fence.LostError
+	if !errors.As(context.Cause(stuck.Context()), &lost) || lost.Token != stuck.Token() {
+		t.Fatalf("cause = %v, want *fence.LostError for token %d", context.Cause(stuck.Context()), stuck.Token())
+	}
+	lb := <-got
+	if lb == nil || lb.Token() <= stuck.Token() {
+		t.Fatalf("waiter got %v after token %d", lb, stuck.Token())
+	}
+	if isClosed(a.Done()) {
+		t.Fatal("the session ended with one manual lock")
+	}
+	if err := stuck.Renew(t.Context()); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("Renew after expiry = %v, want ErrLost", err)
+	}
+	if err := stuck.Release(t.Context()); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("Release after expiry = %v, want ErrLost", err)
+	}
+	// The session still grants.
+	if _, err := a.TryAcquire(t.Context(), "other"); err != nil {
+		t.Fatalf("TryAcquire on the live session: %v", err)
+	}
+}
+
+func TestLock_manualRenewal_renewKeepsIt(t *testing.T) {
+	srv := locktest.Start(t)
+	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
+	b := newClient(t, srv.Client(t))
+	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	// Renew across several lease durations; the lock must stay.
+	for range 12 {
+		time.Sleep(500 * time.Millisecond)
+		if err := l.Renew(t.Context()); err != nil {
+			t.Fatalf("Renew: %v", err)
+		}
+	}
+	if _, err := b.TryAcquire(t.Context(), "report"); !errors.Is(err, lockclient.ErrHeld) {
+		t.Fatalf("TryAcquire of a renewed lock = %v, want ErrHeld", err)
+	}
+	if isClosed(l.Done()) {
+		t.Fatal("renewed lock ended")
+	}
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+}
+
+// TestClient_abandoned leaves a client's session to expire: its etcd connection
+// closes without Close or Release, so no keepalive reaches etcd again.
+func TestClient_abandoned(t *testing.T) {
+	srv := locktest.Start(t)
+	cli := srv.Client(t)
+	a := newClient(t, cli, lockclient.WithTTL(testTTL))
+	b := newClient(t, srv.Client(t))
+	la := mustAcquire(t, a, "account-9")
+	mustAcquire(t, a, "account-10", lockclient.WithManualRenewal())
+	cli.Close()
+
+	lb := mustAcquire(t, b, "account-9") // waits for etcd to expire a's lease
+	if lb.Token() <= la.Token() {
+		t.Fatalf("new holder's token %d is not above %d", lb.Token(), la.Token())
+	}
+	waitClosed(t, la.Done(), "abandoned lock's Done")
+	waitClosed(t, a.Done(), "abandoned client's Done")
+	var lost *fence.LostError
+	if !errors.As(context.Cause(la.Context()), &lost) {
+		t.Fatalf("cause = %v, want *fence.LostError", context.Cause(la.Context()))
+	}
+	if err := fence.CheckGrant(la); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("CheckGrant of the lost lock = %v", err)
+	}
+	if _, err := a.TryAcquire(t.Context(), "x"); !errors.Is(err, lockclient.ErrSessionLost) {
+		t.Fatalf("TryAcquire on a lost client = %v, want ErrSessionLost", err)
+	}
+	if l, err := b.Holder(t.Context(), "account-10"); !errors.Is(err, lockclient.ErrNotHeld) {
+		t.Fatalf("the lost session's other lock is still held: %+v, %v", l, err)
+	}
+}

@@ -1,0 +1,138 @@
+package lockclient
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Info describes a lock's current holder, from the value stored with its key.
+type Info struct {
+	Name       string
+	Token      fence.Token   // the holder's fencing token (the key's create revision)
+	Host       string        // the holder's host name
+	PID        int           // the holder's process ID
+	ClientID   string        // the holder Client's ID (WithIdentity, or host-pid-random)
+	AcquiredAt time.Time     // when the holder sent its acquire, by its own clock
+	LeaseLeft  time.Duration // time left on the holder's session lease, as etcd counts it (whole seconds)
+}
+
+// holderValue is what a lock key stores. Seq makes every acquire attempt's value
+// unique, so an attempt whose answer was lost can recognise its own key.
+type holderValue struct {
+	Host       string    `json:"host"`
+	PID        int       `json:"pid"`
+	ClientID   string    `json:"client_id"`
+	AcquiredAt time.Time `json:"acquired_at"`
+	Seq        uint64    `json:"seq"`
+}
+
+func (c *Client) encode(at time.Time) []byte {
+	b, _ := json.Marshal(holderValue{Host: c.host, PID: c.pid, ClientID: c.id, AcquiredAt: at.UTC(), Seq: c.seq.Add(1)})
+	return b
+}
+
+// decodeInfo reads a lock key. A value this package did not write leaves the
+// holder fields empty rather than failing: the token is what matters.
+func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
+	var v holderValue
+	_ = json.Unmarshal(kv.Value, &v)
+	return Info{
+		Name:       name,
+		Token:      fence.Token(kv.CreateRevision),
+		Host:       v.Host,
+		PID:        v.PID,
+		ClientID:   v.ClientID,
+		AcquiredAt: v.AcquiredAt,
+	}
+}
+
+// Holder returns who holds the lock name, with its token and the time left on
+// its session lease (a second etcd call). ctx governs both calls. It returns a
+// *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, ErrInvalidName for
+// a bad name, ErrClosed on a closed Client, or etcd's error.
+//
+// A manual-renewal lock may be released by its client before its session lease
+// runs out; LeaseLeft is the session's.
+func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
+	if err := CheckName(name); err != nil {
+		return Info{}, err
+	}
+	if err := c.usable(); err != nil {
+		return Info{}, err
+	}
+	resp, err := c.cli.Get(ctx, c.key(name))
+	if err != nil {
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, err)
+	}
+	if len(resp.Kvs) == 0 {
+		return Info{}, &NotHeldError{Name: name}
+	}
+	info := decodeInfo(name, resp.Kvs[0])
+	left, err := c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
+	if err != nil {
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, err)
+	}
+	info.LeaseLeft = left
+	return info, nil
+}
+
+// List returns every held lock under the Client's prefix, by name, with one etcd
+// read for the keys and one lease lookup per distinct holder session. ctx governs
+// all of them. It returns ErrClosed on a closed Client, or etcd's error.
+func (c *Client) List(ctx context.Context) ([]Info, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: list: %w", err)
+	}
+	cache := make(map[clientv3.LeaseID]time.Duration)
+	infos := make([]Info, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		name := strings.TrimPrefix(string(kv.Key), c.prefix)
+		if CheckName(name) != nil {
+			continue // not a lock key of this package (a deeper path under the prefix)
+		}
+		info := decodeInfo(name, kv)
+		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
+			return nil, fmt.Errorf("lockclient: list: %w", err)
+		}
+		infos = append(infos, info)
+	}
+	return infos, nil
+}
+
+func (c *Client) leaseLeft(ctx context.Context, id clientv3.LeaseID, cache map[clientv3.LeaseID]time.Duration) (time.Duration, error) {
+	if id == clientv3.NoLease {
+		return 0, nil
+	}
+	if d, ok := cache[id]; ok {
+		return d, nil
+	}
+	resp, err := c.cli.TimeToLive(ctx, id)
+	if err != nil {
+		return 0, err
+	}
+	d := max(time.Duration(resp.TTL)*time.Second, 0) // -1: expired meanwhile
+	if cache != nil {
+		cache[id] = d
+	}
+	return d, nil
+}
+
+func (c *Client) usable() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state == closed {
+		return ErrClosed
+	}
+	return nil
+}

@@ -1,0 +1,170 @@
+package lockclient
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// Lock is a granted lock. It satisfies fence.Grant (Resource, Token) and
+// fence.Watched (Done), so it can be handed to fence.Exec and the adapters, which
+// refuse its writes once a newer holder wrote or once Done is closed.
+//
+// A Lock ends in one of three ways, and its context's cause says which: Release
+// (ErrReleased), loss (a *fence.LostError: the session lease ran out, or a
+// manual-renewal lock was not renewed in time, or its key was deleted by someone
+// else) or the Client's Close (ErrClosed). Nothing revives an ended Lock.
+type Lock struct {
+	c      *Client
+	name   string
+	token  fence.Token
+	lease  clientv3.LeaseID
+	manual bool
+	dur    time.Duration // lease duration of a manual-renewal lock
+	ctx    context.Context
+	cancel context.CancelCauseFunc
+
+	// guarded by c.mu
+	deadline time.Time // manual renewal: last renewal send time + dur
+	index    int       // position in c.manual, -1 when not there
+}
+
+func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
+	ctx, cancel := context.WithCancelCause(context.Background())
+	return &Lock{c: c, name: name, token: token, lease: lease, manual: lo.manual, dur: lo.lease, ctx: ctx, cancel: cancel, index: -1}
+}
+
+// Resource returns the lock's name: the resource its grants write for.
+func (l *Lock) Resource() string { return l.name }
+
+// Token returns the lock's fencing token: its key's etcd create revision.
+func (l *Lock) Token() fence.Token { return l.token }
+
+// Done is closed when the lock ends: released, lost, or its Client closed. Work
+// protected by the lock must stop; fenced writes are refused from then on.
+func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+
+// Context returns a context that is cancelled when the lock ends; its
+// context.Cause is ErrReleased, a *fence.LostError or ErrClosed. Derive the
+// protected work's contexts from it.
+func (l *Lock) Context() context.Context { return l.ctx }
+
+// lose ends the lock as lost.
+func (l *Lock) lose() { l.cancel(&fence.LostError{Resource: l.name, Token: l.token}) }
+
+// endedErr is the error for an operation on an ended lock.
+func (l *Lock) endedErr() error {
+	cause := context.Cause(l.ctx)
+	if errors.Is(cause, ErrReleased) {
+		return &NotHeldError{Name: l.name, Token: l.token}
+	}
+	return cause
+}
+
+// Renew confirms with etcd (one linearizable read) that the lock's key still
+// carries its token. For a lock taken WithManualRenewal it also restarts the
+// lock's lease: the lock stays held for its lease duration from the moment this
+// call was sent. An automatically renewed lock needs no Renew; calling it is a
+// check. ctx governs the read.
+//
+// It returns a *fence.LostError (errors.Is(err, fence.ErrLost)) if the lock is
+// lost, and marks it so; a *NotHeldError after Release; ErrClosed after the
+// Client's Close; or etcd's error, which leaves the lock as it was.
+func (l *Lock) Renew(ctx context.Context) error {
+	if l.ctx.Err() != nil {
+		return l.endedErr()
+	}
+	c := l.c
+	sent := time.Now()
+	resp, err := c.cli.Get(ctx, c.key(l.name))
+	if err != nil {
+		return fmt.Errorf("lockclient: renew %q: %w", l.name, err)
+	}
+	kvs := resp.Kvs
+	c.mu.Lock()
+	registered := c.locks[l.name] == l
+	if !registered {
+		c.mu.Unlock()
+		return l.endedErr()
+	}
+	if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
+		c.unregisterLocked(l)
+		c.mu.Unlock()
+		l.lose()
+		return l.endedErr()
+	}
+	if l.manual {
+		if d := sent.Add(l.dur); d.After(l.deadline) {
+			l.deadline = d
+			heap.Fix(&c.manual, l.index)
+		}
+	}
+	c.mu.Unlock()
+	return nil
+}
+
+// Release releases the lock: one etcd Txn that deletes its key only if the key
+// still carries this lock's token, so it can never delete a successor's key. The
+// lock ends (Done closes, cause ErrReleased) before the Txn is sent: the caller
+// has stopped its protected work. ctx governs the Txn.
+//
+// If the Txn cannot reach etcd, Release returns the error and the Client keeps
+// retrying the delete in the background until it succeeds, the session ends or
+// the Client closes. It returns a *NotHeldError (ErrNotHeld) if the key no longer
+// carries the token or the lock was already released, a *fence.LostError if the
+// lock was lost before, and ErrClosed after the Client's Close.
+func (l *Lock) Release(ctx context.Context) error {
+	c := l.c
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if !held {
+		if l.ctx.Err() == nil {
+			// Superseded while registered elsewhere; cannot normally happen.
+			l.lose()
+		}
+		return l.endedErr()
+	}
+	l.cancel(ErrReleased)
+	err := c.deleteKey(ctx, l.name, l.token)
+	var nh *NotHeldError
+	if err != nil && !errors.As(err, &nh) {
+		key := c.key(l.name)
+		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+	}
+	return err
+}
+
+// lockHeap orders manual-renewal locks by deadline, so the client's one goroutine
+// finds the next to expire without a timer per lock.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int           { return len(h) }
+func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+func (h *lockHeap) Pop() any {
+	old := *h
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.index = -1
+	*h = old[:n-1]
+	return l
+}
+
+func (h *lockHeap) push(l *Lock)   { heap.Push(h, l) }
+func (h *lockHeap) remove(l *Lock) { heap.Remove(h, l.index) }

@@ -1,0 +1,173 @@
+package lockclient
+
+import (
+	"fmt"
+	"strings"
+	"time"
+	"unicode"
+)
+
+// Defaults for New.
+const (
+	// DefaultTTL is the session lease's time to live.
+	DefaultTTL = 10 * time.Second
+	// DefaultPrefix is the key prefix under which lock keys live.
+	DefaultPrefix = "/fencegate/locks/"
+	// MinTTL is the shortest session TTL and lock lease this package accepts.
+	// etcd grants no lease shorter than 1.5 x its election timeout, rounded up to
+	// whole seconds: 2 s with the default 1 s election timeout; it silently
+	// raises a shorter request. A lease must also outlive a leader election (which
+	// etcd covers by extending every lease when a new leader takes over) and a
+	// slow disk sync or two, or locks are lost to ordinary hiccups. Clusters with a
+	// longer election timeout raise the minimum further; the client always computes
+	// its deadlines from the TTL etcd returns, so they stay right either way.
+	MinTTL = 2 * time.Second
+)
+
+// Option configures a Client. An unusable option makes New fail with an error
+// matching ErrInvalidOption.
+type Option func(*options) error
+
+type options struct {
+	ttl      time.Duration
+	interval time.Duration
+	prefix   string
+	identity string
+}
+
+// WithTTL sets the session lease's time to live (default 10 s): how long after
+// its last confirmed renewal a silent (crashed, frozen, cut off) client keeps its
+// locks. It must be a whole number of seconds (etcd counts leases in seconds) and
+// at least MinTTL.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) error {
+		switch {
+		case d < MinTTL:
+			return fmt.Errorf("%w: TTL %v is under the minimum %v (etcd grants no shorter lease)", ErrInvalidOption, d, MinTTL)
+		case d%time.Second != 0:
+			return fmt.Errorf("%w: TTL %v is not a whole number of seconds (etcd counts leases in seconds)", ErrInvalidOption, d)
+		}
+		o.ttl = d
+		return nil
+	}
+}
+
+// WithRenewInterval sets how often the client renews its session lease (default
+// a third of the TTL, so a renewal or two may fail without losing the locks). It
+// must be positive and under the TTL.
+func WithRenewInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return fmt.Errorf("%w: renewal interval %v is not positive", ErrInvalidOption, d)
+		}
+		o.interval = d
+		return nil
+	}
+}
+
+// WithPrefix sets the etcd key prefix under which lock keys live (default
+// "/fencegate/locks/"). It must be non-empty, end with "/" and contain no control
+// characters. Clients that share locks must share the prefix.
+func WithPrefix(p string) Option {
+	return func(o *options) error {
+		switch {
+		case p == "":
+			return fmt.Errorf("%w: empty key prefix", ErrInvalidOption)
+		case !strings.HasSuffix(p, "/"):
+			return fmt.Errorf("%w: key prefix %q does not end with \"/\"", ErrInvalidOption, p)
+		case strings.IndexFunc(p, unicode.IsControl) >= 0:
+			return fmt.Errorf("%w: key prefix %q contains a control character", ErrInvalidOption, p)
+		}
+		o.prefix = p
+		return nil
+	}
+}
+
+// WithIdentity sets the client ID stored with every lock this client takes and
+// shown by Holder and List (default host-pid-random). It must be 1 to 200 bytes
+// without control characters.
+func WithIdentity(id string) Option {
+	return func(o *options) error {
+		switch {
+		case id == "":
+			return fmt.Errorf("%w: empty identity", ErrInvalidOption)
+		case len(id) > 200:
+			return fmt.Errorf("%w: identity is %d bytes, the limit is 200", ErrInvalidOption, len(id))
+		case strings.IndexFunc(id, unicode.IsControl) >= 0:
+			return fmt.Errorf("%w: identity %q contains a control character", ErrInvalidOption, id)
+		}
+		o.identity = id
+		return nil
+	}
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{ttl: DefaultTTL, prefix: DefaultPrefix}
+	for i, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.interval == 0 {
+		o.interval = o.ttl / 3
+	}
+	if o.interval >= o.ttl {
+		return o, fmt.Errorf("%w: renewal interval %v is not under the TTL %v", ErrInvalidOption, o.interval, o.ttl)
+	}
+	return o, nil
+}
+
+// LockOption configures one Acquire or TryAcquire. An unusable option makes the
+// call fail with an error matching ErrInvalidOption, before any I/O.
+type LockOption func(*lockOptions) error
+
+type lockOptions struct {
+	manual bool
+	lease  time.Duration
+}
+
+// WithManualRenewal makes the lock live only while the caller renews it: a lock
+// not Renewed within its lease duration (WithLease, default the session TTL) is
+// deleted by the client itself and reported lost, so a stuck job in a live
+// process loses its lock too. Without it the lock lives as long as the session.
+func WithManualRenewal() LockOption {
+	return func(o *lockOptions) error {
+		o.manual = true
+		return nil
+	}
+}
+
+// WithLease sets the lease duration of a lock taken WithManualRenewal: the longest
+// time between Renew calls. It must be at least MinTTL; it is refused without
+// WithManualRenewal, where the lock lives as long as the session.
+func WithLease(d time.Duration) LockOption {
+	return func(o *lockOptions) error {
+		if d < MinTTL {
+			return fmt.Errorf("%w: lock lease %v is under the minimum %v", ErrInvalidOption, d, MinTTL)
+		}
+		o.lease = d
+		return nil
+	}
+}
+
+func buildLockOptions(sessionTTL time.Duration, opts []LockOption) (lockOptions, error) {
+	var o lockOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return o, fmt.Errorf("%w: lock option %d is nil", ErrInvalidOption, i)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.lease != 0 && !o.manual {
+		return o, fmt.Errorf("%w: WithLease needs WithManualRenewal (an automatically renewed lock lives as long as the session)", ErrInvalidOption)
+	}
+	if o.manual && o.lease == 0 {
+		o.lease = sessionTTL
+	}
+	return o, nil
+}
