@@ -104,6 +104,16 @@ func (d Dialect) table(name string) (string, error) {
 	return qs + "." + qt, nil
 }
 
+// bumpSQL raises an existing fence row whose token is not higher, locking it to
+// commit. Arguments: token, resource, token.
+func (d Dialect) bumpSQL() string {
+	now := "CURRENT_TIMESTAMP"
+	if d == MySQL {
+		now = "CURRENT_TIMESTAMP(6)"
+	}
+	return "UPDATE fence_tokens SET token = ?, updated_at = " + now + " WHERE resource = ? AND token <= ?"
+}
+
 // raiseSQL raises the resource's fence row to the presented token unless a higher one
 // is stored, locking the row to commit. Arguments: resource, token.
 //

@@ -81,6 +81,9 @@ const probeResource = "\x00sqlfence:clientFoundRows probe"
 // is kept; an error that is not a verdict (ctx ended, network) is returned and the
 // check runs again next time.
 func (s *Store) probeFoundRows(ctx context.Context) error {
+	if s.probeOK.Load() {
+		return nil
+	}
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
 	if s.probed {
@@ -113,6 +116,7 @@ func (s *Store) probeFoundRows(ctx context.Context) error {
 	})
 	if err == nil || errors.Is(err, ErrFoundRows) {
 		s.probed, s.probeE = true, err
+		s.probeOK.Store(err == nil)
 	}
 	return err
 }

@@ -48,16 +48,23 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 		return nil, err
 	}
 	// Column names compare case-insensitively in both databases.
-	seen := map[string]string{strings.ToLower(tokName): "the token column"}
+	names := make([]string, 0, 1+len(r.Key)+len(set))
+	names = append(names, tokName)
 	use := func(what, name string) (string, error) {
 		q, err := s.d.ident(what, name)
 		if err != nil {
 			return "", err
 		}
-		if prev, dup := seen[strings.ToLower(name)]; dup {
-			return "", fmt.Errorf("%w: %s %q is also %s", fence.ErrInvalidArgument, what, name, prev)
+		for i, prev := range names {
+			if strings.EqualFold(prev, name) {
+				role := "another column"
+				if i == 0 {
+					role = "the token column"
+				}
+				return "", fmt.Errorf("%w: %s %q is also %s", fence.ErrInvalidArgument, what, name, role)
+			}
 		}
-		seen[strings.ToLower(name)] = "a " + what
+		names = append(names, name)
 		return q, nil
 	}
 	conds := make([]string, 0, len(r.Key))

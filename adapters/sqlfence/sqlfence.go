@@ -36,6 +36,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -63,8 +64,9 @@ type Store struct {
 	db *sql.DB
 	d  Dialect
 
+	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex
-	probed  bool  // the MySQL connection check ran to a verdict
+	probed  bool  // the check ran to a verdict
 	probeE  error // its verdict: nil, or the refusal
 }
 
@@ -180,9 +182,22 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 	return tx, nil
 }
 
-// raise raises g's fence row inside tx; see Dialect.raiseSQL.
+// raise raises g's fence row inside tx. The common case, a row that exists with a
+// token not higher, is one plain UPDATE (cheaper for the server than an upsert, which
+// tries the insert first). Zero rows matched means no row yet or a higher token: then
+// the upsert of Dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	res, err := tx.ExecContext(ctx, s.d.raiseSQL(), g.Resource(), int64(g.Token()))
+	res, err := tx.ExecContext(ctx, s.d.bumpSQL(), int64(g.Token()), g.Resource(), int64(g.Token()))
+	if err != nil {
+		return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
+	}
+	// Matched rows: clientFoundRows on MySQL (checked by probe), always on SQLite.
+	if n, err := res.RowsAffected(); err != nil {
+		return fmt.Errorf("sqlfence: raise fence row %q: %w", g.Resource(), err)
+	} else if n > 0 {
+		return nil
+	}
+	res, err = tx.ExecContext(ctx, s.d.raiseSQL(), g.Resource(), int64(g.Token()))
 	if err != nil {
 		return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
 	}
