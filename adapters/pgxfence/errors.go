@@ -1,0 +1,105 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// SQLSTATEs this package tells apart.
+const (
+	codeStale         = "FG001" // raised by fence_raise (migrations/postgres/3_create_fence_raise)
+	codeSerialization = "40001"
+	codeUnique        = "23505"
+	codeNoFunction    = "42883"
+	codeNoTable       = "42P01"
+	codeNoColumn      = "42703"
+	codeNoConstraint  = "42P10" // ON CONFLICT names no unique index
+)
+
+type querier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// refusal turns an error from the fence raise or the commit into the error Fenced
+// returns. lookup, when not nil, is an idle connection on which to read the stored
+// token after a serialization failure.
+func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeStale:
+			seen, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
+			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
+		case codeSerialization:
+			if lookup != nil {
+				if seen, lerr := storedToken(ctx, lookup, g.Resource()); lerr == nil && seen > g.Token() {
+					return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+				}
+			}
+			return fmt.Errorf("%w: fence %q at token %d: %w", ErrSerialization, g.Resource(), g.Token(), err)
+		case codeNoFunction, codeNoTable:
+			return fmt.Errorf("%w: %w", ErrSchema, err)
+		}
+	}
+	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
+}
+
+// storedToken reads the resource's stored token; 0 when it has none.
+func storedToken(ctx context.Context, q querier, resource string) (fence.Token, error) {
+	var t int64
+	err := q.QueryRow(ctx, "SELECT token FROM fence_tokens WHERE resource = $1", resource).Scan(&t)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, nil
+	}
+	return fence.Token(t), err
+}
+
+// writeError maps an error of a single-row write: a unique violation becomes a
+// *fence.DuplicateError, a missing table or unique index a clear message.
+func writeError(op, table string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeUnique:
+			return &fence.DuplicateError{Table: table, Constraint: pgErr.ConstraintName, Err: err}
+		case codeNoConstraint:
+			return fmt.Errorf("pgxfence: %s %q: the key columns must be exactly a primary key or unique index: %w", op, table, err)
+		case codeNoTable:
+			if strings.Contains(pgErr.Message, "fence_tokens") {
+				return fmt.Errorf("%w: %w", ErrSchema, err)
+			}
+		}
+	}
+	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
+}
+
+// literal quotes a resource name as a PostgreSQL escape-string constant, for the one
+// place a value cannot be a parameter (the simple-protocol message that carries BEGIN
+// and the fence raise). In E'...' only the backslash and the single quote are special,
+// whatever standard_conforming_strings says; both are doubled. A resource has passed
+// fence.CheckResource (valid UTF-8, no NUL), and pgx always speaks UTF-8, so no byte
+// sequence can end the constant early.
+func literal(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	b.WriteString("E'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\', '\'':
+			b.WriteByte(c)
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}

@@ -1,0 +1,88 @@
+package pgxfence_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/pgx/v5/stdlib"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/migrations"
+)
+
+var postgres = pgtest.New()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := postgres.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// newPool returns a pool on a fresh database with fencegate's migrations applied.
+func newPool(t testing.TB) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(postgres.DSN(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 8
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	db := stdlib.OpenDBFromPool(pool)
+	defer db.Close()
+	if err := migrations.Up(context.Background(), db, migrations.Postgres); err != nil {
+		t.Fatalf("migrations.Up: %v", err)
+	}
+	return pool
+}
+
+// rebind turns the suite's ? placeholders into $1..$n (outside quoted strings).
+func rebind(q string) string {
+	var b strings.Builder
+	n, quoted := 0, false
+	for _, r := range q {
+		switch {
+		case r == '\'':
+			quoted = !quoted
+		case r == '?' && !quoted:
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
+
+type queryRower interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// queryInt returns the single integer q selects; fence.ErrNotFound for no row.
+func queryInt(ctx context.Context, q queryRower, sql string, args ...any) (int64, error) {
+	var v *int64
+	err := q.QueryRow(ctx, rebind(sql), args...).Scan(&v)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return 0, fence.ErrNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	if v == nil {
+		return 0, fmt.Errorf("%s: NULL", sql)
+	}
+	return *v, nil
+}

@@ -1,0 +1,325 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// maxIdentLen is PostgreSQL's identifier limit (NAMEDATALEN - 1): it silently
+// truncates longer names, which could then name another table or column.
+const maxIdentLen = 63
+
+// stmt is a single-row write being built: the SQL and its parameters.
+type stmt struct {
+	sql  strings.Builder
+	args []any
+}
+
+// arg adds a parameter and returns its placeholder.
+func (s *stmt) arg(v any) string {
+	s.args = append(s.args, v)
+	return "$" + strconv.Itoa(len(s.args))
+}
+
+// row is a fence.Row checked and quoted.
+type row struct {
+	table    string   // quoted, possibly schema-qualified
+	keyNames []string // quoted
+	keyVals  []any
+	token    string // quoted token column
+}
+
+func checkIdent(kind, name string) error {
+	switch {
+	case name == "":
+		return fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, kind)
+	case len(name) > maxIdentLen:
+		return fmt.Errorf("%w: %s name %.20q... is %d bytes, PostgreSQL's limit is %d", fence.ErrInvalidIdentifier, kind, name, len(name), maxIdentLen)
+	case strings.IndexByte(name, 0) >= 0:
+		return fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, kind, name)
+	case !utf8.ValidString(name):
+		return fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, kind, name)
+	}
+	return nil
+}
+
+// quoteTable quotes "table" or "schema.table" with pgx.Identifier. A dot always
+// separates schema and table: a table whose own name holds a dot cannot be named.
+func quoteTable(name string) (string, error) {
+	if name == "" {
+		return "", fmt.Errorf("%w: empty table name", fence.ErrInvalidIdentifier)
+	}
+	parts := strings.Split(name, ".")
+	if len(parts) > 2 {
+		return "", fmt.Errorf("%w: table name %q: want table or schema.table", fence.ErrInvalidIdentifier, name)
+	}
+	for _, p := range parts {
+		if err := checkIdent("table", p); err != nil {
+			return "", err
+		}
+	}
+	return pgx.Identifier(parts).Sanitize(), nil
+}
+
+func quoteColumn(name string) (string, error) {
+	if err := checkIdent("column", name); err != nil {
+		return "", err
+	}
+	return pgx.Identifier{name}.Sanitize(), nil
+}
+
+// checkRow validates r and the columns to set, and quotes every name. Key, set and
+// token columns must all differ: a column named twice would make the statement
+// ambiguous.
+func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error) {
+	var out row
+	var err error
+	if out.table, err = quoteTable(r.Table); err != nil {
+		return row{}, nil, err
+	}
+	if len(r.Key) == 0 {
+		return row{}, nil, fmt.Errorf("%w: row of %q has no key columns", fence.ErrInvalidArgument, r.Table)
+	}
+	if needSet && len(set) == 0 {
+		return row{}, nil, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
+	}
+	tokenCol := r.TokenColumn
+	if tokenCol == "" {
+		tokenCol = fence.DefaultTokenColumn
+	}
+	if out.token, err = quoteColumn(tokenCol); err != nil {
+		return row{}, nil, err
+	}
+	seen := map[string]bool{tokenCol: true}
+	use := func(kind, name string) (string, error) {
+		q, err := quoteColumn(name)
+		if err != nil {
+			return "", err
+		}
+		if seen[name] {
+			return "", fmt.Errorf("%w: column %q named twice (key, set and token columns must differ)", fence.ErrInvalidArgument, name)
+		}
+		seen[name] = true
+		return q, nil
+	}
+	for _, k := range r.Key {
+		q, err := use("key", k.Name)
+		if err != nil {
+			return row{}, nil, err
+		}
+		out.keyNames = append(out.keyNames, q)
+		out.keyVals = append(out.keyVals, k.Value)
+	}
+	setNames := make([]string, len(set))
+	for i, c := range set {
+		if setNames[i], err = use("set", c.Name); err != nil {
+			return row{}, nil, err
+		}
+	}
+	return out, setNames, nil
+}
+
+// where writes "k1 = $a AND k2 = $b" for the row's key.
+func (r row) where(s *stmt, keyArgs []string) {
+	for i, k := range r.keyNames {
+		if i > 0 {
+			s.sql.WriteString(" AND ")
+		}
+		s.sql.WriteString(k + " = " + keyArgs[i])
+	}
+}
+
+func (r row) keyArgs(s *stmt) []string {
+	out := make([]string, len(r.keyVals))
+	for i, v := range r.keyVals {
+		out[i] = s.arg(v)
+	}
+	return out
+}
+
+// Update sets the columns of one row of r.Table, and its token column to g.Token(),
+// if the row's stored token is <= g.Token(): one UPDATE statement. The key must pick
+// at most one row (a primary key or unique index). Writing unchanged values with the
+// same token again succeeds.
+//
+// When it changes no row it reads the row once more and returns a *fence.StaleError
+// with the row's token, or fence.ErrNotFound. It returns the grant errors of
+// fence.CheckGrant, fence.ErrInvalidIdentifier for an empty, overlong (> 63 bytes) or
+// NUL-holding table or column name (other names are quoted, never refused),
+// fence.ErrInvalidArgument for no key or no column to set or a column named twice,
+// and a *fence.DuplicateError when the new values hit a unique index.
+func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+	if err := s.check(g); err != nil {
+		return err
+	}
+	rw, setNames, err := checkRow(r, set, true)
+	if err != nil {
+		return err
+	}
+	var st stmt
+	tok := st.arg(int64(g.Token()))
+	st.sql.WriteString("UPDATE " + rw.table + " SET ")
+	for i, c := range set {
+		st.sql.WriteString(setNames[i] + " = " + st.arg(c.Value) + ", ")
+	}
+	st.sql.WriteString(rw.token + " = " + tok + " WHERE ")
+	rw.where(&st, rw.keyArgs(&st))
+	st.sql.WriteString(" AND " + rw.token + " <= " + tok)
+	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
+	if err != nil {
+		return writeError("update", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	return s.explain(ctx, g, r, rw, false)
+}
+
+// explain tells why a write changed no row: a higher token on the row (or, with
+// fenceRow, in the resource's fence row) is a *fence.StaleError; otherwise the row is
+// missing. It reads the committed state once more, after the write.
+func (s *Store) explain(ctx context.Context, g fence.Grant, r fence.Row, rw row, fenceRow bool) error {
+	var st stmt
+	st.sql.WriteString("SELECT (SELECT " + rw.token + " FROM " + rw.table + " WHERE ")
+	rw.where(&st, rw.keyArgs(&st))
+	st.sql.WriteString(" LIMIT 1), ")
+	if fenceRow {
+		st.sql.WriteString("(SELECT token FROM fence_tokens WHERE resource = " + st.arg(g.Resource()) + ")")
+	} else {
+		st.sql.WriteString("NULL::bigint")
+	}
+	var rowTok, fenceTok *int64
+	if err := s.db.QueryRow(ctx, st.sql.String(), st.args...).Scan(&rowTok, &fenceTok); err != nil {
+		return writeError("look up", r.Table, err)
+	}
+	seen := fence.Token(0)
+	if rowTok != nil {
+		seen = fence.Token(*rowTok)
+	}
+	if fenceTok != nil && fence.Token(*fenceTok) > seen {
+		seen = fence.Token(*fenceTok)
+	}
+	if seen > g.Token() {
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+	}
+	if rowTok == nil {
+		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, describeKey(r.Key))
+	}
+	// The row is there with a token <= ours but was not when the write ran (it was
+	// inserted concurrently): the write found nothing to change.
+	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, describeKey(r.Key))
+}
+
+func describeKey(key []fence.Col) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = fmt.Sprintf("%s = %v", k.Name, k.Value)
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// fenceCTE writes the common table expression "f" that raises the resource's fence
+// row to the token, only if cond (a condition on the target row) holds; f returns a
+// row when it raised.
+func fenceCTE(st *stmt, res, tok, cond string) {
+	st.sql.WriteString("WITH f AS (INSERT INTO fence_tokens AS ft (resource, token) SELECT " + res + "::varchar, " + tok + "::bigint WHERE " + cond +
+		" ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE ft.token <= EXCLUDED.token RETURNING 1) ")
+}
+
+// Upsert inserts one row of r.Table with its key, set columns and token column, or
+// updates it as Update does if it exists. In the same statement it raises
+// g.Resource()'s fence row to g.Token(), and writes nothing when that row holds a
+// higher token: after a Delete by a newer token, a stale Upsert cannot bring the row
+// back. The key columns must be exactly a primary key or unique index (ON CONFLICT).
+//
+// It returns a *fence.StaleError with the higher token (the row's or the fence
+// row's) when it wrote nothing, and the errors of Update otherwise (no column to set
+// is allowed: the row is then just its key and token).
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+	if err := s.check(g); err != nil {
+		return err
+	}
+	rw, setNames, err := checkRow(r, set, false)
+	if err != nil {
+		return err
+	}
+	var st stmt
+	res, tok := st.arg(g.Resource()), st.arg(int64(g.Token()))
+	keys := rw.keyArgs(&st)
+	vals := make([]string, len(set))
+	for i, c := range set {
+		vals[i] = st.arg(c.Value)
+	}
+	// The fence is not raised past a row holding a higher token, so a refused write
+	// leaves the fence row as it was.
+	var cond stmt
+	cond.sql.WriteString("NOT EXISTS (SELECT 1 FROM " + rw.table + " WHERE ")
+	rw.where(&cond, keys)
+	cond.sql.WriteString(" AND " + rw.token + " > " + tok + ")")
+	fenceCTE(&st, res, tok, cond.sql.String())
+
+	cols := append(append(append([]string{}, rw.keyNames...), setNames...), rw.token)
+	st.sql.WriteString("INSERT INTO " + rw.table + " AS t (" + strings.Join(cols, ", ") + ") SELECT ")
+	st.sql.WriteString(strings.Join(append(append(append([]string{}, keys...), vals...), tok), ", "))
+	st.sql.WriteString(" WHERE EXISTS (SELECT 1 FROM f) ON CONFLICT (" + strings.Join(rw.keyNames, ", ") + ") DO UPDATE SET ")
+	for _, c := range setNames {
+		st.sql.WriteString(c + " = EXCLUDED." + c + ", ")
+	}
+	st.sql.WriteString(rw.token + " = EXCLUDED." + rw.token + " WHERE t." + rw.token + " <= EXCLUDED." + rw.token)
+	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
+	if err != nil {
+		return writeError("upsert", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	err = s.explain(ctx, g, r, rw, true)
+	if errors.Is(err, fence.ErrNotFound) {
+		// Nothing higher is stored now, yet the write was refused: it lost a race to
+		// a newer token that has since deleted the row; the database did not say which.
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token()}
+	}
+	return err
+}
+
+// Delete removes one row of r.Table if its stored token is <= g.Token() and no
+// higher token is stored in g.Resource()'s fence row, and raises that fence row to
+// g.Token() in the same statement: the fence row remembers the delete, so a stale
+// Upsert cannot re-insert the row. The key must pick at most one row.
+//
+// It returns a *fence.StaleError with the higher token when one is stored (on the row
+// or in the fence row), fence.ErrNotFound when there is no such row (the fence row is
+// then left as it was), and the input errors of Update.
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
+	if err := s.check(g); err != nil {
+		return err
+	}
+	rw, _, err := checkRow(r, nil, false)
+	if err != nil {
+		return err
+	}
+	var st stmt
+	res, tok := st.arg(g.Resource()), st.arg(int64(g.Token()))
+	keys := rw.keyArgs(&st)
+	var match stmt
+	rw.where(&match, keys)
+	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
+	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+")")
+	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM f)")
+	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
+	if err != nil {
+		return writeError("delete", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	return s.explain(ctx, g, r, rw, true)
+}

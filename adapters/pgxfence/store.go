@@ -1,0 +1,256 @@
+// Package pgxfence makes writes to PostgreSQL conditional on a fencing token, through
+// pgx v5. A stale lock holder (one that woke from a pause after its lock passed on)
+// is refused by the database, where the data lands.
+//
+// Two mechanisms, both needing the tables of the migrations package
+// (migrations.Up(ctx, db, migrations.Postgres)):
+//
+//   - Fenced (and fence.Exec) runs a function in a transaction that first raises the
+//     resource's row in fence_tokens to the grant's token, refusing with a
+//     *fence.StaleError when a higher token is stored. The row stays locked to
+//     commit, so a stale transaction racing a newer one waits and is then refused.
+//   - Update, Upsert and Delete write one row of a table carrying a fence_token
+//     column in one statement, refused when the row (or, for Upsert and Delete, the
+//     resource's fence row) holds a higher token.
+//
+//	store := pgxfence.New(pool)
+//	err := fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, total, 42)
+//		return err
+//	})
+//	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// Errors returned by this package besides fence's sentinels (fence.ErrStale,
+// fence.ErrNotFound, fence.ErrInvalidArgument, ...).
+var (
+	// ErrSerialization means PostgreSQL refused the fence raise or the commit of a
+	// REPEATABLE READ or SERIALIZABLE transaction with a serialization failure
+	// (SQLSTATE 40001) while no higher token was stored: the grant is still current,
+	// so run the whole transaction again. The error also wraps the *pgconn.PgError.
+	ErrSerialization = errors.New("pgxfence: serialization failure, retry the transaction")
+	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
+	ErrInvalidOption = errors.New("pgxfence: invalid option")
+	// ErrSchema means fence_tokens or fence_raise is missing: apply the migrations
+	// package's migrations (migrations.Up with migrations.Postgres).
+	ErrSchema = errors.New("pgxfence: fencegate schema missing, run migrations.Up")
+)
+
+// DB is what a Store writes through. *pgxpool.Pool, *pgxpool.Conn and *pgx.Conn (not
+// inside a transaction) get the one-round-trip fenced begin; anything else, notably
+// a caller's pgx.Tx, runs fenced transactions as savepoints inside it.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// Store is a PostgreSQL database that runs fenced transactions (fence.Store[pgx.Tx])
+// and fenced single-row writes (fence.RowWriter). It is safe for concurrent use when
+// its DB is (a *pgxpool.Pool is; a *pgx.Conn or pgx.Tx is not).
+type Store struct {
+	db       DB
+	beginSQL string // "BEGIN ISOLATION LEVEL ...", without the fence
+	nested   bool   // db is not a pool or connection: savepoints inside it
+}
+
+var (
+	_ fence.Store[pgx.Tx] = (*Store)(nil)
+	_ fence.RowWriter     = (*Store)(nil)
+)
+
+// New returns a Store writing through db with the server's default isolation level.
+// A nil db gives a Store whose every method returns fence.ErrInvalidArgument.
+func New(db DB) *Store {
+	s, _ := NewWithOptions(db) // no options: nothing can be invalid
+	return s
+}
+
+// Option configures a Store; see NewWithOptions.
+type Option func(*Store) error
+
+// WithTxOptions sets the isolation level (and access mode) of the transactions
+// Fenced begins on a pool or connection. READ COMMITTED (PostgreSQL's default),
+// REPEATABLE READ and SERIALIZABLE are all fenced correctly; see Fenced for what a
+// serialization failure returns. Read-only transactions cannot raise a fence and a
+// custom BeginQuery or CommitQuery would replace the fence: both are refused with
+// ErrInvalidOption, as are unknown values.
+func WithTxOptions(o pgx.TxOptions) Option {
+	return func(s *Store) error {
+		switch o.IsoLevel {
+		case "", pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadUncommitted:
+		default:
+			return fmt.Errorf("%w: isolation level %q", ErrInvalidOption, o.IsoLevel)
+		}
+		switch o.AccessMode {
+		case "", pgx.ReadWrite:
+		case pgx.ReadOnly:
+			return fmt.Errorf("%w: a read-only transaction cannot raise the fence", ErrInvalidOption)
+		default:
+			return fmt.Errorf("%w: access mode %q", ErrInvalidOption, o.AccessMode)
+		}
+		switch o.DeferrableMode {
+		case "", pgx.NotDeferrable:
+		default:
+			return fmt.Errorf("%w: deferrable mode %q (DEFERRABLE applies to read-only transactions only)", ErrInvalidOption, o.DeferrableMode)
+		}
+		if o.BeginQuery != "" || o.CommitQuery != "" {
+			return fmt.Errorf("%w: BeginQuery and CommitQuery are not supported: the fence is part of the begin", ErrInvalidOption)
+		}
+		if s.nested {
+			return fmt.Errorf("%w: transaction options on a %T: fenced transactions there are savepoints of the caller's transaction", ErrInvalidOption, s.db)
+		}
+		parts := []string{"BEGIN"}
+		if o.IsoLevel != "" {
+			parts = append(parts, "ISOLATION LEVEL", strings.ToUpper(string(o.IsoLevel)))
+		}
+		if o.AccessMode != "" {
+			parts = append(parts, strings.ToUpper(string(o.AccessMode)))
+		}
+		if o.DeferrableMode != "" {
+			parts = append(parts, strings.ToUpper(string(o.DeferrableMode)))
+		}
+		s.beginSQL = strings.Join(parts, " ")
+		return nil
+	}
+}
+
+// NewWithOptions is New with options. It returns ErrInvalidOption for an option that
+// cannot be used (and a nil Store).
+func NewWithOptions(db DB, opts ...Option) (*Store, error) {
+	s := &Store{db: db, beginSQL: "BEGIN"}
+	switch db.(type) {
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
+	default:
+		s.nested = true
+	}
+	for _, o := range opts {
+		if o == nil {
+			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+		}
+		if err := o(s); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
+}
+
+func (s *Store) check(g fence.Grant) error {
+	if err := fence.CheckGrant(g); err != nil {
+		return err
+	}
+	if s == nil || s.db == nil {
+		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	}
+	return nil
+}
+
+// Fenced begins a transaction, raises g.Resource()'s row in fence_tokens to
+// g.Token() (creating it if absent), runs fn and commits. The fence row stays locked
+// until commit: a stale transaction racing a newer one waits, then is refused.
+//
+// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn the BEGIN and the fence raise travel
+// in one round trip, so a fenced transaction costs no round trip more than an unfenced
+// one; fn runs only after the fence held. On a pgx.Tx (the caller's transaction) the
+// fenced transaction is a savepoint of it: a refusal or an error from fn rolls back to
+// the savepoint and leaves the caller's earlier work, the fence row stays locked until
+// the caller commits, and nothing is durable before the caller commits.
+//
+// It returns, rolling back first: the grant errors of fence.CheckGrant; a
+// *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
+// higher one is stored; fn's error as it is; ErrSchema when the migrations were not
+// applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
+// a serialization failure (40001): it is returned as a *fence.StaleError when a
+// higher token is stored by the time it is looked at (retrying could never succeed),
+// otherwise wrapped with ErrSerialization, for the caller to retry the whole
+// transaction. Inside a caller's pgx.Tx the 40001 is always ErrSerialization: only
+// the caller can restart its transaction.
+func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	if err := s.check(g); err != nil {
+		return err
+	}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		c, err := db.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("pgxfence: acquire a connection: %w", err)
+		}
+		defer c.Release()
+		return s.fencedConn(ctx, c.Conn(), g, fn)
+	case *pgxpool.Conn:
+		return s.fencedConn(ctx, db.Conn(), g, fn)
+	case *pgx.Conn:
+		return s.fencedConn(ctx, db, g, fn)
+	}
+	return s.fencedNested(ctx, g, fn)
+}
+
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
+	// no parameters, so the resource goes as an escape-string literal (see literal).
+	begin := s.beginSQL + "; SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	if err != nil {
+		// A refused raise leaves the transaction open and aborted; pgx hands back
+		// no Tx, so end it here (a broken connection is closed by pgx instead).
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
+				return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
+			}
+		}
+		return refusal(ctx, g, err, conn)
+	}
+	return s.run(ctx, tx, g, fn, conn)
+}
+
+func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgxfence: begin: %w", err)
+	}
+	var stored int64
+	if err := tx.QueryRow(ctx, "SELECT fence_raise($1, $2)", g.Resource(), int64(g.Token())).Scan(&stored); err != nil {
+		if rbErr := tx.Rollback(ctx); rbErr != nil {
+			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
+		}
+		return refusal(ctx, g, err, nil)
+	}
+	return s.run(ctx, tx, g, fn, nil)
+}
+
+// run calls fn inside tx, then commits; it rolls back on an error or a panic from fn.
+func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			_ = tx.Rollback(ctx)
+			panic(p)
+		}
+		if err != nil {
+			// After a failed commit Rollback is a no-op (ErrTxClosed).
+			_ = tx.Rollback(ctx)
+		}
+	}()
+	if err := fn(tx); err != nil {
+		return err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return refusal(ctx, g, err, lookup)
+	}
+	return nil
+}

@@ -1,0 +1,35 @@
+package pgxfence_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/internal/fencetest"
+)
+
+// TestSuite runs the adapter-independent suite (GC-pause timeline, 50-writer race,
+// blocked stale transaction, token-column writes, hostile identifiers) on a pool.
+func TestSuite(t *testing.T) {
+	pool := newPool(t)
+	fencetest.Run(t, fencetest.Harness[pgx.Tx]{
+		Name:  "pgxfence",
+		Store: pgxfence.New(pool),
+		Exec: func(ctx context.Context, q string, args ...any) error {
+			_, err := pool.Exec(ctx, rebind(q), args...)
+			return err
+		},
+		QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
+			return queryInt(ctx, pool, q, args...)
+		},
+		TxExec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+			_, err := tx.Exec(ctx, rebind(q), args...)
+			return err
+		},
+		TxQueryInt: func(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error) {
+			return queryInt(ctx, tx, q, args...)
+		},
+	})
+}
