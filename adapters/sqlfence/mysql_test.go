@@ -140,7 +140,7 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 		stale bool
 		want  string
 	}{
-		{3, "queued", false, "queued"},  // insert: insert id 1
+		{3, "queued", false, "queued"},   // insert: insert id 1
 		{4, "running", false, "running"}, // update: insert id 1 again
 		{4, "running", false, "running"}, // unchanged values
 		{2, "stale", true, "running"},    // refused
