@@ -1,0 +1,376 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/ory/dockertest/v3"
+	dc "github.com/ory/dockertest/v3/docker"
+)
+
+// Images names the three images a topology runs, each tagged with a hash of its
+// inputs so that a changed input builds a new image and an unchanged one is reused.
+type Images struct {
+	Etcd     string // repository:tag of etcd + etcdctl, FROM scratch
+	Postgres string // repository:tag of PostgreSQL 15 on a trimmed Debian rootfs
+	Worker   string // repository:tag of examples/billing, FROM scratch
+}
+
+const (
+	etcdRepo     = "fencegate-e2e-etcd"
+	postgresRepo = "fencegate-e2e-postgres"
+	workerRepo   = "fencegate-e2e-billing"
+
+	// pgData is the data directory initialised inside the PostgreSQL image.
+	pgData = "/var/lib/postgresql/data"
+	pgBin  = "/usr/lib/postgresql/15/bin"
+)
+
+// etcdDockerfile needs no registry: FROM scratch and two static binaries. No
+// "# syntax=" line, which would make BuildKit pull a frontend.
+const etcdDockerfile = `FROM scratch
+COPY etcd etcdctl /usr/local/bin/
+ENTRYPOINT ["/usr/local/bin/etcd"]
+`
+
+const workerDockerfile = `FROM scratch
+COPY billing /billing
+ENTRYPOINT ["/billing"]
+`
+
+// postgresRecipe is every input of the PostgreSQL image that changes its content; its
+// hash is the image tag and the cached rootfs tarball's name.
+var postgresRecipe = []string{
+	"debootstrap --variant=minbase --include=postgresql-15 bookworm",
+	// Trimmed: docs, locales, apt's caches, and LLVM (JIT only; jit=off below).
+	"rm usr/share/doc usr/share/man usr/share/info usr/share/locale usr/share/i18n usr/share/lintian var/cache/apt var/lib/apt/lists usr/lib/x86_64-linux-gnu/libLLVM-14.so.1 usr/lib/x86_64-linux-gnu/libz3.so.4 usr/lib/postgresql/15/lib/bitcode var/lib/postgresql/15 etc/postgresql/15",
+	"initdb -D " + pgData + " -U postgres -A trust -E UTF8 --no-sync",
+	"pg_hba: host all all 0.0.0.0/0 trust",
+	// A throwaway test database: durability is not under test, the fence is.
+	"postgresql.conf: listen_addresses='*' fsync=off synchronous_commit=off full_page_writes=off jit=off max_connections=200",
+}
+
+// BuildImages builds (or finds, by tag) the images the suite runs. repoRoot is the
+// module root; progress goes to out. Only the inputs that changed are rebuilt: the
+// worker binary is rebuilt every run (seconds, from Go's build cache) and its image
+// is tagged with the binary's hash.
+func BuildImages(pool *dockertest.Pool, repoRoot string, out io.Writer) (Images, error) {
+	cache, err := cacheDir()
+	if err != nil {
+		return Images{}, err
+	}
+	var im Images
+	steps := []struct {
+		name string
+		fn   func() (string, error)
+		dst  *string
+	}{
+		{"etcd", func() (string, error) { return buildEtcd(pool, repoRoot, cache, out) }, &im.Etcd},
+		{"postgres", func() (string, error) { return buildPostgres(pool, cache, out) }, &im.Postgres},
+		{"worker", func() (string, error) { return buildWorker(pool, repoRoot, cache, out) }, &im.Worker},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		ref, err := s.fn()
+		if err != nil {
+			return Images{}, fmt.Errorf("e2e: %s image: %w", s.name, err)
+		}
+		fmt.Fprintf(out, "e2e: image %-8s %s (%.1fs)\n", s.name, ref, time.Since(start).Seconds())
+		*s.dst = ref
+	}
+	return im, nil
+}
+
+// cacheDir is where build outputs that outlive a checkout are kept (the PostgreSQL
+// rootfs tarball above all), so a fresh clone on the same machine starts in seconds.
+func cacheDir() (string, error) {
+	dir := os.Getenv("FENCEGATE_E2E_CACHE")
+	if dir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return "", fmt.Errorf("e2e: no cache directory (set FENCEGATE_E2E_CACHE): %w", err)
+		}
+		dir = filepath.Join(base, "fencegate-e2e")
+	}
+	return dir, os.MkdirAll(dir, 0o755)
+}
+
+func hashOf(parts ...[]byte) string {
+	h := sha256.New()
+	for _, p := range parts {
+		fmt.Fprintf(h, "%d:", len(p))
+		h.Write(p)
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+func imageExists(pool *dockertest.Pool, ref string) bool {
+	_, err := pool.Client.InspectImage(ref)
+	return err == nil
+}
+
+func buildEtcd(pool *dockertest.Pool, repoRoot, cache string, out io.Writer) (string, error) {
+	mod := filepath.Join(repoRoot, "e2e", "images", "etcd")
+	gomod, err := os.ReadFile(filepath.Join(mod, "go.mod"))
+	if err != nil {
+		return "", err
+	}
+	gosum, err := os.ReadFile(filepath.Join(mod, "go.sum"))
+	if err != nil {
+		return "", err
+	}
+	tag := hashOf(gomod, gosum, []byte(etcdDockerfile), []byte(runtime.Version()))
+	ref := etcdRepo + ":" + tag
+	if imageExists(pool, ref) {
+		return ref, nil
+	}
+	dir := filepath.Join(cache, "etcd-"+tag)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(out, "e2e: building etcd and etcdctl v3.7.3 from the module proxy (about a minute cold)\n")
+	for _, b := range []struct{ pkg, bin string }{
+		{"go.etcd.io/etcd/server/v3", "etcd"},
+		{"go.etcd.io/etcd/etcdctl/v3", "etcdctl"},
+	} {
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, b.bin), b.pkg)
+		cmd.Dir = mod
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOWORK=off", "GOFLAGS=-mod=readonly -buildvcs=false")
+		if err := run(cmd, out); err != nil {
+			return "", fmt.Errorf("go build %s: %w", b.pkg, err)
+		}
+	}
+	return ref, buildImage(pool, ref, etcdDockerfile, dir, out)
+}
+
+func buildWorker(pool *dockertest.Pool, repoRoot, cache string, out io.Writer) (string, error) {
+	dir := filepath.Join(cache, "worker")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	bin := filepath.Join(dir, "billing")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", bin, "./examples/billing")
+	cmd.Dir = repoRoot
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=-buildvcs=false")
+	if err := run(cmd, out); err != nil {
+		return "", fmt.Errorf("go build ./examples/billing: %w", err)
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return "", err
+	}
+	ref := workerRepo + ":" + hashOf(b, []byte(workerDockerfile))
+	if imageExists(pool, ref) {
+		return ref, nil
+	}
+	return ref, buildImage(pool, ref, workerDockerfile, dir, out)
+}
+
+// buildImage builds dockerfile with the files in dir as context, tagged ref.
+func buildImage(pool *dockertest.Pool, ref, dockerfile, dir string, out io.Writer) error {
+	if err := os.WriteFile(filepath.Join(dir, "Dockerfile"), []byte(dockerfile), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "e2e: docker build %s\n", ref)
+	var log bytes.Buffer
+	err := pool.Client.BuildImage(dc.BuildImageOptions{
+		Name:           ref,
+		Dockerfile:     "Dockerfile",
+		ContextDir:     dir,
+		OutputStream:   &log,
+		RmTmpContainer: true,
+	})
+	if err != nil {
+		return fmt.Errorf("docker build %s: %w\n%s", ref, err, log.String())
+	}
+	return nil
+}
+
+func buildPostgres(pool *dockertest.Pool, cache string, out io.Writer) (string, error) {
+	tag := hashOf([]byte(strings.Join(postgresRecipe, "\n")))
+	ref := postgresRepo + ":" + tag
+	if imageExists(pool, ref) {
+		return ref, nil
+	}
+	tarball := filepath.Join(cache, "postgres15-rootfs-"+tag+".tar")
+	if _, err := os.Stat(tarball); err != nil {
+		if err := makePostgresRootfs(cache, tarball, out); err != nil {
+			return "", err
+		}
+	}
+	fmt.Fprintf(out, "e2e: docker import %s as %s\n", tarball, ref)
+	f, err := os.Open(tarball)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	var log bytes.Buffer
+	if err := pool.Client.ImportImage(dc.ImportImageOptions{
+		Repository:   postgresRepo,
+		Tag:          tag,
+		Source:       "-",
+		InputStream:  f,
+		OutputStream: &log,
+	}); err != nil {
+		return "", fmt.Errorf("docker import: %w\n%s", err, log.String())
+	}
+	return ref, nil
+}
+
+// makePostgresRootfs debootstraps Debian bookworm with PostgreSQL 15 from the mirror
+// apt already uses, trims it, initialises the data directory inside it and writes it
+// as a tarball (written under a temporary name, renamed when complete).
+func makePostgresRootfs(cache, tarball string, out io.Writer) error {
+	if os.Geteuid() != 0 {
+		return errors.New("debootstrap and chroot need root; run the e2e suite as root")
+	}
+	if _, err := exec.LookPath("debootstrap"); err != nil {
+		return errors.New("debootstrap is not installed (scripts/e2e installs it: apt-get install debootstrap)")
+	}
+	root, err := os.MkdirTemp(cache, "rootfs-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(root)
+	if err := os.Chmod(root, 0o755); err != nil { // the postgres user must reach /
+		return err
+	}
+	mirror := debianMirror()
+	fmt.Fprintf(out, "e2e: debootstrap bookworm + postgresql-15 from %s (about a minute cold)\n", mirror)
+	if err := run(exec.Command("debootstrap", "--variant=minbase", "--include=postgresql-15", "bookworm", root, mirror), &stages{w: out}); err != nil {
+		return fmt.Errorf("debootstrap: %w", err)
+	}
+	for _, p := range strings.Fields(strings.TrimPrefix(postgresRecipe[1], "rm ")) {
+		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
+			return err
+		}
+	}
+	data := filepath.Join(root, pgData)
+	if err := os.MkdirAll(data, 0o700); err != nil {
+		return err
+	}
+	steps := [][]string{
+		{"chroot", root, "chown", "postgres:postgres", pgData},
+		{"chroot", root, "/usr/sbin/runuser", "-u", "postgres", "--", pgBin + "/initdb", "-D", pgData, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"},
+	}
+	for _, s := range steps {
+		if err := run(exec.Command(s[0], s[1:]...), io.Discard); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(s[2:], " "), err)
+		}
+	}
+	if err := appendFile(filepath.Join(data, "pg_hba.conf"), "host all all 0.0.0.0/0 trust\n"); err != nil {
+		return err
+	}
+	conf := "listen_addresses = '*'\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\njit = off\nmax_connections = 200\n"
+	if err := appendFile(filepath.Join(data, "postgresql.conf"), conf); err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "e2e: writing %s\n", tarball)
+	tmp := tarball + ".partial"
+	if err := run(exec.Command("tar", "-C", root, "--numeric-owner", "-cf", tmp, "."), out); err != nil {
+		return fmt.Errorf("tar: %w", err)
+	}
+	return os.Rename(tmp, tarball)
+}
+
+// debianMirror returns the Debian mirror apt is configured with (one-line or deb822
+// sources), or deb.debian.org.
+func debianMirror() string {
+	files, _ := filepath.Glob("/etc/apt/sources.list.d/*")
+	files = append([]string{"/etc/apt/sources.list"}, files...)
+	for _, name := range files {
+		f, err := os.Open(name)
+		if err != nil {
+			continue
+		}
+		var uris []string
+		sc := bufio.NewScanner(f)
+		for sc.Scan() {
+			fields := strings.Fields(sc.Text())
+			switch {
+			case len(fields) >= 3 && fields[0] == "deb" && strings.HasPrefix(fields[1], "http"):
+				if strings.HasPrefix(fields[2], "bookworm") {
+					uris = append(uris, fields[1])
+				}
+			case len(fields) >= 2 && fields[0] == "URIs:":
+				uris = append(uris, fields[1:]...)
+			}
+		}
+		f.Close()
+		for _, u := range uris {
+			if strings.HasSuffix(strings.TrimSuffix(u, "/"), "/debian") {
+				return u
+			}
+		}
+	}
+	return "http://deb.debian.org/debian"
+}
+
+func appendFile(name, s string) error {
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(s); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// run runs cmd, copying its output to out and keeping the tail for the error.
+func run(cmd *exec.Cmd, out io.Writer) error {
+	var tail bytes.Buffer
+	w := io.MultiWriter(out, &tail)
+	cmd.Stdout, cmd.Stderr = w, w
+	if err := cmd.Run(); err != nil {
+		s := tail.String()
+		if len(s) > 2000 {
+			s = s[len(s)-2000:]
+		}
+		return fmt.Errorf("%w\n%s", err, s)
+	}
+	return nil
+}
+
+// stages passes on the first line of each stage of debootstrap's output
+// ("I: Retrieving ...", "I: Unpacking ...") and the lines that are not progress.
+type stages struct {
+	w    io.Writer
+	seen map[string]bool
+	part []byte
+}
+
+func (s *stages) Write(p []byte) (int, error) {
+	if s.seen == nil {
+		s.seen = map[string]bool{}
+	}
+	s.part = append(s.part, p...)
+	for {
+		i := bytes.IndexByte(s.part, '\n')
+		if i < 0 {
+			return len(p), nil
+		}
+		line := string(s.part[:i])
+		s.part = s.part[i+1:]
+		verb, _, _ := strings.Cut(strings.TrimPrefix(line, "I: "), " ")
+		if strings.HasPrefix(line, "I: ") && s.seen[verb] {
+			continue
+		}
+		s.seen[verb] = true
+		fmt.Fprintf(s.w, "e2e: debootstrap: %s\n", line)
+	}
+}
