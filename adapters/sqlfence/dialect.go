@@ -238,3 +238,14 @@ func busy(err error) bool {
 	}
 	return false
 }
+
+// missingSchema reports whether err says the fence_tokens table does not exist
+// (MySQL 1146, SQLite "no such table").
+func missingSchema(err error) bool {
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1146 && strings.Contains(me.Message, "fence_tokens")
+	}
+	var se *sqlite.Error
+	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table: fence_tokens")
+}

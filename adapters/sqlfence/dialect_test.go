@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 type backend struct {
@@ -193,4 +194,90 @@ func queryString(t testing.TB, db *sql.DB, q string) string {
 		t.Fatalf("%s: %v", q, err)
 	}
 	return v
+}
+
+// TestStore_missingSchema names the fix when fence_tokens was never migrated.
+func TestStore_missingSchema(t *testing.T) {
+	for _, b := range backends {
+		t.Run(b.name, func(t *testing.T) {
+			db, _ := b.open(t)
+			md := migrations.MySQL
+			if b.d == sqlfence.SQLite {
+				md = migrations.SQLite
+			}
+			if err := migrations.Down(t.Context(), db, md); err != nil {
+				t.Fatal(err)
+			}
+			s := sqlfence.New(db, b.d)
+			err := s.Fenced(t.Context(), fence.NewGrant("r", 1), func(*sql.Tx) error { return nil })
+			if !errors.Is(err, sqlfence.ErrSchema) {
+				t.Fatalf("Fenced() without fence_tokens = %v, want ErrSchema", err)
+			}
+		})
+	}
+}
+
+func TestNewWithOptions(t *testing.T) {
+	db, err := sql.Open("sqlite", "file:unused?mode=memory")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	tests := []struct {
+		name string
+		d    sqlfence.Dialect
+		db   *sql.DB
+		opts []sqlfence.Option
+		want error
+	}{
+		{"mysql read committed", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, nil},
+		{"sqlite serializable", sqlfence.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable})}, nil},
+		{"sqlite read committed", sqlfence.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, sqlfence.ErrInvalidOption},
+		{"read only", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, sqlfence.ErrInvalidOption},
+		{"snapshot", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, sqlfence.ErrInvalidOption},
+		{"nil option", sqlfence.MySQL, db, []sqlfence.Option{nil}, sqlfence.ErrInvalidOption},
+		{"nil db", sqlfence.MySQL, nil, nil, fence.ErrInvalidArgument},
+		{"unknown dialect", 7, db, nil, sqlfence.ErrUnknownDialect},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, err := sqlfence.NewWithOptions(tt.db, tt.d, tt.opts...)
+			if !errors.Is(err, tt.want) || (err == nil) != (s != nil) {
+				t.Fatalf("NewWithOptions() = %v, %v; want error %v", s, err, tt.want)
+			}
+		})
+	}
+}
+
+// TestStore_Fenced_isolationLevels runs the GC-pause refusal under every MySQL
+// isolation level: the fence row is written, so it is read current at any level.
+func TestStore_Fenced_isolationLevels(t *testing.T) {
+	db, _ := mysqlDB(t)
+	mustExec(t, db, "CREATE TABLE acct (id INT PRIMARY KEY, total INT NOT NULL)")
+	mustExec(t, db, "INSERT INTO acct VALUES (42, 0)")
+	levels := []sql.IsolationLevel{sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
+	for i, level := range levels {
+		t.Run(level.String(), func(t *testing.T) {
+			s, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			res := "acct-" + level.String()
+			write := func(tok fence.Token, total int) error {
+				return fence.Exec(t.Context(), s, fence.NewGrant(res, tok), func(tx *sql.Tx) error {
+					_, err := tx.ExecContext(t.Context(), "UPDATE acct SET total = ? WHERE id = 42", total)
+					return err
+				})
+			}
+			if err := write(34, 200+i); err != nil {
+				t.Fatal(err)
+			}
+			if err := write(33, 999); !errors.Is(err, fence.ErrStale) {
+				t.Fatalf("stale write = %v, want ErrStale", err)
+			}
+			if got := queryInt(t, db, "SELECT total FROM acct"); got != int64(200+i) {
+				t.Fatalf("total = %d", got)
+			}
+		})
+	}
 }

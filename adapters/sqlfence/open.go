@@ -99,8 +99,11 @@ func (s *Store) probeFoundRows(ctx context.Context) error {
 		var n int64
 		for range 2 {
 			res, err := tx.ExecContext(ctx, q, probeResource)
+			if missingSchema(err) {
+				return fmt.Errorf("%w: check mysql connection: %w", ErrSchema, err)
+			}
 			if err != nil {
-				return fmt.Errorf("sqlfence: check mysql connection (is fence_tokens migrated?): %w", err)
+				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
 			}
 			if n, err = res.RowsAffected(); err != nil {
 				return fmt.Errorf("sqlfence: check mysql connection: %w", err)

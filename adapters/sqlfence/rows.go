@@ -101,7 +101,8 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice),
 // fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant, ErrFoundRows,
-// ErrUnknownDialect, a *fence.DuplicateError when a set column hits a unique key,
+// ErrUnknownDialect, ErrSchema (Upsert and Delete, and the MySQL check: no
+// fence_tokens), a *fence.DuplicateError when a set column hits a unique key,
 // ErrBusy, or the driver's error wrapped.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
 	st, err := s.prepare(g, r, set, true)

@@ -42,6 +42,11 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
+var (
+	_ fence.Store[*sql.Tx] = (*Store)(nil)
+	_ fence.RowWriter      = (*Store)(nil)
+)
+
 // Errors returned by this package, besides the fence package's sentinels and typed
 // errors (fence.ErrStale, fence.ErrNotFound, fence.ErrInvalidIdentifier, ...).
 var (
@@ -55,14 +60,20 @@ var (
 	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
 	// ErrUnknownDialect means a Dialect value is neither MySQL nor SQLite.
 	ErrUnknownDialect = errors.New("sqlfence: unknown dialect")
+	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
+	ErrInvalidOption = errors.New("sqlfence: invalid option")
+	// ErrSchema means the fence_tokens table is missing: apply the migrations
+	// package's migrations (migrations.Up with migrations.MySQL or SQLite).
+	ErrSchema = errors.New("sqlfence: fencegate schema missing, run migrations.Up")
 )
 
 // Store fences transactions and single-row writes on one database. It implements
 // fence.Store[*sql.Tx] and fence.RowWriter. It is safe for concurrent use and holds
 // no connection of its own.
 type Store struct {
-	db *sql.DB
-	d  Dialect
+	db     *sql.DB
+	d      Dialect
+	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
 
 	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex
@@ -92,7 +103,7 @@ func (s *Store) DB() *sql.DB { return s.db }
 //
 // Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
 // fence.ErrInvalidToken, fence.ErrLost (before any I/O), ErrUnknownDialect,
-// ErrFoundRows (MySQL), *fence.StaleError, ErrBusy when the database stayed locked
+// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy when the database stayed locked
 // until ctx ended or at commit, fn's own error as is (after rollback), or the
 // driver's error wrapped. If fn panics the transaction is rolled back and the panic
 // goes on.
@@ -168,7 +179,7 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 	var tx *sql.Tx
 	err := s.retry(ctx, func() error {
 		var err error
-		if tx, err = s.db.BeginTx(ctx, nil); err != nil {
+		if tx, err = s.db.BeginTx(ctx, s.txOpts); err != nil {
 			return fmt.Errorf("sqlfence: begin: %w", err)
 		}
 		if err = s.raise(ctx, tx, g); err != nil {
@@ -189,7 +200,7 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	res, err := tx.ExecContext(ctx, s.d.bumpSQL(), int64(g.Token()), g.Resource(), int64(g.Token()))
 	if err != nil {
-		return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
+		return raiseErr(g, err)
 	}
 	// Matched rows: clientFoundRows on MySQL (checked by probe), always on SQLite.
 	if n, err := res.RowsAffected(); err != nil {
@@ -199,7 +210,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	}
 	res, err = tx.ExecContext(ctx, s.d.raiseSQL(), g.Resource(), int64(g.Token()))
 	if err != nil {
-		return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
+		return raiseErr(g, err)
 	}
 	stale, seen, err := s.d.raised(res)
 	if err != nil {
@@ -217,6 +228,13 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 		seen = fence.Token(v)
 	}
 	return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+}
+
+func raiseErr(g fence.Grant, err error) error {
+	if missingSchema(err) {
+		return fmt.Errorf("%w: raise fence row %q: %w", ErrSchema, g.Resource(), err)
+	}
+	return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
 }
 
 // retry runs attempt until it returns an error that is not busy(), or ctx ends. Each

@@ -9,10 +9,10 @@ import (
 	"github.com/fencegate/fencegate/internal/fencetest"
 )
 
-func harness(name string, db *sql.DB, d sqlfence.Dialect) fencetest.Harness[*sql.Tx] {
+func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*sql.Tx] {
 	return fencetest.Harness[*sql.Tx]{
 		Name:  name,
-		Store: sqlfence.New(db, d),
+		Store: store,
 		Exec: func(ctx context.Context, q string, args ...any) error {
 			_, err := db.ExecContext(ctx, q, args...)
 			return err
@@ -32,10 +32,24 @@ func harness(name string, db *sql.DB, d sqlfence.Dialect) fencetest.Harness[*sql
 
 func TestSuite_MariaDB(t *testing.T) {
 	db, _ := mysqlDB(t)
-	fencetest.Run(t, harness("mariadb", db, sqlfence.MySQL))
+	fencetest.Run(t, harness("mariadb", db, sqlfence.New(db, sqlfence.MySQL)))
+}
+
+// TestSuite_MariaDB_isolation runs the suite again with InnoDB's other common levels.
+func TestSuite_MariaDB_isolation(t *testing.T) {
+	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelSerializable} {
+		t.Run(level.String(), func(t *testing.T) {
+			db, _ := mysqlDB(t)
+			store, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fencetest.Run(t, harness("mariadb "+level.String(), db, store))
+		})
+	}
 }
 
 func TestSuite_SQLite(t *testing.T) {
 	db, _ := sqliteDB(t)
-	fencetest.Run(t, harness("sqlite", db, sqlfence.SQLite))
+	fencetest.Run(t, harness("sqlite", db, sqlfence.New(db, sqlfence.SQLite)))
 }
