@@ -1,0 +1,170 @@
+package pgxfence_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+// TestStore_rows_schemaQualifiedCompositeKey writes a schema-qualified table with a
+// two-column key and its own token column name.
+func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, `CREATE SCHEMA "Billing"`)
+	mustExec(t, pool, `CREATE TABLE "Billing"."Line Items" (invoice BIGINT, line INT, amount BIGINT NOT NULL DEFAULT 0,
+		"Tok" BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (invoice, line))`)
+	s := pgxfence.New(pool)
+	ctx := t.Context()
+	r := fence.Row{Table: "Billing.Line Items", Key: []fence.Col{fence.C("invoice", 7), fence.C("line", 1)}, TokenColumn: "Tok"}
+	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("invoice-7", tok) }
+	if err := s.Upsert(ctx, g(5), r, fence.C("amount", 500)); err != nil {
+		t.Fatalf("Upsert: %v", err)
+	}
+	if err := s.Update(ctx, g(6), r, fence.C("amount", 600)); err != nil {
+		t.Fatalf("Update: %v", err)
+	}
+	wantStale(t, s.Update(ctx, g(5), r, fence.C("amount", 1)), 5, 6)
+	other := r
+	other.Key = []fence.Col{fence.C("invoice", 7), fence.C("line", 2)}
+	if err := s.Update(ctx, g(6), other, fence.C("amount", 1)); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Update of line 2 = %v, want ErrNotFound", err)
+	}
+	if got := mustInt(t, pool, `SELECT amount FROM "Billing"."Line Items" WHERE invoice = 7 AND line = 1`); got != 600 {
+		t.Fatalf("amount = %d, want 600", got)
+	}
+	if err := s.Delete(ctx, g(8), r); err != nil {
+		t.Fatalf("Delete: %v", err)
+	}
+	wantStale(t, s.Upsert(ctx, g(7), r, fence.C("amount", 700)), 7, 8)
+	if got := mustInt(t, pool, `SELECT count(*) FROM "Billing"."Line Items"`); got != 0 {
+		t.Fatalf("%d rows after a stale re-insert, want 0", got)
+	}
+}
+
+// TestStore_rows_refusalLeavesFenceRow checks that a refused Upsert or Delete, and a
+// Delete of a missing row, leave the fence row as it was.
+func TestStore_rows_refusalLeavesFenceRow(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
+	s := pgxfence.New(pool)
+	ctx := t.Context()
+	row := fence.Row{Table: "accounts", Key: []fence.Col{fence.C("id", "a")}}
+	// Update does not touch the fence row: the row alone holds token 50.
+	mustExec(t, pool, "INSERT INTO accounts (id) VALUES ('a')")
+	if err := s.Update(ctx, fence.NewGrant("acct-a", 50), row, fence.C("balance", 5)); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 40), row, fence.C("balance", 4)), 40, 50)
+	wantStale(t, s.Delete(ctx, fence.NewGrant("acct-a", 40), row), 40, 50)
+	if got := stored(t, pool, "acct-a"); got != 0 {
+		t.Fatalf("refused writes raised the fence row to %d", got)
+	}
+	missing := fence.Row{Table: "accounts", Key: []fence.Col{fence.C("id", "nobody")}}
+	if err := s.Delete(ctx, fence.NewGrant("acct-nobody", 9), missing); !errors.Is(err, fence.ErrNotFound) {
+		t.Fatalf("Delete of a missing row = %v, want ErrNotFound", err)
+	}
+	if got := stored(t, pool, "acct-nobody"); got != 0 {
+		t.Fatalf("Delete of a missing row raised the fence row to %d", got)
+	}
+	// A fenced transaction with a higher token fences the token-column writes too.
+	if err := s.Fenced(ctx, fence.NewGrant("acct-a", 60), func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 55), row, fence.C("balance", 55)), 55, 60)
+	if got := mustInt(t, pool, "SELECT balance FROM accounts WHERE id = 'a'"); got != 5 {
+		t.Fatalf("balance = %d, want 5", got)
+	}
+}
+
+func TestStore_rows_duplicate(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL CONSTRAINT users_name_key UNIQUE, fence_token BIGINT NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "INSERT INTO users (id, name) VALUES (1, 'neo'), (2, 'trinity')")
+	s := pgxfence.New(pool)
+	err := s.Update(t.Context(), fence.NewGrant("users", 3), fence.Row{Table: "users", Key: []fence.Col{fence.C("id", 2)}}, fence.C("name", "neo"))
+	var de *fence.DuplicateError
+	if !errors.Is(err, fence.ErrDuplicate) || !errors.As(err, &de) || de.Constraint != "users_name_key" || de.Table != "users" {
+		t.Fatalf("Update to a taken name = %v (%+v), want a DuplicateError naming users_name_key", err, de)
+	}
+	if got := mustInt(t, pool, "SELECT fence_token FROM users WHERE id = 2"); got != 0 {
+		t.Fatalf("refused update stored token %d", got)
+	}
+}
+
+func TestStore_rows_badInput(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE t (id INT PRIMARY KEY, k INT, val INT, fence_token BIGINT NOT NULL DEFAULT 0)")
+	s := pgxfence.New(pool)
+	ctx := t.Context()
+	g := fence.NewGrant("r", 1)
+	key := []fence.Col{fence.C("id", 1)}
+	long := strings.Repeat("c", 64)
+	tests := []struct {
+		name string
+		call func() error
+		want error
+	}{
+		{"table too long", func() error { return s.Update(ctx, g, fence.Row{Table: long, Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
+		{"schema too long", func() error { return s.Update(ctx, g, fence.Row{Table: long + ".t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
+		{"three parts", func() error { return s.Update(ctx, g, fence.Row{Table: "a.b.t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
+		{"empty schema", func() error { return s.Update(ctx, g, fence.Row{Table: ".t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
+		{"column too long", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C(long, 1)) }, fence.ErrInvalidIdentifier},
+		{"column not utf-8", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("v\xff", 1)) }, fence.ErrInvalidIdentifier},
+		{"token column with nul", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.C("val", 1))
+		}, fence.ErrInvalidIdentifier},
+		{"set column twice", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("val", 1), fence.C("val", 2)) }, fence.ErrInvalidArgument},
+		{"set the key", func() error { return s.Upsert(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("id", 2)) }, fence.ErrInvalidArgument},
+		{"set the token", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("fence_token", 99)) }, fence.ErrInvalidArgument},
+		{"overlong resource", func() error {
+			return s.Delete(ctx, fence.NewGrant(strings.Repeat("r", fence.MaxResourceLen+1), 1), fence.Row{Table: "t", Key: key})
+		}, fence.ErrInvalidResource},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if err := tt.call(); !errors.Is(err, tt.want) {
+				t.Fatalf("error = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	// Upsert on columns that are not a unique key says so.
+	err := s.Upsert(ctx, g, fence.Row{Table: "t", Key: []fence.Col{fence.C("k", 1)}}, fence.C("val", 1))
+	if err == nil || !strings.Contains(err.Error(), "primary key or unique index") {
+		t.Fatalf("Upsert on a non-unique key = %v", err)
+	}
+	if got := stored(t, pool, "r"); got != 0 {
+		t.Fatalf("refused input raised the fence row to %d", got)
+	}
+}
+
+// TestStore_rows_callerTx runs the token-column writes inside a caller's transaction:
+// they commit and roll back with it.
+func TestStore_rows_callerTx(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE t (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)")
+	ctx := t.Context()
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := pgxfence.New(tx)
+	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
+	if err := s.Upsert(ctx, fence.NewGrant("r", 3), row, fence.C("val", 3)); err != nil {
+		t.Fatal(err)
+	}
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("r", 2), row, fence.C("val", 2)), 2, 3)
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := mustInt(t, pool, "SELECT count(*) FROM t"); got != 0 {
+		t.Fatal("a rolled back caller's transaction kept the upsert")
+	}
+	if got := stored(t, pool, "r"); got != 0 {
+		t.Fatalf("a rolled back caller's transaction kept fence token %d", got)
+	}
+}
