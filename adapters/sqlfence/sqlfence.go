@@ -15,18 +15,23 @@
 //	})
 //	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 //
-// The differences between the databases are a Dialect value; the code path is one.
+// The differences between the databases (identifier quoting, the upsert syntax, how
+// the driver reports unique-key violations and lock contention) are a Dialect value;
+// the code path is one.
 //
 // MySQL: a Store needs the connection flag clientFoundRows=true (an UPDATE that
-// writes the values a row already has must count as done, not as refused) and checks
-// for it once, on first use, refusing with ErrFoundRows otherwise. It does not check
-// interpolateParams: without it the driver prepares and closes a server-side
-// statement for every call, which halves throughput. OpenMySQL sets both.
+// writes the values a row already has must count as done, not as refused). It checks
+// once, on first use, by writing a probe row in fence_tokens twice inside a
+// transaction it rolls back, and refuses a pool without the flag with ErrFoundRows.
+// It does not check interpolateParams: without it the driver prepares and closes a
+// server-side statement for every call, which halves throughput. OpenMySQL sets both.
 //
 // SQLite: concurrent writers, in one process or several, need WAL, a busy timeout
-// and BEGIN IMMEDIATE; OpenSQLite sets all three. A Store retries a fenced
-// transaction whose begin finds the database locked (nothing of the caller's has run
-// yet) until ctx ends, and reports a lock that outlasts ctx as ErrBusy.
+// and BEGIN IMMEDIATE; OpenSQLite sets all three. When the begin of a fenced
+// transaction finds the database locked (nothing of the caller's has run yet), the
+// Store tries again until ctx ends; a lock that outlasts ctx returns ctx's error,
+// wrapped in ErrBusy when the driver gave up before ctx did. The driver's raw
+// "database is locked" does not reach the caller from the Store's own statements.
 package sqlfence
 
 import (
@@ -92,9 +97,6 @@ func New(db *sql.DB, d Dialect) *Store {
 // Dialect returns the store's dialect.
 func (s *Store) Dialect() Dialect { return s.d }
 
-// DB returns the pool the store writes through.
-func (s *Store) DB() *sql.DB { return s.db }
-
 // Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
 // g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
 // higher), runs fn and commits. The fence row stays locked to commit, so a stale
@@ -102,11 +104,11 @@ func (s *Store) DB() *sql.DB { return s.db }
 // transaction, including waits for locks.
 //
 // Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
-// fence.ErrInvalidToken, fence.ErrLost (before any I/O), ErrUnknownDialect,
-// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy when the database stayed locked
-// until ctx ended or at commit, fn's own error as is (after rollback), or the
-// driver's error wrapped. If fn panics the transaction is rolled back and the panic
-// goes on.
+// fence.ErrInvalidToken, fence.ErrLost (all before any I/O), ErrUnknownDialect,
+// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy
+// (locked until ctx ended, or at commit: nothing was written), fn's own error as is
+// (after rollback), or the driver's error wrapped. If fn panics the transaction is
+// rolled back and the panic goes on.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)

@@ -49,6 +49,13 @@ func sqliteChild() int {
 	defer db.Close()
 	ctx := context.Background()
 	store := sqlfence.New(db, sqlfence.SQLite)
+	// Start together: the parent creates the go file once every process runs.
+	for {
+		if _, err := os.Stat(parts[0] + ".go"); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
 	ok, stale := 0, 0
 	for round := range childRounds {
 		tok := fence.Token(idx + 1 + round*procs)
@@ -102,6 +109,9 @@ func TestSQLite_multiProcess(t *testing.T) {
 			t.Fatal(err)
 		}
 		cmds[i] = cmd
+	}
+	if err := os.WriteFile(path+".go", nil, 0o644); err != nil {
+		t.Fatal(err)
 	}
 	acked := 0
 	for i, cmd := range cmds {
