@@ -51,3 +51,23 @@ func TestServer_DSN_freshDatabases(t *testing.T) {
 		t.Fatalf("two DSNs share database %s", names[0])
 	}
 }
+
+// TestServer_DSN_skipsWithoutServer: an unreachable server skips the test with the
+// reason (CI unset) rather than failing it or hanging.
+func TestServer_DSN_skipsWithoutServer(t *testing.T) {
+	if os.Getenv("CI") != "" {
+		t.Skip("CI is set: DSN would fail the test, which is the point there")
+	}
+	t.Setenv(mysqltest.EnvDSN, "nobody:x@tcp(127.0.0.1:1)/")
+	s := mysqltest.New()
+	t.Cleanup(func() { s.Close() })
+	skipped := false
+	t.Run("unreachable", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		s.DSN(t)
+		t.Error("DSN returned without a server")
+	})
+	if !skipped {
+		t.Fatal("DSN did not skip the test")
+	}
+}
