@@ -4,58 +4,16 @@ package lockclient_test
 
 import (
 	"bufio"
-	"context"
-	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.uber.org/zap"
 )
-
-// The holder process: this test binary run again with helperEnv set. It takes
-// one lock, prints "token N", and prints "lost" when the lock's Done closes.
-const helperEnv = "LOCKCLIENT_TEST_HOLDER"
-
-func TestHelperHolder(t *testing.T) {
-	spec := os.Getenv(helperEnv)
-	if spec == "" {
-		t.Skip("helper process for the crash and freeze tests")
-	}
-	eps, name, _ := strings.Cut(spec, " ")
-	cli, err := clientv3.New(clientv3.Config{Endpoints: strings.Split(eps, ","), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	c, err := lockclient.New(cli, lockclient.WithTTL(testTTL))
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	l, err := c.Acquire(ctx, name)
-	if err != nil {
-		fmt.Println("error", err)
-		os.Exit(1)
-	}
-	fmt.Println("token", l.Token())
-	select {
-	case <-l.Done():
-		fmt.Println("lost", context.Cause(l.Context()), "checkgrant:", fence.CheckGrant(l))
-	case <-ctx.Done():
-	}
-	os.Exit(0)
-}
 
 type holderProc struct {
 	cmd   *exec.Cmd
@@ -65,7 +23,7 @@ type holderProc struct {
 
 func startHolder(t *testing.T, srv *locktest.Server, name string) *holderProc {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperHolder$", "-test.count=1")
+	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(srv.Endpoints(), ",")+" "+name)
 	cmd.Stderr = os.Stderr
 	out, err := cmd.StdoutPipe()

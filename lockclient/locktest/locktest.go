@@ -39,6 +39,31 @@ func Start(t testing.TB) *Server {
 	return &Server{c: StartCluster(t, 1)}
 }
 
+// Run starts a single etcd member outside a test, for examples and demo
+// programs, with its data in dir (which must exist). Close stops it.
+func Run(dir string) (*Server, error) {
+	m := &member{
+		name: "m0",
+		dir:  filepath.Join(dir, "m0"),
+	}
+	for _, u := range []*url.URL{&m.peerURL, &m.clientURL} {
+		addr, err := freeLoopback()
+		if err != nil {
+			return nil, err
+		}
+		*u = url.URL{Scheme: "http", Host: addr}
+	}
+	m.initial = m.name + "=" + m.peerURL.String()
+	if err := m.start(); err != nil {
+		return nil, fmt.Errorf("locktest: %w", err)
+	}
+	return &Server{c: &Cluster{members: []*member{m}}}, nil
+}
+
+// Close stops the member. Servers from Start are stopped by t.Cleanup; Close on
+// them is harmless.
+func (s *Server) Close() { s.c.stopAll() }
+
 // Endpoints returns the member's client URL.
 func (s *Server) Endpoints() []string { return s.c.Endpoints() }
 
@@ -102,12 +127,20 @@ func StartCluster(t testing.TB, n int) *Cluster {
 // freeAddr returns a loopback address with a port that was free a moment ago.
 func freeAddr(t testing.TB) string {
 	t.Helper()
+	addr, err := freeLoopback()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return addr
+}
+
+func freeLoopback() (string, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		t.Fatalf("locktest: no free loopback port: %v", err)
+		return "", fmt.Errorf("locktest: no free loopback port: %w", err)
 	}
 	defer l.Close()
-	return l.Addr().String()
+	return l.Addr().String(), nil
 }
 
 func (m *member) config() *embed.Config {
