@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"strings"
 
+	"github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the migrations
@@ -97,6 +98,23 @@ func openSQL(b backend) (*sql.DB, migrations.Dialect, error) {
 		return db, migrations.Postgres, err
 	}
 	return nil, 0, fmt.Errorf("unknown database kind %q", b.kind)
+}
+
+// describe names where b's data lands, without the password.
+func (b backend) describe() string {
+	switch b.kind {
+	case "postgres":
+		if cfg, err := pgx.ParseConfig(b.dsn); err == nil {
+			return fmt.Sprintf("PostgreSQL %s:%d/%s", cfg.Host, cfg.Port, cfg.Database)
+		}
+		return "PostgreSQL"
+	case "mysql":
+		if cfg, err := mysql.ParseDSN(b.dsn); err == nil {
+			return fmt.Sprintf("MySQL %s/%s", cfg.Addr, cfg.DBName)
+		}
+		return "MySQL"
+	}
+	return "SQLite file " + b.dsn
 }
 
 // rebind rewrites ? placeholders to $1..$n for PostgreSQL. The example's statements

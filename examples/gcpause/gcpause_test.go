@@ -14,7 +14,9 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 // The example is built once per test binary, with the race detector when the tests
@@ -30,9 +32,13 @@ var build struct {
 // first use.
 var postgres = pgtest.New()
 
+// mariadb is a throwaway MariaDB (or FENCEGATE_MYSQL_DSN's server).
+var mariadb = mysqltest.New()
+
 func TestMain(m *testing.M) {
 	code := m.Run()
 	postgres.Close()
+	mariadb.Close()
 	if build.dir != "" {
 		os.RemoveAll(build.dir)
 	}
@@ -229,6 +235,22 @@ func TestGCPause_postgres(t *testing.T) {
 	out, code := runExample(t, "-postgres", dsn)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
+	}
+	checkFenced(t, out)
+}
+
+// The -etcd and -mysql flags together: a real 3-member etcd cluster (in the test's
+// process) instead of the embedded member, and MariaDB through sqlfence.
+func TestGCPause_mysqlOnEtcdCluster(t *testing.T) {
+	t.Parallel()
+	dsn := mariadb.DSN(t)
+	cluster := locktest.StartCluster(t, 3)
+	out, code := runExample(t, "-mysql", dsn, "-etcd", strings.Join(cluster.Endpoints(), ","))
+	if code != 0 {
+		t.Fatalf("exit status %d, want 0", code)
+	}
+	if !strings.Contains(out, "etcd at "+strings.Join(cluster.Endpoints(), ",")) || !strings.Contains(out, "MySQL ") {
+		t.Errorf("heading does not name the cluster and MySQL")
 	}
 	checkFenced(t, out)
 }

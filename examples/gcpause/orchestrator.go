@@ -35,7 +35,6 @@ func orchestrate(ctx context.Context, cfg config, out io.Writer) error {
 		cfg.endpoints = e.Endpoints()
 		etcdWhere = "embedded etcd at " + cfg.endpoints[0]
 	}
-	dbWhere := cfg.db.kind
 	if cfg.db.kind == "sqlite" {
 		if cfg.db.dsn == "" {
 			dir, err := os.MkdirTemp("", "gcpause-sqlite-")
@@ -45,8 +44,8 @@ func orchestrate(ctx context.Context, cfg config, out io.Writer) error {
 			defer os.RemoveAll(dir)
 			cfg.db.dsn = filepath.Join(dir, "invoices.db")
 		}
-		dbWhere = "SQLite file " + cfg.db.dsn
 	}
+	dbWhere := cfg.db.describe()
 	if err := setupDB(ctx, cfg.db, cfg.resource); err != nil {
 		return fmt.Errorf("%s: %w", cfg.db.kind, err)
 	}

@@ -37,10 +37,10 @@ type event struct {
 	Event     string `json:"event"` // ready, acquired, held, renewed, prepared, wrote, lost, released, error
 	At        int64  `json:"at"`    // unix nanoseconds
 	Token     int64  `json:"token,omitempty"`
-	Lease     int64  `json:"lease_ms,omitempty"`       // the lock's lease, from At
-	Holder    string `json:"holder,omitempty"`        // for held: who holds the lock
-	Outcome   string `json:"outcome,omitempty"`       // for wrote: accepted, refused, failed
-	Presented int64  `json:"presented,omitempty"`     // for a refused write: the tokens of the *fence.StaleError
+	Lease     int64  `json:"lease_ms,omitempty"`  // the lock's lease, from At
+	Holder    string `json:"holder,omitempty"`    // for held: who holds the lock
+	Outcome   string `json:"outcome,omitempty"`   // for wrote: accepted, refused, failed
+	Presented int64  `json:"presented,omitempty"` // for a refused write: the tokens of the *fence.StaleError
 	Seen      int64  `json:"seen,omitempty"`
 	Lost      bool   `json:"lost,omitempty"` // for wrote: the lock had reported its loss before the write
 	Err       string `json:"err,omitempty"`
