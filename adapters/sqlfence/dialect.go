@@ -22,7 +22,9 @@ type Dialect int
 
 // The supported dialects. The zero Dialect is none of them.
 const (
-	// MySQL is MySQL 8 or MariaDB 10.5 and later through github.com/go-sql-driver/mysql.
+	// MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
+	// github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
+	// UPDATE, which MySQL 8.0.20 and later accept with a deprecation warning.
 	// The connection must report matched rows (clientFoundRows=true); OpenMySQL sets
 	// it, and a Store refuses a pool without it. See OpenMySQL.
 	MySQL Dialect = iota + 1

@@ -281,3 +281,13 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 		})
 	}
 }
+
+// TestOpenMySQL_unsafeCollation keeps a DSN whose collation the driver will not
+// interpolate into usable, without interpolation.
+func TestOpenMySQL_unsafeCollation(t *testing.T) {
+	db, err := sqlfence.OpenMySQL("u:p@tcp(127.0.0.1:3306)/db?collation=sjis_japanese_ci")
+	if err != nil {
+		t.Fatalf("OpenMySQL() = %v", err)
+	}
+	db.Close()
+}

@@ -18,7 +18,12 @@ import (
 // OpenMySQL opens a MySQL/MariaDB pool for a Store: it parses dsn with
 // mysql.ParseDSN and sets clientFoundRows=true (matched rows, so a fenced write of
 // unchanged values counts as done) and interpolateParams=true (one round trip per
-// statement instead of prepare, execute and close). Like sql.Open it does no I/O.
+// statement instead of prepare, execute and close; left off for the few collations
+// the driver will not interpolate into, such as sjis). Like sql.Open it does no I/O,
+// and like any *sql.DB the pool keeps only 2 idle connections unless told otherwise:
+// under concurrent load call SetMaxIdleConns, or connections are opened and closed
+// all the time.
+//
 // A DSN the driver cannot parse returns fence.ErrInvalidArgument wrapping the
 // driver's error.
 func OpenMySQL(dsn string) (*sql.DB, error) {
@@ -29,6 +34,12 @@ func OpenMySQL(dsn string) (*sql.DB, error) {
 	cfg.ClientFoundRows = true
 	cfg.InterpolateParams = true
 	conn, err := mysql.NewConnector(cfg)
+	if err != nil {
+		// The driver will not interpolate into multi-byte collations whose
+		// encoding can hide a quote (sjis, gbk, ...): prepare per call there.
+		cfg.InterpolateParams = false
+		conn, err = mysql.NewConnector(cfg)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: mysql dsn: %w", fence.ErrInvalidArgument, err)
 	}
