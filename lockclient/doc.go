@@ -37,7 +37,10 @@
 // Done closes, and the lease is revoked if etcd can still be reached. Loss is
 // one-way: nothing revives those locks, and a lost Client grants no more
 // (Acquire returns ErrSessionLost); make a new Client. The gap between etcd
-// expiring a lease and a frozen process noticing is what fencing covers.
+// expiring a lease and a frozen process noticing is what fencing covers. (The
+// deadline runs on Go's monotonic clock, which advances while the process is
+// stopped but, on Linux, not while the whole machine is suspended; fencing covers
+// that case too.)
 //
 // A lock taken WithManualRenewal must also be Renewed at least once per its lease
 // duration (WithLease, default the TTL). If it is not, the Client deletes its key

@@ -3,7 +3,9 @@ package lockclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -259,5 +261,40 @@ func TestClient_Close(t *testing.T) {
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)
+	}
+}
+
+// TestClient_manyLocks_noGoroutinePerLock holds 1,000 locks, half of them with
+// manual renewal, and checks the goroutine count does not grow with them.
+func TestClient_manyLocks_noGoroutinePerLock(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
+	mustAcquire(t, c, "warmup") // session and its goroutine started
+	settle := func() int {
+		runtime.GC()
+		time.Sleep(100 * time.Millisecond)
+		return runtime.NumGoroutine()
+	}
+	before := settle()
+	const n = 1000
+	locks := make([]*lockclient.Lock, 0, n)
+	for i := range n {
+		var opts []lockclient.LockOption
+		if i%2 == 1 {
+			opts = append(opts, lockclient.WithManualRenewal(), lockclient.WithLease(time.Minute))
+		}
+		locks = append(locks, mustAcquire(t, c, fmt.Sprintf("job-%d", i), opts...))
+	}
+	// Done and Context of every lock in use, as a worker would.
+	for _, l := range locks {
+		_ = l.Done()
+		_ = l.Context().Done()
+	}
+	if grown := settle() - before; grown >= n/10 {
+		t.Fatalf("goroutines grew by %d while holding %d locks", grown, n)
+	}
+	list, err := c.List(t.Context())
+	if err != nil || len(list) != n+1 {
+		t.Fatalf("List = %d locks, %v; want %d", len(list), err, n+1)
 	}
 }
