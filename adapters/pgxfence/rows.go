@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -51,30 +52,42 @@ func checkIdent(kind, name string) error {
 	return nil
 }
 
-// quoteTable quotes "table" or "schema.table" with pgx.Identifier. A dot always
+// quoteTable quotes "table" or "schema.table" as pgx.Identifier does. A dot always
 // separates schema and table: a table whose own name holds a dot cannot be named.
 func quoteTable(name string) (string, error) {
-	if name == "" {
-		return "", fmt.Errorf("%w: empty table name", fence.ErrInvalidIdentifier)
+	schema, table, qualified := strings.Cut(name, ".")
+	if !qualified {
+		return quoteIdent("table", name)
 	}
-	parts := strings.Split(name, ".")
-	if len(parts) > 2 {
+	if strings.Contains(table, ".") {
 		return "", fmt.Errorf("%w: table name %q: want table or schema.table", fence.ErrInvalidIdentifier, name)
 	}
-	for _, p := range parts {
-		if err := checkIdent("table", p); err != nil {
-			return "", err
-		}
+	qs, err := quoteIdent("schema", schema)
+	if err != nil {
+		return "", err
 	}
-	return pgx.Identifier(parts).Sanitize(), nil
+	qt, err := quoteIdent("table", table)
+	if err != nil {
+		return "", err
+	}
+	return qs + "." + qt, nil
 }
 
-func quoteColumn(name string) (string, error) {
-	if err := checkIdent("column", name); err != nil {
+// quoteIdent checks and quotes one identifier, with the result of
+// pgx.Identifier{name}.Sanitize() (double quotes, embedded ones doubled) but without
+// its allocations in the common case of no embedded quote.
+func quoteIdent(kind, name string) (string, error) {
+	if err := checkIdent(kind, name); err != nil {
 		return "", err
+	}
+	if !strings.Contains(name, `"`) {
+		return `"` + name + `"`, nil
 	}
 	return pgx.Identifier{name}.Sanitize(), nil
 }
+
+// quoteColumn checks and quotes a column name.
+func quoteColumn(name string) (string, error) { return quoteIdent("column", name) }
 
 // checkRow validates r and the columns to set, and quotes every name. Key, set and
 // token columns must all differ: a column named twice would make the statement
@@ -95,19 +108,21 @@ func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error)
 	if tokenCol == "" {
 		tokenCol = fence.DefaultTokenColumn
 	}
-	if out.token, err = quoteColumn(tokenCol); err != nil {
+	if out.token, err = quoteIdent("token column", tokenCol); err != nil {
 		return row{}, nil, err
 	}
-	seen := map[string]bool{tokenCol: true}
+	// A handful of columns: a linear scan beats a map.
+	seen := make([]string, 1, 1+len(r.Key)+len(set))
+	seen[0] = tokenCol
 	use := func(kind, name string) (string, error) {
-		q, err := quoteColumn(name)
+		q, err := quoteIdent(kind+" column", name)
 		if err != nil {
 			return "", err
 		}
-		if seen[name] {
+		if slices.Contains(seen, name) {
 			return "", fmt.Errorf("%w: column %q named twice (key, set and token columns must differ)", fence.ErrInvalidArgument, name)
 		}
-		seen[name] = true
+		seen = append(seen, name)
 		return q, nil
 	}
 	for _, k := range r.Key {
@@ -164,9 +179,12 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
-	var st stmt
+	st := stmt{args: make([]any, 0, 1+len(set)+len(rw.keyVals))}
+	st.sql.Grow(64 + len(rw.table) + 16*(len(set)+len(rw.keyNames)))
 	tok := st.arg(int64(g.Token()))
-	st.sql.WriteString("UPDATE " + rw.table + " SET ")
+	st.sql.WriteString("UPDATE ")
+	st.sql.WriteString(rw.table)
+	st.sql.WriteString(" SET ")
 	for i, c := range set {
 		st.sql.WriteString(setNames[i] + " = " + st.arg(c.Value) + ", ")
 	}
