@@ -1,0 +1,309 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"time"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+var (
+	_ fence.KeyStore[pgx.Tx] = (*Store)(nil)
+	_ fence.KeyStore[pgx.Tx] = (*ExpiringKeys)(nil)
+)
+
+const (
+	// maxOnceAttempts bounds how often Once starts over when PostgreSQL refuses the
+	// key's insert with a serialization failure or a deadlock (before fn has run).
+	maxOnceAttempts = 10
+	// maxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
+	maxFingerprintLen = 255
+	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
+	purgeBatch = 1000
+	codeDeadlock = "40P01"
+)
+
+// claimSQL inserts the key, or, when it is already there, returns it. If the insert
+// had to wait for a concurrent transaction holding the same key, which then
+// committed, neither part returns a row: the SELECT ran on the statement's snapshot,
+// taken before the wait. readKeySQL, a new statement, then sees the committed row
+// (READ COMMITTED; the stricter levels raise 40001 instead, and Once starts over).
+// Arguments: key, fingerprint, TTL in microseconds or NULL (never expires).
+const (
+	claimSQL = `WITH ins AS (
+	INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at)
+	VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (idem_key) DO NOTHING
+	RETURNING 1
+)
+SELECT true, NULL::varchar, NULL::bytea, false FROM ins
+UNION ALL
+SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
+	FROM idempotency_keys WHERE idem_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
+	readKeySQL    = `SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false) FROM idempotency_keys WHERE idem_key = $1`
+	dropKeySQL    = `DELETE FROM idempotency_keys WHERE idem_key = $1 AND expires_at <= now()`
+	storeKeySQL   = `UPDATE idempotency_keys SET result = $2 WHERE idem_key = $1`
+	purgeKeysSQL  = `DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	maxClaimTries = 3 // claim, drop an expired key, claim again (and once more for a race)
+)
+
+// Once runs fn at most once per idempotency key (see fence.Once for the contract);
+// the key never expires. ExpiringKeys gives keys that do.
+//
+// In one transaction it first inserts the key with its fingerprint, then runs fn,
+// then stores fn's result on the key row and commits: fn's writes and the key
+// commit or roll back together. A concurrent call with the same key waits on the
+// first one's uncommitted key (PostgreSQL's unique-index wait) and then replays the
+// stored result, or, if the first rolled back, runs fn itself. A key already stored
+// is answered by one statement and a rollback; fn does not run.
+//
+// The transaction uses the Store's isolation level (WithTxOptions). Under
+// REPEATABLE READ and SERIALIZABLE a duplicate that waited gets a serialization
+// failure; Once then starts over with a new transaction, up to 10 times within ctx,
+// and replays. Deadlocks met before fn runs are retried the same way. On a Store
+// over a caller's pgx.Tx, Once is a savepoint in it and never retries.
+//
+// Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
+// ran), fence.ErrInvalidArgument (nil store or fn, an empty key or one over
+// fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
+// fingerprint over 255 characters), fn's own error as is after rolling back fn's
+// writes and the key, ErrSerialization when a serialization failure hit fn's work
+// or the commit (run the call again), ErrSchema when idempotency_keys is missing,
+// or the driver's error wrapped. If fn panics, the transaction is rolled back and
+// the panic goes on.
+func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
+	return s.once(ctx, key, fingerprint, 0, fn)
+}
+
+// ExpiringKeys are a Store's idempotency keys stored with an expiry: a key counts
+// as absent once its time-to-live has passed since it was stored (the database's
+// clock decides), so a call with it runs fn again and stores the key anew. Expired
+// rows stay in idempotency_keys until Store.PurgeExpiredKeys removes them; schedule
+// that call. An ExpiringKeys is safe for concurrent use when its Store is.
+type ExpiringKeys struct {
+	s   *Store
+	ttl time.Duration
+}
+
+// ExpiringKeys returns the Store's idempotency keys with time-to-live ttl: use it
+// with fence.Once in place of the Store. A ttl under one microsecond (the precision
+// stored) returns fence.ErrInvalidArgument.
+func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
+	if ttl < time.Microsecond {
+		return nil, fmt.Errorf("%w: idempotency key time-to-live %v: want at least 1µs", fence.ErrInvalidArgument, ttl)
+	}
+	return &ExpiringKeys{s: s, ttl: ttl}, nil
+}
+
+// TTL returns the keys' time-to-live.
+func (k *ExpiringKeys) TTL() time.Duration { return k.ttl }
+
+// Once is Store.Once for a key that expires TTL after it is stored. A stored key
+// that has expired is replaced, whatever its fingerprint.
+func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
+	if k == nil {
+		return fence.Result{}, fmt.Errorf("%w: nil ExpiringKeys", fence.ErrInvalidArgument)
+	}
+	return k.s.once(ctx, key, fingerprint, k.ttl, fn)
+}
+
+// PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys
+// stored by Store.Once never expire) and returns how many it deleted. It deletes in
+// batches of 1,000, each its own statement, skipping keys another transaction has
+// locked, until none is left or ctx ends; a purge that ctx cut short has deleted what
+// it reports. Schedule it as often as the table's growth calls for.
+//
+// Errors: fence.ErrInvalidArgument for a nil Store, ErrSchema when
+// idempotency_keys is missing, or the driver's error wrapped.
+func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
+	if s == nil || s.db == nil {
+		return 0, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	}
+	var total int64
+	for {
+		tag, err := s.db.Exec(ctx, purgeKeysSQL, purgeBatch)
+		if err != nil {
+			return total, keyError("purge expired idempotency keys", err)
+		}
+		total += tag.RowsAffected()
+		if tag.RowsAffected() < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Duration, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
+	if s == nil || s.db == nil {
+		return fence.Result{}, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	}
+	if fn == nil {
+		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	if err := checkKey(key, fingerprint); err != nil {
+		return fence.Result{}, err
+	}
+	var micros *int64
+	if ttl > 0 {
+		m := ttl.Microseconds()
+		micros = &m
+	}
+	wait := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
+		if err == nil || ran || s.nested || attempt == maxOnceAttempts || !retryable(err) {
+			return r, err
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fence.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// checkKey refuses what idempotency_keys cannot store, before any I/O.
+func checkKey(key, fingerprint string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
+	case len(key) > fence.MaxKeyLen:
+		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
+	case !utf8.ValidString(key) || containsNUL(key):
+		return fmt.Errorf("%w: idempotency key %q: PostgreSQL text must be UTF-8 without NUL bytes", fence.ErrInvalidArgument, key)
+	case !utf8.ValidString(fingerprint) || containsNUL(fingerprint):
+		return fmt.Errorf("%w: fingerprint %q: PostgreSQL text must be UTF-8 without NUL bytes", fence.ErrInvalidArgument, fingerprint)
+	case utf8.RuneCountInString(fingerprint) > maxFingerprintLen:
+		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), maxFingerprintLen)
+	}
+	return nil
+}
+
+func containsNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// onceAttempt is one transaction of Once. ran reports whether fn was called: after
+// that Once never starts over, since fn may have done more than write.
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (r fence.Result, ran bool, err error) {
+	tx, err := s.beginOnce(ctx)
+	if err != nil {
+		return fence.Result{}, false, keyError("once: begin", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			_ = tx.Rollback(ctx) // fn panicked; the panic goes on
+		}
+	}()
+	end := func(r fence.Result, ran bool, err error) (fence.Result, bool, error) {
+		done = true
+		_ = tx.Rollback(ctx) // nothing to keep, or fn failed
+		return r, ran, err
+	}
+
+	var (
+		mine, expired bool
+		storedFP      *string
+		stored        []byte
+	)
+	for try := 1; ; try++ {
+		err := tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The insert waited for a concurrent holder of the key, which committed.
+			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Deleted in between (purged or replaced as expired): claim again.
+				if try < maxClaimTries {
+					continue
+				}
+				return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try))
+			}
+		}
+		if err != nil {
+			return end(fence.Result{}, false, keyError("once: claim key", err))
+		}
+		if !expired || try == maxClaimTries {
+			break
+		}
+		// An expired key counts as absent: drop it and claim it as new.
+		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
+			return end(fence.Result{}, false, keyError("once: drop expired key", err))
+		}
+	}
+	if !mine {
+		if expired {
+			return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
+		}
+		if storedFP == nil || *storedFP != fingerprint {
+			return end(fence.Result{}, false, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key))
+		}
+		return end(fence.Result{Value: stored, Replayed: true}, false, nil)
+	}
+
+	val, err := fn(tx)
+	if err != nil {
+		return end(fence.Result{}, true, err)
+	}
+	if _, err := tx.Exec(ctx, storeKeySQL, key, val); err != nil {
+		return end(fence.Result{}, true, keyError("once: store result", err))
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		_ = tx.Rollback(ctx)
+		return fence.Result{}, true, keyError("once: commit", err)
+	}
+	return fence.Result{Value: val}, true, nil
+}
+
+// beginOnce begins Once's transaction at the Store's isolation level.
+func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
+	if s.nested || s.beginSQL == "BEGIN" {
+		return s.db.Begin(ctx)
+	}
+	o := pgx.TxOptions{BeginQuery: s.beginSQL}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		return db.BeginTx(ctx, o)
+	case *pgxpool.Conn:
+		return db.BeginTx(ctx, o)
+	case *pgx.Conn:
+		return db.BeginTx(ctx, o)
+	}
+	return s.db.Begin(ctx)
+}
+
+// retryable reports a refusal that a fresh transaction may not meet.
+func retryable(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == codeSerialization || pgErr.Code == codeDeadlock)
+}
+
+// keyError wraps an error of the idempotency-key statements.
+func keyError(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch pgErr.Code {
+		case codeSerialization:
+			return fmt.Errorf("%w: %s: %w", ErrSerialization, op, err)
+		case codeNoTable:
+			return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+		}
+	}
+	return fmt.Errorf("pgxfence: %s: %w", op, err)
+}
