@@ -27,7 +27,7 @@ const (
 	// maxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
 	maxFingerprintLen = 255
 	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
-	purgeBatch = 1000
+	purgeBatch   = 1000
 	codeDeadlock = "40P01"
 )
 
