@@ -54,9 +54,9 @@ func TestLock_manualRenewal_renewKeepsIt(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
-	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(3*time.Second))
 	// Renew across several lease durations; the lock must stay.
-	for range 12 {
+	for range 14 {
 		time.Sleep(500 * time.Millisecond)
 		if err := l.Renew(t.Context()); err != nil {
 			t.Fatalf("Renew: %v", err)

@@ -25,7 +25,7 @@ func TestClient_Acquire_mutualExclusion(t *testing.T) {
 	srv := locktest.Start(t)
 	clients := make([]*lockclient.Client, 4)
 	for i := range clients {
-		clients[i] = newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+		clients[i] = newClient(t, srv.Client(t))
 	}
 	ex := newExclusion(t)
 	ctx, cancel := context.WithTimeout(t.Context(), 3*time.Second)
