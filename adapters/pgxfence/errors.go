@@ -20,7 +20,6 @@ const (
 	codeUnique        = "23505"
 	codeNoFunction    = "42883"
 	codeNoTable       = "42P01"
-	codeNoColumn      = "42703"
 	codeNoConstraint  = "42P10" // ON CONFLICT names no unique index
 )
 
