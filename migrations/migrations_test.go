@@ -33,7 +33,7 @@ func TestMain(m *testing.M) {
 
 // dialectDB opens a fresh, empty database of one dialect.
 type dialectDB struct {
-	d    migrations.Dialect
+	d migrations.Dialect
 	// open returns a fresh, empty database and a function opening another handle
 	// to the same database.
 	open func(t *testing.T) (*sql.DB, func(t *testing.T) *sql.DB)

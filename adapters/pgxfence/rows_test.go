@@ -118,7 +118,9 @@ func TestStore_rows_badInput(t *testing.T) {
 		{"token column with nul", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.C("val", 1))
 		}, fence.ErrInvalidIdentifier},
-		{"set column twice", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("val", 1), fence.C("val", 2)) }, fence.ErrInvalidArgument},
+		{"set column twice", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("val", 1), fence.C("val", 2))
+		}, fence.ErrInvalidArgument},
 		{"set the key", func() error { return s.Upsert(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("id", 2)) }, fence.ErrInvalidArgument},
 		{"set the token", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("fence_token", 99)) }, fence.ErrInvalidArgument},
 		{"overlong resource", func() error {
