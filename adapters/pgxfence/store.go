@@ -9,17 +9,18 @@
 //     resource's row in fence_tokens to the grant's token, refusing with a
 //     *fence.StaleError when a higher token is stored. The row stays locked to
 //     commit, so a stale transaction racing a newer one waits and is then refused.
-//
 //   - Update, Upsert and Delete write one row of a table carrying a fence_token
 //     column in one statement, refused when the row (or, for Upsert and Delete, the
 //     resource's fence row) holds a higher token.
 //
-//     store := pgxfence.New(pool)
-//     err := fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
-//     _, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, total, 42)
-//     return err
-//     })
-//     if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
+// A fenced transaction:
+//
+//	store := pgxfence.New(pool)
+//	err := fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
+//		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, total, 42)
+//		return err
+//	})
+//	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 package pgxfence
 
 import (
