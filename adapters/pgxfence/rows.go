@@ -206,17 +206,24 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // missing. It reads the committed state once more, after the write.
 func (s *Store) explain(ctx context.Context, g fence.Grant, r fence.Row, rw row, fenceRow bool) error {
 	var st stmt
-	st.sql.WriteString("SELECT (SELECT " + rw.token + " FROM " + rw.table + " WHERE ")
-	rw.where(&st, rw.keyArgs(&st))
-	st.sql.WriteString(" LIMIT 1), ")
+	keys := rw.keyArgs(&st)
+	st.sql.WriteString("SELECT (SELECT max(" + rw.token + ") FROM " + rw.table + " WHERE ")
+	rw.where(&st, keys)
+	st.sql.WriteString("), (SELECT count(*) FROM " + rw.table + " WHERE ")
+	rw.where(&st, keys)
+	st.sql.WriteString("), ")
 	if fenceRow {
 		st.sql.WriteString("(SELECT token FROM fence_tokens WHERE resource = " + st.arg(g.Resource()) + ")")
 	} else {
 		st.sql.WriteString("NULL::bigint")
 	}
 	var rowTok, fenceTok *int64
-	if err := s.db.QueryRow(ctx, st.sql.String(), st.args...).Scan(&rowTok, &fenceTok); err != nil {
+	var rows int64
+	if err := s.db.QueryRow(ctx, st.sql.String(), st.args...).Scan(&rowTok, &rows, &fenceTok); err != nil {
 		return writeError("look up", r.Table, err)
+	}
+	if rows > 1 && fenceRow {
+		return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was written", fence.ErrInvalidArgument, r.Table, rows)
 	}
 	seen := fence.Token(0)
 	if rowTok != nil {
@@ -315,7 +322,8 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 //
 // It returns a *fence.StaleError with the higher token when one is stored (on the row
 // or in the fence row), fence.ErrNotFound when there is no such row (the fence row is
-// then left as it was), and the input errors of Update.
+// then left as it was), fence.ErrInvalidArgument when the key picks more than one row
+// (nothing is deleted), and the input errors of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
 	if err := s.check(g); err != nil {
 		return err
@@ -330,7 +338,11 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
 	var match stmt
 	rw.where(&match, keys)
 	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
-	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+")")
+	var one stmt
+	rw.where(&one, keys)
+	// Exactly one row: a key that picks several deletes nothing.
+	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
+		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1")
 	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM f)")
 	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
 	if err != nil {

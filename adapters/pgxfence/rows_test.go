@@ -170,3 +170,21 @@ func TestStore_rows_callerTx(t *testing.T) {
 		t.Fatalf("a rolled back caller's transaction kept fence token %d", got)
 	}
 }
+
+// TestStore_Delete_keyPicksSeveralRows refuses a delete whose key is not unique.
+func TestStore_Delete_keyPicksSeveralRows(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE events (kind TEXT NOT NULL, n INT, fence_token BIGINT NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "INSERT INTO events (kind, n) VALUES ('paid', 1), ('paid', 2)")
+	s := pgxfence.New(pool)
+	err := s.Delete(t.Context(), fence.NewGrant("events", 3), fence.Row{Table: "events", Key: []fence.Col{fence.C("kind", "paid")}})
+	if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "2 rows") {
+		t.Fatalf("Delete() = %v, want ErrInvalidArgument naming 2 rows", err)
+	}
+	if got := mustInt(t, pool, "SELECT count(*) FROM events"); got != 2 {
+		t.Fatalf("%d rows left, want 2", got)
+	}
+	if got := stored(t, pool, "events"); got != 0 {
+		t.Fatalf("refused delete raised the fence row to %d", got)
+	}
+}

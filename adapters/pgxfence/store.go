@@ -204,6 +204,10 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error
 }
 
 func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+	if conn.PgConn().TxStatus() != 'I' {
+		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
+		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
+	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
 	begin := s.beginSQL + "; SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"

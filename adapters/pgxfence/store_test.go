@@ -300,6 +300,26 @@ func TestNewWithOptions_invalid(t *testing.T) {
 	}
 }
 
+// TestStore_Fenced_connInsideTransaction refuses a *pgx.Conn that is already inside
+// a transaction: the fenced COMMIT would end the caller's transaction.
+func TestStore_Fenced_connInsideTransaction(t *testing.T) {
+	pool := newPool(t)
+	conn, err := pgx.ConnectConfig(t.Context(), pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	mustExec(t, conn, "BEGIN")
+	err = pgxfence.New(conn).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
+	if !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("Fenced() = %v, want ErrInvalidArgument", err)
+	}
+	mustExec(t, conn, "ROLLBACK")
+	if got := stored(t, pool, "r"); got != 0 {
+		t.Fatalf("stored token = %d, want none", got)
+	}
+}
+
 func TestStore_nilDB(t *testing.T) {
 	s := pgxfence.New(nil)
 	g := fence.NewGrant("r", 1)
