@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"regexp"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -31,36 +32,71 @@ const (
 	// SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver name
 	// "sqlite"). See OpenSQLite for the settings concurrent writers need.
 	SQLite
+	// Postgres is PostgreSQL 12 and later through a database/sql driver such as
+	// github.com/jackc/pgx/v5/stdlib, for code that uses database/sql; the pgxfence
+	// adapter does the same through pgx directly, with fewer round trips.
+	Postgres
 )
 
-// String returns "mysql" or "sqlite".
+// String returns "mysql", "sqlite" or "postgres".
 func (d Dialect) String() string {
 	switch d {
 	case MySQL:
 		return "mysql"
 	case SQLite:
 		return "sqlite"
+	case Postgres:
+		return "postgres"
 	}
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
 func (d Dialect) check() error {
-	if d != MySQL && d != SQLite {
-		return fmt.Errorf("%w: %d: want sqlfence.MySQL or sqlfence.SQLite", ErrUnknownDialect, int(d))
+	if d != MySQL && d != SQLite && d != Postgres {
+		return fmt.Errorf("%w: %d: want sqlfence.MySQL, SQLite or Postgres", ErrUnknownDialect, int(d))
 	}
 	return nil
 }
 
-// maxIdent is the longest identifier part the database accepts, in characters.
-func (d Dialect) maxIdent() int {
-	if d == MySQL {
-		return 64
+// tooLong reports whether an identifier part is longer than the database accepts:
+// MySQL 64 characters, PostgreSQL 63 bytes (it would truncate, not refuse), SQLite
+// none of its own (1024 bytes only bounds the statement).
+func (d Dialect) tooLong(name string) (bool, string) {
+	switch d {
+	case MySQL:
+		return utf8.RuneCountInString(name) > 64, "64 characters"
+	case Postgres:
+		return len(name) > 63, "63 bytes"
 	}
-	return 1024 // SQLite has no limit of its own; this only bounds the statement
+	return len(name) > 1024, "1024 bytes"
+}
+
+// rebind turns the ? placeholders of a statement built by this package into $1, $2,
+// ... for PostgreSQL. The only quoted text such a statement holds is double-quoted
+// identifiers (values are always arguments), and a ? inside one is left alone.
+func (d Dialect) rebind(q string) string {
+	if d != Postgres || !strings.Contains(q, "?") {
+		return q
+	}
+	var b strings.Builder
+	b.Grow(len(q) + 8)
+	n, quoted := 0, false
+	for i := 0; i < len(q); i++ {
+		switch c := q[i]; {
+		case c == '"':
+			quoted = !quoted // a doubled "" leaves and re-enters: still inside
+		case c == '?' && !quoted:
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteByte(q[i])
+	}
+	return b.String()
 }
 
 // quote quotes one identifier the way the database does: MySQL with backticks,
-// SQLite with double quotes, the quote character itself doubled. It is never
+// SQLite and PostgreSQL with double quotes, the quote character itself doubled. It is never
 // concatenated unquoted, so a name can only ever name something.
 func (d Dialect) quote(name string) string {
 	q := `"`
@@ -79,8 +115,9 @@ func (d Dialect) ident(what, name string) (string, error) {
 		return "", fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, what, name)
 	case strings.IndexByte(name, 0) >= 0:
 		return "", fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, what, name)
-	case utf8.RuneCountInString(name) > d.maxIdent():
-		return "", fmt.Errorf("%w: %s name %q is longer than %s's %d characters", fence.ErrInvalidIdentifier, what, name, d, d.maxIdent())
+	}
+	if long, limit := d.tooLong(name); long {
+		return "", fmt.Errorf("%w: %s name %q is longer than %s's %s", fence.ErrInvalidIdentifier, what, name, d, limit)
 	}
 	return d.quote(name), nil
 }
@@ -153,8 +190,8 @@ func (d Dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error
 // row), and the token is assigned last. A refused update reports the stored token + 1
 // (never 0, even for a row with token 0) as LAST_INSERT_ID; the caller reads the row
 // back to tell that from an AUTO_INCREMENT id.
-// SQLite: ON CONFLICT on the key columns; unqualified names are the existing row.
-func (d Dialect) upsertTail(keys, set []string, tok string) string {
+// SQLite and PostgreSQL: ON CONFLICT on the key columns.
+func (d Dialect) upsertTail(qtable string, keys, set []string, tok string) string {
 	var b strings.Builder
 	if d == MySQL {
 		cond := tok + " <= VALUES(" + tok + ")"
@@ -172,7 +209,11 @@ func (d Dialect) upsertTail(keys, set []string, tok string) string {
 	for _, c := range set {
 		fmt.Fprintf(&b, "%s = excluded.%s, ", c, c)
 	}
-	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, tok, tok)
+	old := tok // SQLite: an unqualified name is the existing row
+	if d == Postgres {
+		old = qtable + "." + tok // PostgreSQL: ambiguous unless qualified
+	}
+	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, old, tok)
 	return b.String()
 }
 
@@ -189,6 +230,7 @@ func (d Dialect) upserted(res sql.Result) (check bool, err error) {
 
 // sqliteUniqueRE pulls the columns out of "UNIQUE constraint failed: t.a, t.b".
 var (
+	pgUniqueRE     = regexp.MustCompile(`unique constraint "((?:[^"]|"")*)"`)
 	sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
 	mysqlDupKeyRE  = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
 )
@@ -215,7 +257,24 @@ func asDuplicate(err error, table string) *fence.DuplicateError {
 		}
 		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
 	}
+	if sqlState(err) == "23505" {
+		name := ""
+		if m := pgUniqueRE.FindStringSubmatch(err.Error()); m != nil {
+			name = strings.ReplaceAll(m[1], `""`, `"`)
+		}
+		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+	}
 	return nil
+}
+
+// sqlState returns the SQLSTATE of a PostgreSQL driver's error (pgx's *pgconn.PgError
+// and lib/pq's *pq.Error both have the method), or "".
+func sqlState(err error) string {
+	var e interface{ SQLState() string }
+	if errors.As(err, &e) {
+		return e.SQLState()
+	}
+	return ""
 }
 
 func lastPart(table string) string {
@@ -227,8 +286,15 @@ func lastPart(table string) string {
 
 // busy reports whether err means another writer held a lock and the whole
 // transaction may be tried again: SQLITE_BUSY and SQLITE_LOCKED (any extended
-// code), MySQL 1213 (deadlock, transaction rolled back) and 1205 (lock wait timeout).
+// code), MySQL 1213 (deadlock, transaction rolled back) and 1205 (lock wait timeout),
+// PostgreSQL 40001 (serialization failure: under REPEATABLE READ or SERIALIZABLE a
+// newer transaction raised the fence row after this one's snapshot), 40P01
+// (deadlock) and 55P03 (lock not available).
 func busy(err error) bool {
+	switch sqlState(err) {
+	case "40001", "40P01", "55P03":
+		return true
+	}
 	var se *sqlite.Error
 	if errors.As(err, &se) {
 		c := se.Code() & 0xff
@@ -242,8 +308,11 @@ func busy(err error) bool {
 }
 
 // missingSchema reports whether err says the fence_tokens table does not exist
-// (MySQL 1146, SQLite "no such table").
+// (MySQL 1146, SQLite "no such table", PostgreSQL 42P01).
 func missingSchema(err error) bool {
+	if sqlState(err) == "42P01" {
+		return strings.Contains(err.Error(), "fence_tokens")
+	}
 	var me *mysql.MySQLError
 	if errors.As(err, &me) {
 		return me.Number == 1146 && strings.Contains(me.Message, "fence_tokens")

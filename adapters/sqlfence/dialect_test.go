@@ -21,6 +21,18 @@ type backend struct {
 var backends = []backend{
 	{"mariadb", mysqlDB, sqlfence.MySQL},
 	{"sqlite", sqliteDB, sqlfence.SQLite},
+	{"postgres", postgresDB, sqlfence.Postgres},
+}
+
+// migrationsDialect is the migrations package's name for d.
+func migrationsDialect(d sqlfence.Dialect) migrations.Dialect {
+	switch d {
+	case sqlfence.SQLite:
+		return migrations.SQLite
+	case sqlfence.Postgres:
+		return migrations.Postgres
+	}
+	return migrations.MySQL
 }
 
 // forEach runs fn against every backend as a subtest, each on a fresh database.
@@ -41,19 +53,19 @@ func TestStore_Update_quotedIdentifiers(t *testing.T) {
 		tbl := "we\"ird`tab'le; --"
 		mustExec(t, db, "CREATE TABLE "+quote(s.Dialect(), tbl)+" ("+
 			quote(s.Dialect(), "k`\"ey")+" VARCHAR(20) PRIMARY KEY, "+
-			quote(s.Dialect(), "va\"l`ue")+" BIGINT NOT NULL, "+
+			quote(s.Dialect(), "va\"l`u?e")+" BIGINT NOT NULL, "+
 			quote(s.Dialect(), "tok`en")+" BIGINT NOT NULL DEFAULT 0)")
 		mustExec(t, db, "INSERT INTO "+quote(s.Dialect(), tbl)+" VALUES ('a', 1, 0), ('b', 2, 0)")
 		row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("k`\"ey", "a")}, TokenColumn: "tok`en"}
 		g := fence.NewGrant("quoted", 5)
-		if err := s.Update(t.Context(), g, row, fence.C("va\"l`ue", 42)); err != nil {
+		if err := s.Update(t.Context(), g, row, fence.C("va\"l`u?e", 42)); err != nil {
 			t.Fatalf("Update() = %v", err)
 		}
-		if err := s.Upsert(t.Context(), g, row, fence.C("va\"l`ue", 43)); err != nil {
+		if err := s.Upsert(t.Context(), g, row, fence.C("va\"l`u?e", 43)); err != nil {
 			t.Fatalf("Upsert() = %v", err)
 		}
-		got := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`ue")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'a'")
-		other := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`ue")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'b'")
+		got := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`u?e")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'a'")
+		other := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`u?e")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'b'")
 		if got != 43 || other != 2 {
 			t.Fatalf("values = %d, %d; want 43, 2", got, other)
 		}
@@ -201,11 +213,7 @@ func TestStore_missingSchema(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
-			md := migrations.MySQL
-			if b.d == sqlfence.SQLite {
-				md = migrations.SQLite
-			}
-			if err := migrations.Down(t.Context(), db, md); err != nil {
+			if err := migrations.Down(t.Context(), db, migrationsDialect(b.d)); err != nil {
 				t.Fatal(err)
 			}
 			s := sqlfence.New(db, b.d)

@@ -17,13 +17,9 @@ import (
 // refused.
 func TestGeneratedTokenColumn_fencedWrites(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
-		md := migrations.MySQL
-		if s.Dialect() == sqlfence.SQLite {
-			md = migrations.SQLite
-		}
 		mustExec(t, db, "CREATE TABLE invoices (account BIGINT PRIMARY KEY, total BIGINT NOT NULL)")
 		mustExec(t, db, "INSERT INTO invoices VALUES (1, 10), (2, 20)")
-		gen, err := migrations.GenerateTokenColumn(t.TempDir(), "invoices", md)
+		gen, err := migrations.GenerateTokenColumn(t.TempDir(), "invoices", migrationsDialect(s.Dialect()))
 		if err != nil {
 			t.Fatal(err)
 		}

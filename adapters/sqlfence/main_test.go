@@ -7,24 +7,34 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"testing"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
+	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 
-// mariadb is the one MariaDB server of this test package, started on first use.
-var mariadb = mysqltest.New()
+// mariadb and postgres are this test package's servers, each started on first use.
+var (
+	mariadb  = mysqltest.New()
+	postgres = pgtest.New()
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(sqliteChild())
 	}
 	code := m.Run()
-	if err := mariadb.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
+	for _, err := range []error{mariadb.Close(), postgres.Close()} {
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+		}
 	}
 	os.Exit(code)
 }
@@ -42,6 +52,36 @@ func mysqlDB(t testing.TB) (*sql.DB, string) {
 		t.Fatalf("migrations.Up(mysql): %v", err)
 	}
 	return db, dsn
+}
+
+// postgresDB returns a pool (pgx's database/sql driver) on a fresh, migrated database.
+func postgresDB(t testing.TB) (*sql.DB, string) {
+	t.Helper()
+	dsn := postgres.DSN(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(context.Background(), db, migrations.Postgres); err != nil {
+		t.Fatalf("migrations.Up(postgres): %v", err)
+	}
+	return db, dsn
+}
+
+// dollars rewrites a test query's ? placeholders to PostgreSQL's $1..$n.
+func dollars(q string) string {
+	var b strings.Builder
+	n := 0
+	for _, r := range q {
+		if r == '?' {
+			n++
+			b.WriteString("$" + strconv.Itoa(n))
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
 }
 
 // sqliteDB returns a pool opened with OpenSQLite on a fresh, migrated file.

@@ -228,10 +228,7 @@ func TestMigrations_upDownUp(t *testing.T) {
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
-			md := migrations.MySQL
-			if b.d == sqlfence.SQLite {
-				md = migrations.SQLite
-			}
+			md := migrationsDialect(b.d)
 			s := sqlfence.New(db, b.d)
 			ok := func(*sql.Tx) error { return nil }
 			if err := s.Fenced(t.Context(), fence.NewGrant("m", 9), ok); err != nil {

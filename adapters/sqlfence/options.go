@@ -11,9 +11,11 @@ import (
 type Option func(*Store) error
 
 // WithTxOptions sets the isolation level of the transactions Fenced begins. MySQL
-// fences READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ (InnoDB's default) and
+// and PostgreSQL fence READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ and
 // SERIALIZABLE alike: the fence row is written, so it is locked and read current
-// whatever the level. A level other than the default costs one more round trip per
+// whatever the level (on PostgreSQL a raise that meets a newer raise after its
+// snapshot is a serialization failure, and the Store begins again, nothing of the
+// caller's having run). A level other than the default costs one more round trip per
 // transaction (the driver sends SET TRANSACTION first). SQLite transactions are
 // always serializable: only the default and sql.LevelSerializable are accepted. A
 // read-only transaction cannot raise the fence and is refused, as are other levels;
@@ -26,7 +28,7 @@ func WithTxOptions(o sql.TxOptions) Option {
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
-			if s.d != MySQL {
+			if s.d == SQLite {
 				return fmt.Errorf("%w: isolation level %s: %s transactions are always serializable", ErrInvalidOption, o.Isolation, s.d)
 			}
 		default:

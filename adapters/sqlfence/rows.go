@@ -118,12 +118,13 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		b.WriteString(c + " = ?, ")
 	}
 	b.WriteString(st.tok + " = ? WHERE " + st.where + " AND " + st.tok + " <= ?")
+	q := s.d.rebind(b.String())
 	tok := int64(g.Token())
 	args := append(append(append(append([]any{}, st.setArgs...), tok), st.keyArgs...), tok)
 
 	var n int64
 	err = s.retry(ctx, func() error {
-		res, err := s.db.ExecContext(ctx, b.String(), args...)
+		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
@@ -159,9 +160,9 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		return err
 	}
 	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
-	q := "INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+	q := s.d.rebind("INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
-		s.d.upsertTail(st.keys, st.set, st.tok)
+		s.d.upsertTail(st.qtable, st.keys, st.set, st.tok))
 	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
 
 	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
@@ -208,7 +209,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	q := "DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?"
+	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
 	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
 	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
@@ -259,7 +260,7 @@ type querier interface {
 // stored reads the row's token column.
 func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token, bool, error) {
 	var v sql.NullInt64
-	err := q.QueryRowContext(ctx, "SELECT "+st.tok+" FROM "+st.qtable+" WHERE "+st.where, st.keyArgs...).Scan(&v)
+	err := q.QueryRowContext(ctx, s.d.rebind("SELECT "+st.tok+" FROM "+st.qtable+" WHERE "+st.where), st.keyArgs...).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil

@@ -1,5 +1,6 @@
 // Package sqlfence fences writes made through database/sql on MySQL/MariaDB
-// (github.com/go-sql-driver/mysql) and SQLite (modernc.org/sqlite, pure Go). A Store
+// (github.com/go-sql-driver/mysql), SQLite (modernc.org/sqlite, pure Go) and
+// PostgreSQL (any database/sql driver, such as pgx's stdlib). A Store
 // runs a function in a transaction that first raises the resource's row in
 // fence_tokens to the grant's token, so a holder that lost its lock to a newer one is
 // refused by the database itself; and it makes single-row writes on tables with a
@@ -15,9 +16,9 @@
 //	})
 //	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 //
-// The differences between the databases (identifier quoting, the upsert syntax, how
-// the driver reports unique-key violations and lock contention) are a Dialect value;
-// the code path is one.
+// The differences between the databases (identifier quoting, placeholders, the upsert
+// syntax, how the driver reports unique-key violations and lock contention) are a
+// Dialect value; the code path is one.
 //
 // MySQL: a Store needs the connection flag clientFoundRows=true (an UPDATE that
 // writes the values a row already has must count as done, not as refused). It checks
@@ -200,7 +201,7 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
 // the upsert of Dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	res, err := tx.ExecContext(ctx, s.d.bumpSQL(), int64(g.Token()), g.Resource(), int64(g.Token()))
+	res, err := tx.ExecContext(ctx, s.d.rebind(s.d.bumpSQL()), int64(g.Token()), g.Resource(), int64(g.Token()))
 	if err != nil {
 		return raiseErr(g, err)
 	}
@@ -210,7 +211,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	} else if n > 0 {
 		return nil
 	}
-	res, err = tx.ExecContext(ctx, s.d.raiseSQL(), g.Resource(), int64(g.Token()))
+	res, err = tx.ExecContext(ctx, s.d.rebind(s.d.raiseSQL()), g.Resource(), int64(g.Token()))
 	if err != nil {
 		return raiseErr(g, err)
 	}
@@ -223,7 +224,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	}
 	if seen == 0 {
 		var v int64
-		err := tx.QueryRowContext(ctx, "SELECT token FROM fence_tokens WHERE resource = ?", g.Resource()).Scan(&v)
+		err := tx.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), g.Resource()).Scan(&v)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlfence: read fence row %q: %w", g.Resource(), err)
 		}

@@ -10,22 +10,26 @@ import (
 )
 
 func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*sql.Tx] {
+	rebind := func(q string) string { return q }
+	if store.Dialect() == sqlfence.Postgres {
+		rebind = dollars
+	}
 	return fencetest.Harness[*sql.Tx]{
 		Name:  name,
 		Store: store,
 		Exec: func(ctx context.Context, q string, args ...any) error {
-			_, err := db.ExecContext(ctx, q, args...)
+			_, err := db.ExecContext(ctx, rebind(q), args...)
 			return err
 		},
 		QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
-			return scanInt(ctx, db, q, args...)
+			return scanInt(ctx, db, rebind(q), args...)
 		},
 		TxExec: func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
-			_, err := tx.ExecContext(ctx, q, args...)
+			_, err := tx.ExecContext(ctx, rebind(q), args...)
 			return err
 		},
 		TxQueryInt: func(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
-			return scanInt(ctx, tx, q, args...)
+			return scanInt(ctx, tx, rebind(q), args...)
 		},
 	}
 }
@@ -52,4 +56,20 @@ func TestSuite_MariaDB_isolation(t *testing.T) {
 func TestSuite_SQLite(t *testing.T) {
 	db, _ := sqliteDB(t)
 	fencetest.Run(t, harness("sqlite", db, sqlfence.New(db, sqlfence.SQLite)))
+}
+
+// TestSuite_Postgres runs the suite on PostgreSQL through database/sql (pgx's stdlib
+// driver), at the default READ COMMITTED and at REPEATABLE READ, where a concurrent
+// raise is a serialization failure the Store begins again from.
+func TestSuite_Postgres(t *testing.T) {
+	for _, level := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelRepeatableRead} {
+		t.Run(level.String(), func(t *testing.T) {
+			db, _ := postgresDB(t)
+			store, err := sqlfence.NewWithOptions(db, sqlfence.Postgres, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			if err != nil {
+				t.Fatal(err)
+			}
+			fencetest.Run(t, harness("postgres "+level.String(), db, store))
+		})
+	}
 }

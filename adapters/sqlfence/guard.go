@@ -1,0 +1,216 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+var _ fence.Guard = (*Store)(nil)
+
+// maxDecrementLooks bounds how often Decrement tries again when its guarded UPDATE
+// changed nothing yet the look that follows finds enough left (the counter was
+// raised in between). Each try is a fresh guarded UPDATE: the bound limits work,
+// never correctness.
+const maxDecrementLooks = 3
+
+// usable refuses a Store that cannot run a statement, before any I/O.
+func (s *Store) usable() error {
+	if s == nil || s.db == nil {
+		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
+	}
+	return s.d.check()
+}
+
+// decrementSQL is the guarded take, one statement. Arguments: n, key values..., n.
+//
+// SQLite and PostgreSQL return the new value with RETURNING. MariaDB has no UPDATE ... RETURNING:
+// the new value is handed back as LAST_INSERT_ID(expr), which the server reports in
+// the same OK packet as the row count, so the take stays one round trip and needs no
+// transaction (a transaction with the UPDATE and a SELECT costs four; see
+// BENCHMARKS.md). The column must be an integer >= 0 after the take, which the guard
+// ensures.
+func (d Dialect) decrementSQL(table, col, where string) string {
+	if d == MySQL {
+		return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
+	}
+	return d.rebind("UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col)
+}
+
+// Decrement takes n from c.Column of the row c.Key picks, only if at least n is left,
+// and returns what is left after the take. It is one statement outside any
+// transaction, and the database settles concurrent takers on the row lock (InnoDB,
+// PostgreSQL) or on the write lock (SQLite):
+//
+//	UPDATE t SET col = col - ? WHERE key = ? AND col >= ?            -- plus the new value
+//
+// MySQL/MariaDB returns the new value through LAST_INSERT_ID(col - ?), SQLite and
+// PostgreSQL through RETURNING; either way one round trip. It does not need clientFoundRows: a take
+// always changes the row. When it changes no row it reads the row once: an
+// *fence.InsufficientError (errors.Is fence.ErrInsufficient) with what was left, or
+// fence.ErrNotFound. If that read finds enough left (the counter was raised
+// meanwhile) it tries again, a few times at most. The key must pick at most one row
+// and the column must be an integer.
+//
+// Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
+// (the counter cannot be a key column); fence.ErrInvalidIdentifier; ErrUnknownDialect;
+// ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
+func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	if n <= 0 {
+		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
+	}
+	qt, col, where, keyArgs, err := s.counter(c)
+	if err != nil {
+		return 0, err
+	}
+	q := s.d.decrementSQL(qt, col, where)
+	args := append(append([]any{n}, keyArgs...), n)
+	look := s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where)
+
+	for try := 1; ; try++ {
+		var left int64
+		took := false
+		err := s.retry(ctx, func() error {
+			if s.d == MySQL {
+				res, err := s.db.ExecContext(ctx, q, args...)
+				if err != nil {
+					return err
+				}
+				rows, err := res.RowsAffected()
+				if err != nil || rows == 0 {
+					return err
+				}
+				took = true
+				left, err = res.LastInsertId()
+				return err
+			}
+			err := s.db.QueryRowContext(ctx, q, args...).Scan(&left)
+			if errors.Is(err, sql.ErrNoRows) {
+				return nil
+			}
+			took = err == nil
+			return err
+		})
+		if err != nil {
+			return 0, counterErr("decrement", c.Table, err)
+		}
+		if took {
+			return left, nil
+		}
+		err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, look, keyArgs...).Scan(&left) })
+		switch {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeCols(c.Key))
+		case err != nil:
+			return 0, counterErr("decrement: look up", c.Table, err)
+		case left < n || try == maxDecrementLooks:
+			return 0, &fence.InsufficientError{Table: c.Table, Wanted: n, Left: left}
+		}
+	}
+}
+
+// counter checks and quotes a fence.Counter: the table, the counter column and the
+// key columns ("k1 = ? AND k2 = ?" and their values). Names compare
+// case-insensitively in both databases, so the counter cannot also be a key column.
+func (s *Store) counter(c fence.Counter) (table, col, where string, keyArgs []any, err error) {
+	if table, err = s.d.table(c.Table); err != nil {
+		return
+	}
+	if col, err = s.d.ident("counter column", c.Column); err != nil {
+		return
+	}
+	if len(c.Key) == 0 {
+		err = fmt.Errorf("%w: counter in %q has no key columns", fence.ErrInvalidArgument, c.Table)
+		return
+	}
+	conds := make([]string, len(c.Key))
+	keyArgs = make([]any, len(c.Key))
+	for i, k := range c.Key {
+		q, kerr := s.d.ident("key column", k.Name)
+		if kerr != nil {
+			return "", "", "", nil, kerr
+		}
+		if strings.EqualFold(k.Name, c.Column) {
+			return "", "", "", nil, fmt.Errorf("%w: key column %q is also the counter column", fence.ErrInvalidArgument, k.Name)
+		}
+		for _, prev := range c.Key[:i] {
+			if strings.EqualFold(prev.Name, k.Name) {
+				return "", "", "", nil, fmt.Errorf("%w: key column %q named twice", fence.ErrInvalidArgument, k.Name)
+			}
+		}
+		conds[i], keyArgs[i] = q+" = ?", k.Value
+	}
+	return table, col, strings.Join(conds, " AND "), keyArgs, nil
+}
+
+// counterErr wraps a driver error of Decrement; ErrBusy and ctx's errors pass as they
+// are.
+func counterErr(op, table string, err error) error {
+	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
+}
+
+func describeCols(key []fence.Col) string {
+	parts := make([]string, len(key))
+	for i, k := range key {
+		parts[i] = fmt.Sprintf("%s = %v", k.Name, k.Value)
+	}
+	return strings.Join(parts, " AND ")
+}
+
+// Insert inserts one row into table: one INSERT, the names quoted by the dialect, the
+// values sent as arguments. A unique-key violation returns a *fence.DuplicateError
+// (errors.Is fence.ErrDuplicate) naming the table and, where the database says, the
+// index (MySQL/MariaDB: the index name; SQLite: its columns, "t.a, t.b"), wrapping
+// the driver's error.
+//
+// Other errors: fence.ErrInvalidArgument for no columns or a column named twice,
+// fence.ErrInvalidIdentifier, ErrUnknownDialect, ErrBusy when SQLite stayed locked
+// until ctx ended, and the driver's error wrapped.
+func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
+	if err := s.usable(); err != nil {
+		return err
+	}
+	qt, err := s.d.table(table)
+	if err != nil {
+		return err
+	}
+	if len(cols) == 0 {
+		return fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
+	}
+	names := make([]string, len(cols))
+	args := make([]any, len(cols))
+	for i, c := range cols {
+		if names[i], err = s.d.ident("column", c.Name); err != nil {
+			return err
+		}
+		for _, prev := range cols[:i] {
+			// Column names compare case-insensitively in both databases.
+			if strings.EqualFold(prev.Name, c.Name) {
+				return fmt.Errorf("%w: insert into %q names column %q twice", fence.ErrInvalidArgument, table, c.Name)
+			}
+		}
+		args[i] = c.Value
+	}
+	q := s.d.rebind("INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)-1) + ")")
+	err = s.retry(ctx, func() error {
+		_, err := s.db.ExecContext(ctx, q, args...)
+		return err
+	})
+	if err == nil {
+		return nil
+	}
+	if de := asDuplicate(err, table); de != nil {
+		return de
+	}
+	return fmt.Errorf("sqlfence: insert into %q: %w", table, err)
+}

@@ -1,0 +1,379 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/go-sql-driver/mysql"
+	"modernc.org/sqlite"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+var (
+	_ fence.KeyStore[*sql.Tx] = (*Store)(nil)
+	_ fence.KeyStore[*sql.Tx] = (*ExpiringKeys)(nil)
+)
+
+const (
+	// maxOnceAttempts bounds how often Once starts over when the key's claim meets a
+	// deadlock or a lock wait timeout (MySQL 1213/1205) or a busy SQLite, before fn
+	// has run. InnoDB deadlocks when the holder of a key rolls back while two or more
+	// duplicates wait on it: each holds a shared lock on the key and wants the
+	// exclusive one.
+	maxOnceAttempts = 10
+	// maxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
+	maxFingerprintLen = 255
+	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
+	purgeBatch = 1000
+	// maxClaimTries: claim, drop an expired key and claim again, once more for a race.
+	maxClaimTries = 3
+)
+
+// The idempotency-key statements that differ by dialect, with ? placeholders
+// (Dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
+// expiry, so clients with skewed clocks agree.
+func (d Dialect) now() string {
+	switch d {
+	case MySQL:
+		return "CURRENT_TIMESTAMP(6)"
+	case Postgres:
+		return "now()"
+	}
+	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+}
+
+// claimKeySQL inserts a key. Arguments: key, fingerprint, and the time-to-live (MySQL
+// and PostgreSQL: microseconds; SQLite: a "+N seconds" modifier; NULL: never
+// expires). MySQL reports a stored key as error 1062, which leaves the transaction
+// open; PostgreSQL would abort the transaction on an error, so there (and on SQLite)
+// ON CONFLICT DO NOTHING reports it as no row inserted.
+func (d Dialect) claimKeySQL() string {
+	const cols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
+	switch d {
+	case MySQL:
+		return cols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
+	case Postgres:
+		return d.rebind(cols + "now() + CAST(? AS BIGINT) * INTERVAL '1 microsecond') ON CONFLICT (idem_key) DO NOTHING")
+	}
+	return cols + "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)) ON CONFLICT (idem_key) DO NOTHING"
+}
+
+// readKeySQL reads a stored key and whether it has expired. On MySQL it is a locking
+// read: under REPEATABLE READ a plain SELECT could read a snapshot older than the
+// duplicate it just waited for. PostgreSQL under READ COMMITTED reads the committed
+// row with a new statement; under its stricter levels the claim that waited failed
+// with 40001 and Once started over.
+func (d Dialect) readKeySQL() string {
+	q := "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
+	if d == MySQL {
+		q += " LOCK IN SHARE MODE"
+	}
+	return d.rebind(q)
+}
+
+func (d Dialect) dropKeySQL() string {
+	return d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= " + d.now())
+}
+
+func (d Dialect) storeKeySQL() string {
+	return d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?")
+}
+
+// purgeKeysSQL deletes up to ? expired keys.
+func (d Dialect) purgeKeysSQL() string {
+	switch d {
+	case MySQL:
+		return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
+	case Postgres:
+		return "DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys " +
+			"WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)"
+	}
+	return "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= " + d.now() + " LIMIT ?)"
+}
+
+func (d Dialect) ttlArg(ttl time.Duration) any {
+	switch {
+	case ttl <= 0:
+		return nil
+	case d == SQLite:
+		return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
+	}
+	return ttl.Microseconds()
+}
+
+// Once runs fn at most once per idempotency key (see fence.Once for the contract);
+// the key never expires. ExpiringKeys gives keys that do.
+//
+// In one transaction (the Store's isolation level, see WithTxOptions) it first
+// inserts the key with its fingerprint, then runs fn, then stores fn's result on the
+// key row and commits: fn's writes and the key commit or roll back together. A
+// concurrent call with the same key waits for the first one: on InnoDB its insert
+// waits on the uncommitted key's lock, on SQLite its BEGIN IMMEDIATE waits for the
+// write lock. It then replays the stored result, or, if the first rolled back, runs
+// fn itself. A key already stored costs the insert that finds it, a read and a
+// rollback; fn does not run.
+//
+// A deadlock or lock wait timeout (MySQL 1213, 1205) or a busy SQLite met before fn
+// runs starts the call over in a new transaction, up to 10 times within ctx; InnoDB
+// reports such a deadlock when a key's first holder rolls back while several
+// duplicates wait on it.
+//
+// Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
+// ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
+// fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
+// fingerprint over 255 characters), ErrUnknownDialect, fn's own error as is after
+// rolling back fn's writes and the key, ErrBusy when the database stayed locked (no
+// retry is left, or the lock was met after fn ran: nothing was written, run the call
+// again), or the driver's error wrapped. If fn panics, the transaction is rolled back
+// and the panic goes on.
+func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
+	return s.once(ctx, key, fingerprint, 0, fn)
+}
+
+// ExpiringKeys are a Store's idempotency keys stored with an expiry: a key counts as
+// absent once its time-to-live has passed since it was stored (the database's clock
+// decides), so a call with it runs fn again and stores the key anew. Expired rows
+// stay in idempotency_keys until Store.PurgeExpiredKeys removes them; schedule that
+// call. An ExpiringKeys is safe for concurrent use.
+type ExpiringKeys struct {
+	s   *Store
+	ttl time.Duration
+}
+
+// ExpiringKeys returns the Store's idempotency keys with time-to-live ttl: use it
+// with fence.Once in place of the Store. A ttl under one microsecond (the precision
+// stored) returns fence.ErrInvalidArgument.
+func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
+	if ttl < time.Microsecond {
+		return nil, fmt.Errorf("%w: idempotency key time-to-live %v: want at least 1µs", fence.ErrInvalidArgument, ttl)
+	}
+	return &ExpiringKeys{s: s, ttl: ttl}, nil
+}
+
+// TTL returns the keys' time-to-live.
+func (k *ExpiringKeys) TTL() time.Duration { return k.ttl }
+
+// Once is Store.Once for a key that expires TTL after it is stored. A stored key that
+// has expired is replaced, whatever its fingerprint.
+func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
+	if k == nil {
+		return fence.Result{}, fmt.Errorf("%w: nil ExpiringKeys", fence.ErrInvalidArgument)
+	}
+	return k.s.once(ctx, key, fingerprint, k.ttl, fn)
+}
+
+// PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys stored
+// by Store.Once never expire) and returns how many it deleted. It deletes in batches
+// of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
+// has deleted what it reports. Schedule it as often as the table's growth calls for.
+//
+// Errors: fence.ErrInvalidArgument for a nil Store, ErrUnknownDialect, ErrBusy when
+// the database stayed locked until ctx ended, or the driver's error wrapped.
+func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
+	if err := s.usable(); err != nil {
+		return 0, err
+	}
+	var total int64
+	q := s.d.purgeKeysSQL()
+	for {
+		var n int64
+		err := s.retry(ctx, func() error {
+			res, err := s.db.ExecContext(ctx, q, purgeBatch)
+			if err != nil {
+				return err
+			}
+			n, err = res.RowsAffected()
+			return err
+		})
+		if err != nil {
+			return total, keyErr("purge expired idempotency keys", err)
+		}
+		total += n
+		if n < purgeBatch {
+			return total, nil
+		}
+	}
+}
+
+func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Duration, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
+	if err := s.usable(); err != nil {
+		return fence.Result{}, err
+	}
+	if fn == nil {
+		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	if err := checkKey(key, fingerprint); err != nil {
+		return fence.Result{}, err
+	}
+	wait := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(ttl), fn)
+		switch {
+		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, ErrBusy):
+			return r, err
+		case stage == fnRan || attempt == maxOnceAttempts:
+			return r, fmt.Errorf("%w: once %q, nothing was written: %w", ErrBusy, key, err)
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", ErrBusy, key, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
+}
+
+// checkKey refuses what idempotency_keys cannot store alike on every database,
+// before any I/O.
+func checkKey(key, fingerprint string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
+	case len(key) > fence.MaxKeyLen:
+		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
+	case !utf8.ValidString(key) || hasNUL(key):
+		return fmt.Errorf("%w: idempotency key %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, key)
+	case !utf8.ValidString(fingerprint) || hasNUL(fingerprint):
+		return fmt.Errorf("%w: fingerprint %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, fingerprint)
+	case utf8.RuneCountInString(fingerprint) > maxFingerprintLen:
+		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), maxFingerprintLen)
+	}
+	return nil
+}
+
+func hasNUL(s string) bool {
+	for i := 0; i < len(s); i++ {
+		if s[i] == 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// How far an attempt of Once got: once fn has been called Once never starts over,
+// since fn may have done more than write; fn's own error is returned as it is.
+type onceStage int
+
+const (
+	beforeFn onceStage = iota
+	fnFailed
+	fnRan
+)
+
+// onceAttempt is one transaction of Once.
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (r fence.Result, stage onceStage, err error) {
+	tx, err := s.db.BeginTx(ctx, s.txOpts)
+	if err != nil {
+		return fence.Result{}, beforeFn, keyErr("once: begin", err)
+	}
+	done := false
+	defer func() {
+		if !done {
+			tx.Rollback() // fn panicked; the panic goes on
+		}
+	}()
+	end := func(r fence.Result, stage onceStage, err error) (fence.Result, onceStage, error) {
+		done = true
+		tx.Rollback() // nothing to keep, or fn failed
+		return r, stage, err
+	}
+
+	var (
+		mine          bool
+		expired       int64 // 1: the stored key has expired
+		storedFP      string
+		stored        []byte
+	)
+	for try := 1; ; try++ {
+		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
+			return end(fence.Result{}, beforeFn, keyErr("once: claim key", err))
+		}
+		if mine {
+			break
+		}
+		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
+		if errors.Is(err, sql.ErrNoRows) && try < maxClaimTries {
+			continue // deleted in between (purged, or replaced as expired): claim again
+		}
+		if err != nil {
+			return end(fence.Result{}, beforeFn, keyErr("once: read key", err))
+		}
+		if expired == 0 || try == maxClaimTries {
+			break
+		}
+		// An expired key counts as absent: drop it and claim it as new.
+		if _, err := tx.ExecContext(ctx, s.d.dropKeySQL(), key); err != nil {
+			return end(fence.Result{}, beforeFn, keyErr("once: drop expired key", err))
+		}
+	}
+	if !mine {
+		switch {
+		case expired != 0:
+			return end(fence.Result{}, beforeFn, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
+		case storedFP != fingerprint:
+			return end(fence.Result{}, beforeFn, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key))
+		}
+		return end(fence.Result{Value: stored, Replayed: true}, beforeFn, nil)
+	}
+
+	val, err := fn(tx)
+	if err != nil {
+		return end(fence.Result{}, fnFailed, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.d.storeKeySQL(), val, key); err != nil {
+		return end(fence.Result{}, fnRan, keyErr("once: store result", err))
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return fence.Result{}, fnRan, s.commitErr(ctx, err)
+	}
+	return fence.Result{Value: val}, fnRan, nil
+}
+
+// claim inserts the key in tx; false means it is already stored.
+func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
+	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
+	if err != nil {
+		if s.d == MySQL && asDuplicate(err, "idempotency_keys") != nil {
+			return false, nil
+		}
+		return false, err
+	}
+	n, err := res.RowsAffected()
+	return n > 0, err
+}
+
+// keyErr wraps an error of the idempotency-key statements. busy() still sees the
+// driver's error through it.
+func keyErr(op string, err error) error {
+	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	if isNoKeysTable(err) {
+		return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+	}
+	return fmt.Errorf("sqlfence: %s: %w", op, err)
+}
+
+// isNoKeysTable reports whether err says idempotency_keys does not exist (MySQL 1146,
+// SQLite "no such table", PostgreSQL 42P01).
+func isNoKeysTable(err error) bool {
+	if sqlState(err) == "42P01" {
+		return strings.Contains(err.Error(), "idempotency_keys")
+	}
+	var me *mysql.MySQLError
+	if errors.As(err, &me) {
+		return me.Number == 1146 && strings.Contains(me.Message, "idempotency_keys")
+	}
+	var se *sqlite.Error
+	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table: idempotency_keys")
+}
