@@ -251,12 +251,14 @@ func describeKey(key []fence.Col) string {
 	return strings.Join(parts, " AND ")
 }
 
-// fenceCTE writes the common table expression "f" that raises the resource's fence
-// row to the token, only if cond (a condition on the target row) holds; f returns a
-// row when it raised.
+// fenceCTE writes the common table expression fencegate_raised that raises the
+// resource's fence row to the token, only if cond (a condition on the target row)
+// holds; it returns a row when it raised. The long names keep clear of the caller's
+// table and column names.
 func fenceCTE(st *stmt, res, tok, cond string) {
-	st.sql.WriteString("WITH f AS (INSERT INTO fence_tokens AS ft (resource, token) SELECT " + res + "::varchar, " + tok + "::bigint WHERE " + cond +
-		" ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE ft.token <= EXCLUDED.token RETURNING 1) ")
+	st.sql.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT " +
+		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +
+		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
 }
 
 // Upsert inserts one row of r.Table with its key, set columns and token column, or
@@ -292,13 +294,13 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	fenceCTE(&st, res, tok, cond.sql.String())
 
 	cols := append(append(append([]string{}, rw.keyNames...), setNames...), rw.token)
-	st.sql.WriteString("INSERT INTO " + rw.table + " AS t (" + strings.Join(cols, ", ") + ") SELECT ")
+	st.sql.WriteString("INSERT INTO " + rw.table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
 	st.sql.WriteString(strings.Join(append(append(append([]string{}, keys...), vals...), tok), ", "))
-	st.sql.WriteString(" WHERE EXISTS (SELECT 1 FROM f) ON CONFLICT (" + strings.Join(rw.keyNames, ", ") + ") DO UPDATE SET ")
+	st.sql.WriteString(" WHERE EXISTS (SELECT 1 FROM fencegate_raised) ON CONFLICT (" + strings.Join(rw.keyNames, ", ") + ") DO UPDATE SET ")
 	for _, c := range setNames {
 		st.sql.WriteString(c + " = EXCLUDED." + c + ", ")
 	}
-	st.sql.WriteString(rw.token + " = EXCLUDED." + rw.token + " WHERE t." + rw.token + " <= EXCLUDED." + rw.token)
+	st.sql.WriteString(rw.token + " = EXCLUDED." + rw.token + " WHERE fencegate_target." + rw.token + " <= EXCLUDED." + rw.token)
 	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
 	if err != nil {
 		return writeError("upsert", r.Table, err)
@@ -343,7 +345,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
 	// Exactly one row: a key that picks several deletes nothing.
 	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
 		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1")
-	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM f)")
+	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
 	if err != nil {
 		return writeError("delete", r.Table, err)

@@ -188,3 +188,25 @@ func TestStore_Delete_keyPicksSeveralRows(t *testing.T) {
 		t.Fatalf("refused delete raised the fence row to %d", got)
 	}
 }
+
+// TestStore_rows_tableNamedLikeTheStatementsOwn writes tables whose names match the
+// names the statements use for their own parts.
+func TestStore_rows_tableNamedLikeTheStatementsOwn(t *testing.T) {
+	pool := newPool(t)
+	s := pgxfence.New(pool)
+	for i, tbl := range []string{"f", "t", "ft", "fencegate_raised", "fencegate_target"} {
+		mustExec(t, pool, `CREATE TABLE "`+tbl+`" (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)`)
+		res := "res-" + tbl
+		row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", i)}}
+		if err := s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.C("val", 5)); err != nil {
+			t.Fatalf("%s: Upsert: %v", tbl, err)
+		}
+		if err := s.Delete(t.Context(), fence.NewGrant(res, 6), row); err != nil {
+			t.Fatalf("%s: Delete: %v", tbl, err)
+		}
+		wantStale(t, s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.C("val", 5)), 5, 6)
+		if got := mustInt(t, pool, `SELECT count(*) FROM "`+tbl+`"`); got != 0 {
+			t.Fatalf("%s: %d rows after a stale re-insert", tbl, got)
+		}
+	}
+}
