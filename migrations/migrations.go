@@ -1,6 +1,7 @@
 // Package migrations creates and drops fencegate's own tables (fence_tokens and
-// idempotency_keys) with golang-migrate, and writes the migration that adds a token
-// column to a table of the application's.
+// idempotency_keys, and on PostgreSQL the fence_raise function pgxfence calls) with
+// golang-migrate, and writes the migration that adds a token column to a table of
+// the application's.
 //
 // The SQL lives in one folder per dialect (postgres, mysql, sqlite), embedded in the
 // binary. Up records its version in its own table, fencegate_schema_migrations, so it
