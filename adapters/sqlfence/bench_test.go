@@ -21,13 +21,13 @@ type benchOp func(ctx context.Context, id string, tok fence.Token) error
 // pairBench runs the baseline and the fenced variant alternately in every worker, so
 // both meet the same load, and reports each one's mean latency and their throughput
 // ratio, fenced/base = baseline time / fenced time (1.0: fencing costs nothing).
-func pairBench(b *testing.B, db *sql.DB, parallel bool, base, fenced benchOp) {
+func pairBench(b *testing.B, db *sql.DB, d sqlfence.Dialect, parallel bool, base, fenced benchOp) {
 	b.Helper()
 	var baseNs, fencedNs, ops, workers atomic.Int64
 	run := func(next func() bool) {
 		ctx := context.Background()
 		id := fmt.Sprintf("w%d", workers.Add(1))
-		if _, err := db.ExecContext(ctx, "INSERT INTO bench (id, val) VALUES (?, 0)", id); err != nil {
+		if _, err := db.ExecContext(ctx, benchSQL(d, "INSERT INTO bench (id, val) VALUES (?, 0)"), id); err != nil {
 			b.Error(err)
 			return
 		}
@@ -78,9 +78,20 @@ func benchDB(b *testing.B, open func(testing.TB) (*sql.DB, string)) *sql.DB {
 	return db
 }
 
-func plainUpdate(db *sql.DB) benchOp {
+// benchSQL rewrites ? placeholders for PostgreSQL.
+func benchSQL(d sqlfence.Dialect, q string) string {
+	if d == sqlfence.Postgres {
+		return dollars(q)
+	}
+	return q
+}
+
+const benchUpdate = "UPDATE bench SET val = ? WHERE id = ?"
+
+func plainUpdate(db *sql.DB, d sqlfence.Dialect) benchOp {
+	q := benchSQL(d, benchUpdate)
 	return func(ctx context.Context, id string, tok fence.Token) error {
-		_, err := db.ExecContext(ctx, "UPDATE bench SET val = ? WHERE id = ?", int64(tok), id)
+		_, err := db.ExecContext(ctx, q, int64(tok), id)
 		return err
 	}
 }
@@ -92,14 +103,15 @@ func fencedUpdate(s *sqlfence.Store) benchOp {
 	}
 }
 
-func unfencedTx(db *sql.DB) benchOp {
+func unfencedTx(db *sql.DB, d sqlfence.Dialect) benchOp {
+	q := benchSQL(d, benchUpdate)
 	return func(ctx context.Context, id string, tok fence.Token) error {
 		tx, err := db.BeginTx(ctx, nil)
 		if err != nil {
 			return err
 		}
 		defer tx.Rollback()
-		if _, err := tx.ExecContext(ctx, "UPDATE bench SET val = ? WHERE id = ?", int64(tok), id); err != nil {
+		if _, err := tx.ExecContext(ctx, q, int64(tok), id); err != nil {
 			return err
 		}
 		return tx.Commit()
@@ -107,9 +119,10 @@ func unfencedTx(db *sql.DB) benchOp {
 }
 
 func fencedTx(s *sqlfence.Store) benchOp {
+	q := benchSQL(s.Dialect(), benchUpdate)
 	return func(ctx context.Context, id string, tok fence.Token) error {
 		return fence.Exec(ctx, s, fence.NewGrant("bench-"+id, tok), func(tx *sql.Tx) error {
-			_, err := tx.ExecContext(ctx, "UPDATE bench SET val = ? WHERE id = ?", int64(tok), id)
+			_, err := tx.ExecContext(ctx, q, int64(tok), id)
 			return err
 		})
 	}
@@ -119,24 +132,36 @@ func fencedTx(s *sqlfence.Store) benchOp {
 // plain UPDATE of the same row; target fenced/base >= 0.95.
 func BenchmarkMariaDB_Update(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, true, plainUpdate(db), fencedUpdate(sqlfence.New(db, sqlfence.MySQL)))
+	pairBench(b, db, sqlfence.MySQL, true, plainUpdate(db, sqlfence.MySQL), fencedUpdate(sqlfence.New(db, sqlfence.MySQL)))
 }
 
 // BenchmarkMariaDB_Exec: fence.Exec with one UPDATE against BEGIN, the same UPDATE,
 // COMMIT. The fence row raise is one more round trip in the transaction.
 func BenchmarkMariaDB_Exec(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, true, unfencedTx(db), fencedTx(sqlfence.New(db, sqlfence.MySQL)))
+	pairBench(b, db, sqlfence.MySQL, true, unfencedTx(db, sqlfence.MySQL), fencedTx(sqlfence.New(db, sqlfence.MySQL)))
 }
 
 // BenchmarkSQLite_Update and BenchmarkSQLite_Exec: the same pairs on the embedded
 // database, one writer (SQLite has one write lock per file).
 func BenchmarkSQLite_Update(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, false, plainUpdate(db), fencedUpdate(sqlfence.New(db, sqlfence.SQLite)))
+	pairBench(b, db, sqlfence.SQLite, false, plainUpdate(db, sqlfence.SQLite), fencedUpdate(sqlfence.New(db, sqlfence.SQLite)))
 }
 
 func BenchmarkSQLite_Exec(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, false, unfencedTx(db), fencedTx(sqlfence.New(db, sqlfence.SQLite)))
+	pairBench(b, db, sqlfence.SQLite, false, unfencedTx(db, sqlfence.SQLite), fencedTx(sqlfence.New(db, sqlfence.SQLite)))
+}
+
+// BenchmarkPostgres_Update and BenchmarkPostgres_Exec: the same pairs on PostgreSQL
+// through database/sql (pgx's stdlib driver); pgxfence has the pgx-native numbers.
+func BenchmarkPostgres_Update(b *testing.B) {
+	db := benchDB(b, postgresDB)
+	pairBench(b, db, sqlfence.Postgres, true, plainUpdate(db, sqlfence.Postgres), fencedUpdate(sqlfence.New(db, sqlfence.Postgres)))
+}
+
+func BenchmarkPostgres_Exec(b *testing.B) {
+	db := benchDB(b, postgresDB)
+	pairBench(b, db, sqlfence.Postgres, true, unfencedTx(db, sqlfence.Postgres), fencedTx(sqlfence.New(db, sqlfence.Postgres)))
 }
