@@ -154,12 +154,13 @@ func (d Dialect) bumpSQL() string {
 }
 
 // raiseSQL raises the resource's fence row to the presented token unless a higher one
-// is stored, locking the row to commit. Arguments: resource, token.
+// is stored, inserting it if missing, and locks it to commit: the fallback when
+// bumpSQL matched nothing. Arguments: resource, token.
 //
 // MySQL evaluates ON DUPLICATE KEY assignments left to right, each seeing the columns
 // already assigned, so updated_at is decided before token changes. A refused raise
 // leaves the row as it was and hands the stored token back as LAST_INSERT_ID (the
-// table has no AUTO_INCREMENT column, so a raise reports 0): one round trip either way.
+// table has no AUTO_INCREMENT column, so a raise reports 0), saving a lookup.
 func (d Dialect) raiseSQL() string {
 	if d == MySQL {
 		return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
@@ -228,7 +229,8 @@ func (d Dialect) upserted(res sql.Result) (check bool, err error) {
 	return n == 0, err
 }
 
-// sqliteUniqueRE pulls the columns out of "UNIQUE constraint failed: t.a, t.b".
+// The names in unique-key violation messages: PostgreSQL's constraint, SQLite's
+// columns ("UNIQUE constraint failed: t.a, t.b"), MySQL's index.
 var (
 	pgUniqueRE     = regexp.MustCompile(`unique constraint "((?:[^"]|"")*)"`)
 	sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
