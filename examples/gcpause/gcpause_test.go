@@ -185,6 +185,7 @@ func parse(t *testing.T, out string) timeline {
 	return tl
 }
 
+// The newcomer's command: no flags at all (embedded etcd, SQLite, 10 s lease).
 func TestGCPause_fenced(t *testing.T) {
 	t.Parallel()
 	out, code := runExample(t)
@@ -213,7 +214,7 @@ func checkFenced(t *testing.T, out string) {
 
 func TestGCPause_noFence(t *testing.T) {
 	t.Parallel()
-	out, code := runExample(t, "-no-fence")
+	out, code := runExample(t, "-no-fence", "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -232,7 +233,7 @@ func TestGCPause_noFence(t *testing.T) {
 func TestGCPause_postgres(t *testing.T) {
 	t.Parallel()
 	dsn := postgres.DSN(t)
-	out, code := runExample(t, "-postgres", dsn)
+	out, code := runExample(t, "-postgres", dsn, "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -245,7 +246,7 @@ func TestGCPause_mysqlOnEtcdCluster(t *testing.T) {
 	t.Parallel()
 	dsn := mariadb.DSN(t)
 	cluster := locktest.StartCluster(t, 3)
-	out, code := runExample(t, "-mysql", dsn, "-etcd", strings.Join(cluster.Endpoints(), ","))
+	out, code := runExample(t, "-mysql", dsn, "-etcd", strings.Join(cluster.Endpoints(), ","), "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -263,6 +264,7 @@ func TestGCPause_badFlags(t *testing.T) {
 		want string
 	}{
 		{"lease too short", []string{"-lease", "1s"}, "-lease 1s"},
+		{"lease not whole seconds", []string{"-lease", "2500ms"}, "whole seconds"},
 		{"two databases", []string{"-postgres", "postgres://x", "-mysql", "u@tcp(x)/db"}, "exclusive"},
 		{"stray argument", []string{"now"}, "unexpected arguments"},
 		{"bad resource", []string{"-resource", "a/b"}, "-resource"},

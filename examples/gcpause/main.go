@@ -56,7 +56,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("gcpause", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	lease := fs.Duration("lease", 5*time.Second, "lease of each lock; the timeline scales with it (10s replays the classic numbers)")
+	lease := fs.Duration("lease", 10*time.Second, "lease of each lock, whole seconds; the timeline scales with it (the run takes about twice the lease)")
 	resource := fs.String("resource", "account-42", "name of the lock and of the invoice's account")
 	etcd := fs.String("etcd", "", "comma-separated etcd endpoints of a running cluster (default: start an embedded etcd)")
 	pg := fs.String("postgres", "", "PostgreSQL DSN: write the invoice there through pgxfence (default: a SQLite file)")

@@ -80,6 +80,9 @@ func serve(ctx context.Context, name string, cfg config, in io.Reader, out io.Wr
 			if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
 				c = command{Cmd: "unreadable: " + sc.Text()}
 			}
+			if c.Cmd == "quit" {
+				cancel() // ends a command still blocked, such as Server 2's Acquire
+			}
 			select {
 			case cmds <- c:
 			case <-ctx.Done():
@@ -104,6 +107,9 @@ func serve(ctx context.Context, name string, cfg config, in io.Reader, out io.Wr
 func (s *server) handle(ctx context.Context, c command) error {
 	switch c.Cmd {
 	case "acquire":
+		if s.lock != nil {
+			return fmt.Errorf("already holds %s with token %d", s.lock.Resource(), s.lock.Token())
+		}
 		// An automatically renewed lock lives as long as the session, whose TTL is the
 		// lease.
 		var opts []lockclient.LockOption
@@ -150,8 +156,8 @@ func (s *server) handle(ctx context.Context, c command) error {
 		s.pending = &invoice{Account: s.cfg.resource, TotalCents: c.TotalCents, WrittenBy: s.name, Token: int64(s.lock.Token())}
 		s.emit(event{Event: "prepared", Token: int64(s.lock.Token())})
 	case "write":
-		if s.pending == nil {
-			return errors.New("no invoice prepared")
+		if s.pending == nil || s.lock == nil {
+			return errors.New("no invoice prepared under a lock")
 		}
 		s.emit(s.write(ctx, c.Unwatched))
 	case "release":
@@ -160,7 +166,7 @@ func (s *server) handle(ctx context.Context, c command) error {
 		}
 		close(s.unwatch)
 		err := s.lock.Release(ctx)
-		s.lock = nil
+		s.lock, s.pending = nil, nil
 		if err != nil {
 			return err
 		}
