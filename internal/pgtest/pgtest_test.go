@@ -1,6 +1,7 @@
 package pgtest_test
 
 import (
+	"net/url"
 	"os"
 	"testing"
 
@@ -53,5 +54,47 @@ func TestServer_DSN_freshDatabases(t *testing.T) {
 	}
 	if err := a.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil || v < 120000 {
 		t.Fatalf("server_version_num = %d, %v; want PostgreSQL 12 or later", v, err)
+	}
+}
+
+// TestServer_DSN_envOverride uses a running server named by FENCEGATE_POSTGRES_DSN
+// and leaves it running on Close.
+func TestServer_DSN_envOverride(t *testing.T) {
+	ctx := t.Context()
+	own := postgres.DSN(t)
+	t.Setenv(pgtest.EnvDSN, own)
+	s := pgtest.New()
+	t.Run("database", func(t *testing.T) { // its cleanup drops the database before Close
+		other := s.DSN(t)
+		ou, _ := url.Parse(own)
+		du, _ := url.Parse(other)
+		if ou.Host != du.Host || ou.Path == du.Path {
+			t.Fatalf("override gave %q for server %q; want a new database on the same server", other, own)
+		}
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, own)
+	if err != nil {
+		t.Fatalf("the overriding server is gone after Close: %v", err)
+	}
+	conn.Close(ctx)
+}
+
+// TestServer_DSN_skipsWithoutServer checks the skip (CI unset) when the override
+// names no usable server.
+func TestServer_DSN_skipsWithoutServer(t *testing.T) {
+	t.Setenv("CI", "")
+	t.Setenv(pgtest.EnvDSN, "mysql://not-postgres")
+	s := pgtest.New()
+	defer s.Close()
+	var skipped bool
+	t.Run("inner", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		s.DSN(t)
+	})
+	if !skipped {
+		t.Fatal("DSN did not skip without a server")
 	}
 }
