@@ -321,13 +321,17 @@ func TestStore_Fenced_connInsideTransaction(t *testing.T) {
 }
 
 func TestStore_nilDB(t *testing.T) {
-	s := pgxfence.New(nil)
-	g := fence.NewGrant("r", 1)
-	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("Fenced() = %v", err)
-	}
-	if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("Delete() = %v", err)
+	var pool *pgxpool.Pool
+	var conn *pgx.Conn
+	for name, db := range map[string]pgxfence.DB{"nil": nil, "nil pool": pool, "nil conn": conn} {
+		s := pgxfence.New(db)
+		g := fence.NewGrant("r", 1)
+		if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Fatalf("%s: Fenced() = %v", name, err)
+		}
+		if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Fatalf("%s: Delete() = %v", name, err)
+		}
 	}
 }
 
