@@ -104,3 +104,27 @@ func TestClient_abandoned(t *testing.T) {
 		t.Fatalf("the lost session's other lock is still held: %+v, %v", l, err)
 	}
 }
+
+// TestLock_Renew_detectsLoss: a key deleted behind the holder's back (released by
+// token elsewhere) is found by the next Renew, which ends the lock as lost.
+func TestLock_Renew_detectsLoss(t *testing.T) {
+	srv := locktest.Start(t)
+	a := newClient(t, srv.Client(t))
+	admin := newClient(t, srv.Client(t))
+	l := mustAcquire(t, a, "job", lockclient.WithManualRenewal())
+	if err := l.Renew(t.Context()); err != nil {
+		t.Fatalf("Renew of a held lock: %v", err)
+	}
+	if err := admin.Release(t.Context(), "job", l.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Renew(t.Context()); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("Renew after the key was deleted = %v, want ErrLost", err)
+	}
+	if !isClosed(l.Done()) {
+		t.Fatal("Done open after Renew found the lock lost")
+	}
+	if isClosed(a.Done()) {
+		t.Fatal("one lost lock ended the session")
+	}
+}
