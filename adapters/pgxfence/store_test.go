@@ -451,3 +451,58 @@ func TestStore_Fenced_isolation(t *testing.T) {
 		})
 	}
 }
+
+// TestStore_Fenced_serializableCommitFailure makes a SERIALIZABLE write skew between
+// two fenced transactions on different resources: the second to commit fails at
+// COMMIT with 40001, which Fenced returns as ErrSerialization (its grant is current).
+func TestStore_Fenced_serializableCommitFailure(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE oncall (doctor TEXT PRIMARY KEY, on_duty BOOLEAN NOT NULL)")
+	mustExec(t, pool, "INSERT INTO oncall VALUES ('alice', true), ('bob', true)")
+	s, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	// Each takes itself off duty if the other is on duty: serially, one would see the
+	// other already off and stay.
+	goOff := func(me, other string, wrote chan<- struct{}, commit <-chan struct{}) error {
+		return s.Fenced(ctx, fence.NewGrant("doctor-"+me, 1), func(tx pgx.Tx) error {
+			var onDuty bool
+			if err := tx.QueryRow(ctx, "SELECT on_duty FROM oncall WHERE doctor = $1", other).Scan(&onDuty); err != nil {
+				return err
+			}
+			if onDuty {
+				if _, err := tx.Exec(ctx, "UPDATE oncall SET on_duty = false WHERE doctor = $1", me); err != nil {
+					return err
+				}
+			}
+			close(wrote)
+			<-commit
+			return nil
+		})
+	}
+	aliceWrote, bobWrote := make(chan struct{}), make(chan struct{})
+	aliceCommit, bobCommit := make(chan struct{}), make(chan struct{})
+	alice, bob := make(chan error, 1), make(chan error, 1)
+	go func() { alice <- goOff("alice", "bob", aliceWrote, aliceCommit) }()
+	go func() { bob <- goOff("bob", "alice", bobWrote, bobCommit) }()
+	<-aliceWrote
+	<-bobWrote
+	close(aliceCommit)
+	if err := <-alice; err != nil {
+		t.Fatalf("first to commit: %v", err)
+	}
+	close(bobCommit)
+	err = <-bob
+	var pgErr *pgconn.PgError
+	if !errors.Is(err, pgxfence.ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("second to commit = %v, want ErrSerialization wrapping 40001", err)
+	}
+	if got := mustInt(t, pool, "SELECT count(*) FROM oncall WHERE on_duty"); got != 1 {
+		t.Fatalf("%d doctors on duty, want 1", got)
+	}
+	if got := stored(t, pool, "doctor-bob"); got != 0 {
+		t.Fatalf("the failed transaction's fence raise stayed: %d", got)
+	}
+}
