@@ -81,7 +81,9 @@ func serve(ctx context.Context, name string, cfg config, in io.Reader, out io.Wr
 				c = command{Cmd: "unreadable: " + sc.Text()}
 			}
 			if c.Cmd == "quit" {
-				cancel() // ends a command still blocked, such as Server 2's Acquire
+				cancel()  // ends a command still blocked, such as Server 2's Acquire
+				cmds <- c // the loop always comes back for the next command
+				return
 			}
 			select {
 			case cmds <- c:
@@ -100,7 +102,10 @@ func serve(ctx context.Context, name string, cfg config, in io.Reader, out io.Wr
 			s.emit(event{Event: "error", Err: fmt.Sprintf("%s: %v", c.Cmd, err)})
 		}
 	}
-	return ctx.Err()
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("worker: %w", context.Cause(ctx))
+	}
+	return errors.New("worker: input ended without quit")
 }
 
 // handle runs one command and reports its event; an error is reported by serve.
