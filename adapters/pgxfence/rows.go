@@ -24,10 +24,28 @@ type stmt struct {
 	args []any
 }
 
+// placeholders holds "$1".."$64", so that building a statement does not format them.
+var placeholders = func() (p [64]string) {
+	for i := range p {
+		p[i] = "$" + strconv.Itoa(i+1)
+	}
+	return p
+}()
+
 // arg adds a parameter and returns its placeholder.
 func (s *stmt) arg(v any) string {
 	s.args = append(s.args, v)
+	if n := len(s.args); n <= len(placeholders) {
+		return placeholders[n-1]
+	}
 	return "$" + strconv.Itoa(len(s.args))
+}
+
+// write appends parts to the statement's SQL.
+func (s *stmt) write(parts ...string) {
+	for _, p := range parts {
+		s.sql.WriteString(p)
+	}
 }
 
 // row is a fence.Row checked and quoted.
@@ -148,7 +166,7 @@ func (r row) where(s *stmt, keyArgs []string) {
 		if i > 0 {
 			s.sql.WriteString(" AND ")
 		}
-		s.sql.WriteString(k + " = " + keyArgs[i])
+		s.write(k, " = ", keyArgs[i])
 	}
 }
 
@@ -186,11 +204,11 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	st.sql.WriteString(rw.table)
 	st.sql.WriteString(" SET ")
 	for i, c := range set {
-		st.sql.WriteString(setNames[i] + " = " + st.arg(c.Value) + ", ")
+		st.write(setNames[i], " = ", st.arg(c.Value), ", ")
 	}
-	st.sql.WriteString(rw.token + " = " + tok + " WHERE ")
+	st.write(rw.token, " = ", tok, " WHERE ")
 	rw.where(&st, rw.keyArgs(&st))
-	st.sql.WriteString(" AND " + rw.token + " <= " + tok)
+	st.write(" AND ", rw.token, " <= ", tok)
 	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
 	if err != nil {
 		return writeError("update", r.Table, err)
