@@ -45,13 +45,14 @@ type Report struct {
 	Unlogged   int // committed by a worker killed before it could log them
 	RefusedDB  int // writes the database refused (stale token)
 	RefusedCli int // writes refused before any I/O (lock known lost)
-	Aborted    int // jobs that failed otherwise (cancelled, connection lost)
+	Aborted    int // jobs that failed before their writes were made (cancelled, connection lost)
+	Unknown    int // commits that failed to answer: they may or may not have landed
 	Violations []string
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("grants %d, acknowledged writes %d, committed %d (unlogged after a crash %d), refused stale by the database %d, refused as lost by the client %d, aborted %d, violations %d",
-		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, len(r.Violations))
+	return fmt.Sprintf("grants %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, aborted %d, commit outcome unknown %d, violations %d",
+		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.Unknown, len(r.Violations))
 }
 
 // LoadHistory reads the database state the checker needs.
@@ -107,6 +108,7 @@ func Check(h History) Report {
 	acks := map[key]Event{}
 	ackCount := map[string]int{}
 	refused := map[key]Event{}
+	unknown := map[key]bool{} // commits whose outcome the worker could not know
 	for _, ev := range h.Events {
 		switch ev.Kind {
 		case "acquired":
@@ -132,6 +134,9 @@ func Check(h History) Report {
 			refused[key{ev.Account, ev.Token}] = ev
 		case "aborted":
 			r.Aborted++
+		case "unknown":
+			r.Unknown++
+			unknown[key{ev.Account, ev.Token}] = true
 		}
 	}
 	for k, ev := range acks {
@@ -168,14 +173,18 @@ func Check(h History) Report {
 		}
 	}
 
-	// Commits nobody logged: only a worker killed between commit and log leaves one.
+	// Commits nobody acknowledged: a commit whose reply the worker did not get (it
+	// logged "unknown"), or a worker killed between commit and log.
 	unlogged := map[string]int{}
 	unloggedIn := map[string]int{}
 	for k, l := range ledger {
-		if _, ok := acks[k]; !ok {
+		if _, ok := acks[k]; ok {
+			continue
+		}
+		unloggedIn[l.Account]++
+		r.Unlogged++
+		if !unknown[k] {
 			unlogged[l.Worker]++
-			unloggedIn[l.Account]++
-			r.Unlogged++
 		}
 	}
 	for w, n := range unlogged {

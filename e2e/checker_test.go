@@ -92,6 +92,16 @@ func TestCheck(t *testing.T) {
 			"",
 		},
 		{
+			"commit outcome unknown to the worker",
+			func(h *History) {
+				h.Events = h.Events[:len(h.Events)-2]
+				h.Events = append(h.Events, acq("w2", "a", 15), Event{Kind: "unknown", Worker: "w2", Account: "a", Token: 15, Value: 3})
+				h.Ledger = append(h.Ledger, led(4, "w2", "a", 15, 3))
+				h.Accounts["a"] = Row{3, []int64{10, 12, 15}}
+			},
+			"",
+		},
+		{
 			"counter disagrees with the row's writes",
 			func(h *History) { h.Accounts["b"] = Row{2, []int64{13}} },
 			"writes recorded in the row",

@@ -254,6 +254,13 @@ func (e *Env) Note(format string, args ...any) {
 	e.t.Logf("%6.2fs  %s", time.Since(e.start).Seconds(), msg)
 }
 
+// lastNote returns the time of the test's latest action.
+func (e *Env) lastNote() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.notes[len(e.notes)-1].Time
+}
+
 // Eventually polls cond until it holds. The bound only keeps a broken run from
 // hanging; it is generous and never a timing assertion.
 func (e *Env) Eventually(what string, cond func() bool) {
@@ -315,7 +322,12 @@ func (e *Env) dumpLogs() {
 	e.mu.Unlock()
 	for _, r := range rs {
 		var out strings.Builder
-		_ = e.pool.Client.Logs(dc.LogsOptions{Container: r.Container.ID, OutputStream: &out, ErrorStream: &out, Stdout: true, Stderr: true, Tail: "40"})
+		if err := e.pool.Client.Logs(dc.LogsOptions{Container: r.Container.ID, OutputStream: &out, ErrorStream: &out, Stdout: true, Stderr: true, Tail: "40"}); err != nil {
+			fmt.Fprintf(&out, "(logs: %v)", err)
+		}
+		if c, err := e.pool.Client.InspectContainer(r.Container.ID); err == nil {
+			fmt.Fprintf(&out, "(state: %s)", c.State.String())
+		}
 		e.t.Logf("--- %s (last 40 lines)\n%s", strings.TrimPrefix(r.Container.Name, "/"), out.String())
 	}
 }

@@ -41,7 +41,10 @@ func (ev Event) Describe() string {
 	case "commit":
 		return fmt.Sprintf("writes %s = %d with token %d: committed", ev.Account, ev.Value, ev.Token)
 	case "refused":
-		return fmt.Sprintf("writes %s with token %d: REFUSED (%s, seen %d)", ev.Account, ev.Token, ev.Reason, ev.Seen)
+		if ev.Reason == "stale" {
+			return fmt.Sprintf("writes %s with token %d: REFUSED by the database (token %d stored)", ev.Account, ev.Token, ev.Seen)
+		}
+		return fmt.Sprintf("writes %s with token %d: REFUSED by its client before any I/O (lock lost)", ev.Account, ev.Token)
 	case "lost":
 		return fmt.Sprintf("notices its lock on %s (token %d) is lost", ev.Account, ev.Token)
 	case "aborted":
@@ -153,6 +156,14 @@ func (w *Worker) WaitFor(kind string, n int) []Event {
 	var evs []Event
 	w.env.Eventually(fmt.Sprintf("%s to log %d %q events", w.ID, n, kind), func() bool {
 		evs = w.Find(kind)
+		if len(evs) >= n {
+			return true
+		}
+		if c, err := w.env.pool.Client.InspectContainer(w.res.Container.ID); err == nil && !c.State.Running {
+			if evs = w.Find(kind); len(evs) < n {
+				w.env.t.Fatalf("%s exited (%s) without logging %d %q events", w.ID, c.State.String(), n, kind)
+			}
+		}
 		return len(evs) >= n
 	})
 	return evs

@@ -1,0 +1,244 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"hash/fnv"
+	"io"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// event is one line of the worker's log. A "commit" line is an acknowledged write:
+// the transaction committed, so the database must hold it.
+type event struct {
+	Time    time.Time `json:"time"`
+	Worker  string    `json:"worker"`
+	Event   string    `json:"event"`
+	Account string    `json:"account,omitempty"`
+	Token   int64     `json:"token,omitempty"`
+	Value   int64     `json:"value,omitempty"`
+	Seen    int64     `json:"seen,omitempty"`
+	Reason  string    `json:"reason,omitempty"`
+	Error   string    `json:"error,omitempty"`
+}
+
+// eventLog writes events as JSON lines, one Write per line.
+type eventLog struct {
+	mu     sync.Mutex
+	w      io.Writer
+	worker string
+}
+
+func newLog(w io.Writer, worker string) *eventLog { return &eventLog{w: w, worker: worker} }
+
+func (l *eventLog) log(ev event) {
+	ev.Time, ev.Worker = time.Now().UTC(), l.worker
+	b, _ := json.Marshal(ev)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	_, _ = l.w.Write(append(b, '\n'))
+}
+
+type worker struct {
+	cfg config
+	log *eventLog
+	rng *rand.Rand
+}
+
+func newWorker(cfg config, log *eventLog) *worker {
+	h := fnv.New64a()
+	h.Write([]byte(cfg.id))
+	return &worker{cfg: cfg, log: log, rng: rand.New(rand.NewPCG(cfg.seed, h.Sum64()))}
+}
+
+// run does jobs until ctx ends (SIGTERM) or cfg.jobs are done.
+func (w *worker) run(ctx context.Context) error {
+	w.log.log(event{Event: "start", Reason: w.mode()})
+	defer w.log.log(event{Event: "stop"})
+	db, err := pgxpool.New(ctx, w.cfg.dsn)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	if err := waitDB(ctx, db); err != nil {
+		return err
+	}
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints:   w.cfg.etcd,
+		DialTimeout: 2 * time.Second,
+		// Notice a dead connection (a member killed, a network cut) within seconds.
+		DialKeepAliveTime:    time.Second,
+		DialKeepAliveTimeout: time.Second,
+		Logger:               zap.NewNop(),
+	})
+	if err != nil {
+		return err
+	}
+	defer etcd.Close()
+	var locks *lockclient.Client
+	defer func() {
+		if locks != nil {
+			locks.Close()
+		}
+	}()
+	for done := 0; w.cfg.jobs == 0 || done < w.cfg.jobs; {
+		if ctx.Err() != nil {
+			return nil
+		}
+		// A lost session grants no more locks: start a new one.
+		if locks == nil || isClosed(locks.Done()) {
+			if locks != nil {
+				locks.Close()
+			}
+			if locks, err = lockclient.New(etcd, lockclient.WithTTL(w.cfg.lease), lockclient.WithIdentity(w.cfg.id)); err != nil {
+				return err
+			}
+		}
+		account := w.cfg.accounts[w.rng.IntN(len(w.cfg.accounts))]
+		lock, err := locks.Acquire(ctx, account)
+		if err != nil {
+			if ctx.Err() == nil {
+				w.log.log(event{Event: "error", Account: account, Error: "acquire: " + err.Error()})
+				w.sleep(ctx, 200*time.Millisecond)
+			}
+			continue
+		}
+		done++
+		w.job(ctx, db, lock)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+		if err := lock.Release(rctx); err == nil {
+			w.log.log(event{Event: "released", Account: account, Token: int64(lock.Token())})
+		}
+		cancel()
+	}
+	return nil
+}
+
+func (w *worker) mode() string {
+	if w.cfg.noFence {
+		return "no-fence"
+	}
+	return "fenced, grant=" + w.cfg.grant
+}
+
+// job is one read-modify-write of an account's balance under lock.
+func (w *worker) job(ctx context.Context, db *pgxpool.Pool, lock *lockclient.Lock) {
+	account, token := lock.Resource(), int64(lock.Token())
+	w.log.log(event{Event: "acquired", Account: account, Token: token})
+
+	// The job's context ends with the lock (and with SIGTERM), as the library
+	// recommends; a "token" grant is a writer that cannot see its lock, so only the
+	// database can stop it.
+	var grant fence.Grant = lock
+	jobCtx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if w.cfg.grant == "lock" {
+		stop := context.AfterFunc(lock.Context(), cancel)
+		defer stop()
+	} else {
+		grant = fence.NewGrant(account, lock.Token())
+	}
+	watching := make(chan struct{})
+	defer close(watching)
+	go func() {
+		select {
+		case <-lock.Done():
+			if errors.Is(context.Cause(lock.Context()), fence.ErrLost) {
+				w.log.log(event{Event: "lost", Account: account, Token: token})
+			}
+		case <-watching:
+		}
+	}()
+
+	// Work that does not look at the lock: a stop-the-world pause here is the
+	// classic stale holder, which wakes and writes as if nothing happened.
+	w.sleep(ctx, w.draw(w.cfg.think))
+	if ctx.Err() != nil {
+		return
+	}
+
+	var value int64
+	wrote := false
+	fn := func(tx pgx.Tx) error {
+		var balance int64
+		var tokens []int64
+		if err := tx.QueryRow(jobCtx, `SELECT balance, tokens FROM billing_accounts WHERE account = $1`, account).Scan(&balance, &tokens); err != nil {
+			return err
+		}
+		w.log.log(event{Event: "read", Account: account, Token: token, Value: balance})
+		w.sleep(jobCtx, w.draw(w.cfg.job))
+		value = balance + 1
+		if _, err := tx.Exec(jobCtx, `UPDATE billing_accounts SET balance = $2, tokens = $3 WHERE account = $1`,
+			account, value, append(tokens, token)); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(jobCtx, `INSERT INTO billing_writes (account, token, worker, balance) VALUES ($1, $2, $3, $4)`,
+			account, token, w.cfg.id, value); err != nil {
+			return err
+		}
+		wrote = true
+		return nil
+	}
+	var err error
+	if w.cfg.noFence {
+		err = pgx.BeginFunc(jobCtx, db, fn)
+	} else {
+		err = fence.Exec(jobCtx, pgxfence.New(db), grant, fn)
+	}
+
+	var stale *fence.StaleError
+	switch {
+	case err == nil:
+		w.log.log(event{Event: "commit", Account: account, Token: token, Value: value})
+	case errors.As(err, &stale):
+		w.log.log(event{Event: "refused", Account: account, Token: token, Reason: "stale", Seen: int64(stale.Seen), Error: err.Error()})
+	case errors.Is(err, fence.ErrLost):
+		w.log.log(event{Event: "refused", Account: account, Token: token, Reason: "lost", Error: err.Error()})
+	case wrote:
+		// The writes were made and the commit failed: it may or may not have landed.
+		w.log.log(event{Event: "unknown", Account: account, Token: token, Value: value, Error: err.Error()})
+	default:
+		w.log.log(event{Event: "aborted", Account: account, Token: token, Error: err.Error()})
+	}
+}
+
+// draw picks a duration from s.
+func (w *worker) draw(s span) time.Duration {
+	if s.max <= s.min {
+		return s.min
+	}
+	return s.min + time.Duration(w.rng.Int64N(int64(s.max-s.min)))
+}
+
+// sleep waits d or until ctx ends.
+func (w *worker) sleep(ctx context.Context, d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+func isClosed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
+	}
+}
