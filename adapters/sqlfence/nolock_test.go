@@ -1,0 +1,430 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
+)
+
+// noLockConns caps each test pool, so the suite's 1,000 buyers queue in the pool
+// rather than exhaust the server's connection limit.
+const noLockConns = 8
+
+func noLockHarness(name string, db *sql.DB, d sqlfence.Dialect, store fencetest.NoLockStore[*sql.Tx]) fencetest.NoLockHarness[*sql.Tx] {
+	rw := func(q string) string {
+		if d == sqlfence.Postgres {
+			return dollars(q)
+		}
+		return q
+	}
+	return fencetest.NoLockHarness[*sql.Tx]{
+		Name:  name,
+		Store: store,
+		Exec: func(ctx context.Context, q string, args ...any) error {
+			_, err := db.ExecContext(ctx, rw(q), args...)
+			return err
+		},
+		QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
+			return scanInt(ctx, db, rw(q), args...)
+		},
+		TxExec: func(ctx context.Context, tx *sql.Tx, q string, args ...any) error {
+			_, err := tx.ExecContext(ctx, rw(q), args...)
+			return err
+		},
+	}
+}
+
+// ph writes a test statement's ? placeholders the backend's way.
+func ph(d sqlfence.Dialect, q string) string {
+	if d == sqlfence.Postgres {
+		return dollars(q)
+	}
+	return q
+}
+
+// nlExec and nlInt run a test statement written with ? placeholders on any backend.
+func nlExec(t testing.TB, db *sql.DB, d sqlfence.Dialect, q string, args ...any) {
+	t.Helper()
+	if d == sqlfence.Postgres {
+		q = dollars(q)
+	}
+	mustExec(t, db, q, args...)
+}
+
+func nlInt(t testing.TB, db *sql.DB, d sqlfence.Dialect, q string, args ...any) int64 {
+	t.Helper()
+	if d == sqlfence.Postgres {
+		q = dollars(q)
+	}
+	return queryInt(t, db, q, args...)
+}
+
+// ago is the dialect's expression for the database's clock minus secs seconds.
+func ago(d sqlfence.Dialect, secs int) string {
+	switch d {
+	case sqlfence.MySQL:
+		return fmt.Sprintf("CURRENT_TIMESTAMP(6) - INTERVAL %d SECOND", secs)
+	case sqlfence.Postgres:
+		return fmt.Sprintf("now() - interval '%d seconds'", secs)
+	}
+	return fmt.Sprintf("strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '%+d seconds')", -secs)
+}
+
+// TestNoLock runs the shared no-lock suite (flash sale, wallet, second neo, retried
+// payment, reused key, failing fn) on every backend with a pool of 8 connections;
+// on MariaDB also under READ COMMITTED, on PostgreSQL under REPEATABLE READ (where a
+// duplicate that waited meets a serialization failure and starts over), and with
+// expiring keys on all.
+func TestNoLock(t *testing.T) {
+	for _, b := range backends {
+		variants := []struct {
+			name string
+			opts []sqlfence.Option
+			ttl  time.Duration
+		}{
+			{name: "default"},
+			{name: "expiring keys", ttl: time.Hour},
+		}
+		switch b.d {
+		case sqlfence.MySQL:
+			variants = append(variants, struct {
+				name string
+				opts []sqlfence.Option
+				ttl  time.Duration
+			}{"read committed", []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, 0})
+		case sqlfence.Postgres:
+			variants = append(variants, struct {
+				name string
+				opts []sqlfence.Option
+				ttl  time.Duration
+			}{"repeatable read", []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelRepeatableRead})}, 0})
+		}
+		for _, v := range variants {
+			t.Run(b.name+"/"+v.name, func(t *testing.T) {
+				db, _ := b.open(t)
+				db.SetMaxOpenConns(noLockConns)
+				s, err := sqlfence.NewWithOptions(db, b.d, v.opts...)
+				if err != nil {
+					t.Fatal(err)
+				}
+				var store fencetest.NoLockStore[*sql.Tx] = s
+				if v.ttl > 0 {
+					keys, err := s.ExpiringKeys(v.ttl)
+					if err != nil {
+						t.Fatal(err)
+					}
+					store = struct {
+						fence.Guard
+						*sqlfence.ExpiringKeys
+					}{s, keys}
+				}
+				fencetest.RunNoLock(t, noLockHarness(b.name+" "+v.name, db, b.d, store))
+			})
+		}
+	}
+}
+
+func TestStore_Insert_constraintNamed(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		mustExec(t, db, "CREATE TABLE "+quote(d, "user`s\"")+" (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL)")
+		mustExec(t, db, "CREATE UNIQUE INDEX users_name ON "+quote(d, "user`s\"")+" (name)")
+		ctx := t.Context()
+		if err := s.Insert(ctx, "user`s\"", fence.C("id", 1), fence.C("name", "neo")); err != nil {
+			t.Fatal(err)
+		}
+		want := "users_name"
+		if d == sqlfence.SQLite {
+			want = "user`s\".name" // SQLite names the columns, not the index
+		}
+		var de *fence.DuplicateError
+		err := s.Insert(ctx, "user`s\"", fence.C("id", 2), fence.C("name", "neo"))
+		if !errors.As(err, &de) || de.Constraint != want || de.Table != "user`s\"" {
+			t.Fatalf("second neo = %v (%+v), want a *fence.DuplicateError on %s", err, de, want)
+		}
+		for _, cols := range [][]fence.Col{
+			{fence.C("id", 3), fence.C("ID", 4)},
+			{},
+		} {
+			if err := s.Insert(ctx, "user`s\"", cols...); !errors.Is(err, fence.ErrInvalidArgument) {
+				t.Errorf("Insert(%v) = %v, want ErrInvalidArgument", cols, err)
+			}
+		}
+		if err := s.Insert(ctx, "a.b.c", fence.C("id", 5)); !errors.Is(err, fence.ErrInvalidIdentifier) {
+			t.Errorf("Insert into a.b.c = %v, want ErrInvalidIdentifier", err)
+		}
+	})
+}
+
+func TestStore_Decrement_quoting(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		tbl := "st`o\"ck; --"
+		mustExec(t, db, "CREATE TABLE "+quote(d, tbl)+" ("+quote(d, "sku id")+" VARCHAR(20) PRIMARY KEY, "+quote(d, "left?")+" BIGINT NOT NULL)")
+		mustExec(t, db, "INSERT INTO "+quote(d, tbl)+" VALUES ('a', 5)")
+		c := fence.Counter{Table: tbl, Key: []fence.Col{fence.C("sku id", "a")}, Column: "left?"}
+		if left, err := s.Decrement(t.Context(), c, 2); err != nil || left != 3 {
+			t.Fatalf("Decrement = %d, %v; want 3", left, err)
+		}
+		bad := []struct {
+			name string
+			c    fence.Counter
+			want error
+		}{
+			{"column is a key column", fence.Counter{Table: tbl, Key: c.Key, Column: "SKU ID"}, fence.ErrInvalidArgument},
+			{"key named twice", fence.Counter{Table: tbl, Key: append(c.Key, fence.C("sku id", "b")), Column: "left?"}, fence.ErrInvalidArgument},
+			{"NUL in column", fence.Counter{Table: tbl, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
+		}
+		for _, tt := range bad {
+			if _, err := s.Decrement(t.Context(), tt.c, 1); !errors.Is(err, tt.want) {
+				t.Errorf("%s: Decrement = %v, want %v", tt.name, err, tt.want)
+			}
+		}
+		if got := queryInt(t, db, "SELECT "+quote(d, "left?")+" FROM "+quote(d, tbl)); got != 3 {
+			t.Fatalf("left = %d after refused calls, want 3", got)
+		}
+	})
+}
+
+// TestStore_Once_firstRollsBack: a duplicate that waits for the first call and then
+// finds it rolled back runs fn itself.
+func TestStore_Once_firstRollsBack(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		ctx := t.Context()
+		mustExec(t, db, "CREATE TABLE charges (id VARCHAR(20) PRIMARY KEY)")
+		inFn, fail := make(chan struct{}), make(chan struct{})
+		declined := errors.New("card declined")
+		first := make(chan error, 1)
+		go func() {
+			_, err := s.Once(ctx, "pay-1", "amount=50", func(tx *sql.Tx) ([]byte, error) {
+				if _, err := tx.ExecContext(ctx, ph(d, "INSERT INTO charges (id) VALUES (?)"), "first"); err != nil {
+					return nil, err
+				}
+				close(inFn)
+				<-fail
+				return nil, declined
+			})
+			first <- err
+		}()
+		<-inFn
+		second := make(chan error, 1)
+		var r fence.Result
+		go func() {
+			var err error
+			r, err = s.Once(ctx, "pay-1", "amount=50", func(tx *sql.Tx) ([]byte, error) {
+				_, err := tx.ExecContext(ctx, ph(d, "INSERT INTO charges (id) VALUES (?)"), "second")
+				return []byte("receipt-2"), err
+			})
+			second <- err
+		}()
+		waitForKeyWait(t, db, d)
+		close(fail)
+		if err := <-first; !errors.Is(err, declined) {
+			t.Fatalf("first call = %v, want its fn's error", err)
+		}
+		if err := <-second; err != nil || r.Replayed || string(r.Value) != "receipt-2" {
+			t.Fatalf("second call = %+v, %v; want its own fresh run", r, err)
+		}
+		if n := queryInt(t, db, "SELECT COUNT(*) FROM charges WHERE id = 'second'"); n != 1 {
+			t.Fatalf("%d charges by the second call, want 1", n)
+		}
+	})
+}
+
+// waitForKeyWait returns once another session waits on a lock: the duplicate's
+// claim waiting on the first call's uncommitted key. SQLite shows no waiters (the
+// duplicate sleeps in its busy handler), so there it returns at once and the test
+// may also run its second call after the first rolled back; the outcome must be the
+// same.
+func waitForKeyWait(t *testing.T, db *sql.DB, d sqlfence.Dialect) {
+	t.Helper()
+	var q string
+	switch d {
+	case sqlfence.MySQL:
+		// INNODB_TRX is a cache refreshed on its own schedule and may miss the wait;
+		// the process list shows the claim while it runs, and it runs only while it
+		// waits (the first call's claim finished before its fn began).
+		q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO idempotency_keys%'"
+	case sqlfence.Postgres:
+		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+	default:
+		return
+	}
+	for queryInt(t, db, q) == 0 {
+		select {
+		case <-t.Context().Done():
+			t.Fatal("no session ever waited on the key")
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+func TestExpiringKeys_Once(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		ctx := t.Context()
+		keys, err := s.ExpiringKeys(time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if keys.TTL() != time.Hour {
+			t.Fatalf("TTL() = %v", keys.TTL())
+		}
+		var runs atomic.Int64
+		work := func(*sql.Tx) ([]byte, error) { return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil }
+		if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || r.Replayed {
+			t.Fatalf("first call = %+v, %v", r, err)
+		}
+		// Stored an hour ahead by the database's clock, give or take a minute.
+		if n := nlInt(t, db, d, "SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'k1' AND expires_at > "+ago(d, -59*60)+" AND expires_at < "+ago(d, -61*60)); n != 1 {
+			t.Fatal("expires_at is not an hour after the insert")
+		}
+		if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || !r.Replayed || string(r.Value) != "run-1" {
+			t.Fatalf("replay = %+v, %v; want run-1 replayed", r, err)
+		}
+		// Expired: it counts as absent, even for another request.
+		mustExec(t, db, "UPDATE idempotency_keys SET expires_at = "+ago(d, 1)+" WHERE idem_key = 'k1'")
+		if r, err := fence.Once(ctx, keys, "k1", "other request", work); err != nil || r.Replayed || string(r.Value) != "run-2" {
+			t.Fatalf("call after expiry = %+v, %v; want a fresh run-2", r, err)
+		}
+		if _, err := fence.Once(ctx, keys, "k1", "fp", work); !errors.Is(err, fence.ErrKeyReused) {
+			t.Fatalf("the old request after replacement = %v; want ErrKeyReused", err)
+		}
+		// Store.Once stores no expiry.
+		if _, err := s.Once(ctx, "k2", "fp", work); err != nil {
+			t.Fatal(err)
+		}
+		if n := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'k2' AND expires_at IS NULL"); n != 1 {
+			t.Fatal("Store.Once stored an expiry")
+		}
+		for _, ttl := range []time.Duration{0, -time.Second, time.Nanosecond} {
+			if _, err := s.ExpiringKeys(ttl); !errors.Is(err, fence.ErrInvalidArgument) {
+				t.Errorf("ExpiringKeys(%v) = %v, want ErrInvalidArgument", ttl, err)
+			}
+		}
+	})
+}
+
+// TestExpiringKeys_concurrentReplace: 20 concurrent calls on one expired key run fn
+// once between them, and all get that run's result.
+func TestExpiringKeys_concurrentReplace(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		db.SetMaxOpenConns(noLockConns)
+		keys, err := s.ExpiringKeys(time.Hour)
+		if err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, db, "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES ('k', 'old', "+ago(s.Dialect(), 3600)+")")
+		var (
+			runs    atomic.Int64
+			mu      sync.Mutex
+			results = map[string]int{}
+			fresh   int
+			wg      sync.WaitGroup
+		)
+		release := make(chan struct{})
+		for range 20 {
+			wg.Go(func() {
+				<-release
+				r, err := fence.Once(t.Context(), keys, "k", "new", func(*sql.Tx) ([]byte, error) {
+					return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("Once: %v", err)
+					return
+				}
+				results[string(r.Value)]++
+				if !r.Replayed {
+					fresh++
+				}
+			})
+		}
+		close(release)
+		wg.Wait()
+		if runs.Load() != 1 || fresh != 1 || results["run-1"] != 20 {
+			t.Fatalf("fn ran %d times, %d fresh results, results %v; want 1, 1 and run-1 for all 20", runs.Load(), fresh, results)
+		}
+	})
+}
+
+func TestStore_PurgeExpiredKeys(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		tx, err := db.BeginTx(t.Context(), nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for batch := range 5 {
+			vals := make([]string, 500)
+			for i := range vals {
+				vals[i] = fmt.Sprintf("('old-%d-%d', 'fp', %s)", batch, i, ago(d, 60))
+			}
+			if _, err := tx.ExecContext(t.Context(), "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES "+strings.Join(vals, ", ")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := tx.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		mustExec(t, db, "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES ('live', 'fp', "+ago(d, -3600)+"), ('forever', 'fp', NULL)")
+		n, err := s.PurgeExpiredKeys(t.Context())
+		if err != nil || n != 2500 {
+			t.Fatalf("PurgeExpiredKeys = %d, %v; want 2500", n, err)
+		}
+		if left := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys"); left != 2 {
+			t.Fatalf("%d keys left, want the live and the everlasting one", left)
+		}
+		if n, err := s.PurgeExpiredKeys(t.Context()); err != nil || n != 0 {
+			t.Fatalf("second purge = %d, %v; want 0", n, err)
+		}
+	})
+}
+
+func TestStore_Once_badInput(t *testing.T) {
+	db, _ := sqliteDB(t)
+	s := sqlfence.New(db, sqlfence.SQLite)
+	ok := func(*sql.Tx) ([]byte, error) { return nil, nil }
+	tests := []struct {
+		name, key, fp string
+		fn            func(*sql.Tx) ([]byte, error)
+		want          error
+	}{
+		{"empty key", "", "fp", ok, fence.ErrInvalidArgument},
+		{"long key", strings.Repeat("k", fence.MaxKeyLen+1), "fp", ok, fence.ErrInvalidArgument},
+		{"key not UTF-8", "k\xff", "fp", ok, fence.ErrInvalidArgument},
+		{"NUL in key", "k\x00", "fp", ok, fence.ErrInvalidArgument},
+		{"long fingerprint", "k", strings.Repeat("f", 256), ok, fence.ErrInvalidArgument},
+		{"nil fn", "k", "fp", nil, fence.ErrInvalidArgument},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := s.Once(t.Context(), tt.key, tt.fp, tt.fn); !errors.Is(err, tt.want) {
+				t.Fatalf("Once = %v, want %v", err, tt.want)
+			}
+		})
+	}
+	if _, err := sqlfence.New(db, sqlfence.Dialect(0)).Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrUnknownDialect) {
+		t.Fatalf("Once on an unknown dialect = %v", err)
+	}
+	if n := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys"); n != 0 {
+		t.Fatalf("%d keys stored by refused calls", n)
+	}
+	// Without the migrations: ErrSchema names the fix.
+	mustExec(t, db, "DROP TABLE idempotency_keys")
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrSchema) {
+		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
+	}
+}
