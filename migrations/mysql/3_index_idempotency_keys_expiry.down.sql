@@ -1,0 +1,1 @@
+DROP INDEX idempotency_keys_expires_at ON idempotency_keys
