@@ -118,17 +118,25 @@ func (s *Server) start() error {
 		}
 		return s.connect(u, 30*time.Second)
 	}
-	u, err := s.launch()
-	if err != nil {
+	var err error
+	// The free port is picked before postgres binds it; another process can take
+	// it in between, so a server that exits during startup is tried again.
+	for range 3 {
+		var u *url.URL
+		if u, err = s.launch(); err == nil {
+			if err = s.connect(u, 2*time.Minute); err == nil {
+				return nil
+			}
+		}
 		s.stop()
-		return err
+		if !errors.Is(err, errExited) {
+			break
+		}
 	}
-	if err := s.connect(u, 2*time.Minute); err != nil {
-		s.stop()
-		return err
-	}
-	return nil
+	return err
 }
+
+var errExited = errors.New("postgres exited during startup")
 
 // connect opens the admin connection, retrying while a server just launched starts.
 func (s *Server) connect(u *url.URL, wait time.Duration) error {
@@ -144,7 +152,7 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 		if s.exited != nil {
 			select {
 			case <-s.exited:
-				return fmt.Errorf("postgres exited during startup: %s", readTail(filepath.Join(s.dir, "postgres.log")))
+				return fmt.Errorf("%w: %s", errExited, readTail(filepath.Join(s.dir, "postgres.log")))
 			default:
 			}
 		}
@@ -251,7 +259,7 @@ func (s *Server) stop() error {
 			<-s.exited
 			err = errors.New("pgtest: postgres did not stop within 30s; killed")
 		}
-		s.proc = nil
+		s.proc, s.exited = nil, nil
 	}
 	if s.dir != "" {
 		os.RemoveAll(s.dir)
