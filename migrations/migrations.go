@@ -112,7 +112,8 @@ func FS(d Dialect) (fs.FS, error) {
 // between two migrations when it ends; a statement already sent runs to its end.
 //
 // Up borrows one connection of db for its whole run (golang-migrate's lock is tied to
-// a connection) and never closes db. It returns ErrInvalidArgument for a nil db,
+// a connection) and never closes db. An in-memory SQLite database is a separate
+// database per connection: give it a *sql.DB limited to one (SetMaxOpenConns(1)). It returns ErrInvalidArgument for a nil db,
 // ErrUnknownDialect, ErrDirty when an earlier run failed half way, ctx's error, or the
 // wrapped error of golang-migrate or the database.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
