@@ -90,6 +90,7 @@ func BuildImages(pool *dockertest.Pool, repoRoot string, out io.Writer) (Images,
 		}
 		fmt.Fprintf(out, "e2e: image %-8s %s (%.1fs)\n", s.name, ref, time.Since(start).Seconds())
 		*s.dst = ref
+		pruneOld(pool, ref, out)
 	}
 	return im, nil
 }
@@ -115,6 +116,25 @@ func hashOf(parts ...[]byte) string {
 		h.Write(p)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16]
+}
+
+// pruneOld removes the other tags of ref's repository: images of inputs that have
+// changed since. One still used by a container stays.
+func pruneOld(pool *dockertest.Pool, ref string, out io.Writer) {
+	repo, _, _ := strings.Cut(ref, ":")
+	imgs, err := pool.Client.ListImages(dc.ListImagesOptions{Filters: map[string][]string{"reference": {repo}}})
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		for _, tag := range img.RepoTags {
+			if tag != ref && strings.HasPrefix(tag, repo+":") {
+				if pool.Client.RemoveImage(tag) == nil {
+					fmt.Fprintf(out, "e2e: removed outdated image %s\n", tag)
+				}
+			}
+		}
+	}
 }
 
 func imageExists(pool *dockertest.Pool, ref string) bool {
