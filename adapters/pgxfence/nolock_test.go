@@ -281,6 +281,44 @@ func TestExpiringKeys_concurrentReplace(t *testing.T) {
 	}
 }
 
+// TestStore_Once_results: results of any bytes, empty and nil come back from a replay
+// as they were stored, on a pool (read with the rollback, hex-encoded) and on a
+// single connection.
+func TestStore_Once_results(t *testing.T) {
+	pool := newPool(t)
+	conn, err := pool.Acquire(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Release()
+	stores := map[string]*pgxfence.Store{"pool": pgxfence.New(pool), "conn": pgxfence.New(conn.Conn())}
+	for name, s := range stores {
+		for i, want := range [][]byte{{0, 0xff, '\\', '\'', 'x'}, {}, nil} {
+			key := fmt.Sprintf("%s-%d", name, i)
+			if _, err := s.Once(t.Context(), key, "fp", func(pgx.Tx) ([]byte, error) { return want, nil }); err != nil {
+				t.Fatal(err)
+			}
+			r, err := s.Once(t.Context(), key, "fp", func(pgx.Tx) ([]byte, error) { return nil, errors.New("ran again") })
+			if err != nil || !r.Replayed || string(r.Value) != string(want) || (want == nil) != (r.Value == nil) {
+				t.Errorf("%s: replay of %q = %+v, %v", name, want, r, err)
+			}
+		}
+	}
+	// Keys and fingerprints with quotes and backslashes travel as literals with BEGIN.
+	s := pgxfence.New(pool)
+	for _, key := range []string{`it's`, `back\slash`, `E'x'`, "naïve ✓"} {
+		if _, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return []byte(key), nil }); err != nil {
+			t.Fatalf("Once(%q): %v", key, err)
+		}
+		if r, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return nil, nil }); err != nil || !r.Replayed || string(r.Value) != key {
+			t.Fatalf("replay of %q = %+v, %v", key, r, err)
+		}
+		if _, err := s.Once(t.Context(), key, key+"'", func(pgx.Tx) ([]byte, error) { return nil, nil }); !errors.Is(err, fence.ErrKeyReused) {
+			t.Fatalf("Once(%q) with another fingerprint = %v", key, err)
+		}
+	}
+}
+
 func TestStore_PurgeExpiredKeys(t *testing.T) {
 	pool := newPool(t)
 	s := pgxfence.New(pool)
@@ -326,6 +364,11 @@ func TestStore_Once_badInput(t *testing.T) {
 	if n := mustInt(t, pool, "SELECT count(*) FROM idempotency_keys"); n != 0 {
 		t.Fatalf("%d keys stored by refused calls", n)
 	}
+	// Without migration 5: ErrSchema names the fix.
+	mustExec(t, pool, "DROP FUNCTION claim_idempotency_key")
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, pgxfence.ErrSchema) {
+		t.Fatalf("Once without claim_idempotency_key = %v, want ErrSchema", err)
+	}
 }
 
 // TestStore_Once_callerTx: on a Store over the caller's transaction, Once is a
@@ -350,6 +393,10 @@ func TestStore_Once_callerTx(t *testing.T) {
 	}
 	if r, err := s.Once(ctx, "k", "fp", func(tx pgx.Tx) ([]byte, error) { return []byte("ok"), nil }); err != nil || r.Replayed {
 		t.Fatalf("Once = %+v, %v", r, err)
+	}
+	// Inside the same transaction the key is stored: a replay, from a savepoint.
+	if r, err := s.Once(ctx, "k", "fp", func(tx pgx.Tx) ([]byte, error) { return nil, boom }); err != nil || !r.Replayed || string(r.Value) != "ok" {
+		t.Fatalf("replay inside the caller's transaction = %+v, %v", r, err)
 	}
 	if err := tx.Commit(ctx); err != nil {
 		t.Fatal(err)

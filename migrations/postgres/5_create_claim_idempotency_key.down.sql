@@ -1,0 +1,1 @@
+DROP FUNCTION IF EXISTS claim_idempotency_key(VARCHAR, VARCHAR, BIGINT);
