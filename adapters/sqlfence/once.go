@@ -114,16 +114,17 @@ func (d Dialect) ttlArg(ttl time.Duration) any {
 // In one transaction (the Store's isolation level, see WithTxOptions) it first
 // inserts the key with its fingerprint, then runs fn, then stores fn's result on the
 // key row and commits: fn's writes and the key commit or roll back together. A
-// concurrent call with the same key waits for the first one: on InnoDB its insert
-// waits on the uncommitted key's lock, on SQLite its BEGIN IMMEDIATE waits for the
-// write lock. It then replays the stored result, or, if the first rolled back, runs
-// fn itself. A key already stored costs the insert that finds it, a read and a
-// rollback; fn does not run.
+// concurrent call with the same key waits for the first one: on InnoDB and
+// PostgreSQL its insert waits on the uncommitted key, on SQLite its BEGIN IMMEDIATE
+// waits for the write lock. It then replays the stored result, or, if the first
+// rolled back, runs fn itself. A key already stored costs the insert that finds it,
+// a read and a rollback; fn does not run.
 //
-// A deadlock or lock wait timeout (MySQL 1213, 1205) or a busy SQLite met before fn
-// runs starts the call over in a new transaction, up to 10 times within ctx; InnoDB
-// reports such a deadlock when a key's first holder rolls back while several
-// duplicates wait on it.
+// A deadlock or lock wait timeout (MySQL 1213, 1205; PostgreSQL 40P01, 55P03), a
+// serialization failure (PostgreSQL 40001: under REPEATABLE READ a duplicate that
+// waited gets one) or a busy SQLite met before fn runs starts the call over in a new
+// transaction, up to 10 times within ctx; InnoDB reports such a deadlock when a key's
+// first holder rolls back while several duplicates wait on it.
 //
 // Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
 // ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
