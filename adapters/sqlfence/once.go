@@ -289,10 +289,10 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 	}
 
 	var (
-		mine          bool
-		expired       int64 // 1: the stored key has expired
-		storedFP      string
-		stored        []byte
+		mine     bool
+		expired  int64 // 1: the stored key has expired
+		storedFP string
+		stored   []byte
 	)
 	for try := 1; ; try++ {
 		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
