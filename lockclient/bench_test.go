@@ -25,8 +25,8 @@ import (
 //
 //	go test -run '^$' -bench BenchmarkLockclient -benchtime 1x ./lockclient/
 const (
-	benchRounds  = 4
-	benchSlice   = 2 * time.Second // per variant per round
+	benchRounds  = 8
+	benchSlice   = time.Second // per variant per round
 	benchWorkers = 64
 	benchRate    = 1000 // jobs/s of the fixed-rate phase
 	benchTries   = 500  // contended try-acquires per variant per round
@@ -91,10 +91,11 @@ func (p mutexPairer) try(ctx context.Context, name string) error {
 
 // result accumulates one variant's pairs over the rounds.
 type result struct {
-	errors  atomic.Int64 // pairs that failed (etcd timed out under load); not counted as pairs
-	pairs   int
-	elapsed time.Duration
-	lat     []time.Duration
+	errors    atomic.Int64 // pairs that failed (etcd timed out under load); not counted as pairs
+	elections uint64       // raft elections while this variant ran
+	pairs     int
+	elapsed   time.Duration
+	lat       []time.Duration
 }
 
 func (r *result) rate() float64 { return float64(r.pairs) / r.elapsed.Seconds() }
@@ -201,13 +202,22 @@ func runTry(b *testing.B, p pairer, cli *clientv3.Client, name string) (revision
 }
 
 // alternate runs f then g in even rounds and g then f in odd ones, so that
-// neither always runs right after the other's garbage.
-func alternate(round int, f, g func()) {
-	if round%2 == 1 {
-		f, g = g, f
+// neither always runs right after the other's garbage. It counts the raft
+// elections (a starved member misses heartbeats on a loaded machine) during
+// each, because an election stalls whatever runs then.
+func alternate(cl *locktest.Cluster, round int, f, g func(), rf, rg *result) {
+	run := func(h func(), r *result) {
+		t0 := cl.Term()
+		h()
+		r.elections += cl.Term() - t0
 	}
-	f()
-	g()
+	if round%2 == 1 {
+		run(g, rg)
+		run(f, rf)
+		return
+	}
+	run(f, rf)
+	run(g, rg)
 }
 
 func BenchmarkLockclient(b *testing.B) {
@@ -223,11 +233,9 @@ func BenchmarkLockclient(b *testing.B) {
 	}
 	lc := lcPairer{c: newLC(), other: newLC()}
 	mx := mutexPairer{s: newSession(), other: newSession()}
-	// Warm up both: sessions granted, connections open.
+	// Warm up both (sessions granted, connections and stacks grown); discarded.
 	for _, p := range []pairer{lc, mx} {
-		if _, err := p.pair(b.Context(), "warmup"); err != nil {
-			b.Fatal(err)
-		}
+		runMax(b, p, "warmup", benchSlice/2, &result{})
 	}
 
 	// The contended phase's holders, taken once: a sub-benchmark may run again.
@@ -242,13 +250,15 @@ func BenchmarkLockclient(b *testing.B) {
 		b.Run("uncontended_max", func(b *testing.B) {
 			var l, m result
 			for i := range benchRounds {
-				alternate(i, func() { runMax(b, lc, "lc", benchSlice, &l) }, func() { runMax(b, mx, "mx", benchSlice, &m) })
+				alternate(cl, i, func() { runMax(b, lc, "lc", benchSlice, &l) }, func() { runMax(b, mx, "mx", benchSlice, &m) }, &l, &m)
 			}
 			b.ReportMetric(l.rate(), "lockclient-pairs/s")
 			b.ReportMetric(m.rate(), "mutex-pairs/s")
 			b.ReportMetric(l.rate()/m.rate(), "x-mutex-throughput")
 			b.ReportMetric(float64(l.errors.Load()), "lockclient-errors")
 			b.ReportMetric(float64(m.errors.Load()), "mutex-errors")
+			b.ReportMetric(float64(l.elections), "lockclient-elections")
+			b.ReportMetric(float64(m.elections), "mutex-elections")
 			b.ReportMetric(l.pct(0.5), "lockclient-p50-ms")
 			b.ReportMetric(l.pct(0.99), "lockclient-p99-ms")
 			b.ReportMetric(m.pct(0.5), "mutex-p50-ms")
@@ -257,7 +267,7 @@ func BenchmarkLockclient(b *testing.B) {
 		b.Run("uncontended_1000_per_s", func(b *testing.B) {
 			var l, m result
 			for i := range benchRounds {
-				alternate(i, func() { runRate(b, lc, "lc", benchSlice, &l) }, func() { runRate(b, mx, "mx", benchSlice, &m) })
+				alternate(cl, i, func() { runRate(b, lc, "lc", benchSlice, &l) }, func() { runRate(b, mx, "mx", benchSlice, &m) }, &l, &m)
 			}
 			b.ReportMetric(l.rate(), "lockclient-pairs/s")
 			b.ReportMetric(m.rate(), "mutex-pairs/s")
@@ -268,6 +278,8 @@ func BenchmarkLockclient(b *testing.B) {
 			b.ReportMetric(l.pct(0.99)/m.pct(0.99), "x-mutex-p99")
 			b.ReportMetric(float64(l.errors.Load()), "lockclient-errors")
 			b.ReportMetric(float64(m.errors.Load()), "mutex-errors")
+			b.ReportMetric(float64(l.elections), "lockclient-elections")
+			b.ReportMetric(float64(m.elections), "mutex-elections")
 		})
 		b.Run("contended_try", func(b *testing.B) {
 			probe := cl.Client(b)

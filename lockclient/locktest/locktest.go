@@ -293,6 +293,20 @@ func (c *Cluster) Restart(i int) {
 	}
 }
 
+// Term returns the highest raft term among the running members: it rises with
+// every election, so a test or benchmark can tell whether one happened.
+func (c *Cluster) Term() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var term uint64
+	for _, m := range c.members {
+		if m.etcd != nil {
+			term = max(term, m.etcd.Server.Term())
+		}
+	}
+	return term
+}
+
 // Running reports whether member i runs.
 func (c *Cluster) Running(i int) bool {
 	c.mu.Lock()
