@@ -197,8 +197,10 @@ func TestStore_Decrement_quoting(t *testing.T) {
 	})
 }
 
-// TestStore_Once_firstRollsBack: a duplicate that waits for the first call and then
-// finds it rolled back runs fn itself.
+// TestStore_Once_firstRollsBack: duplicates that wait for the first call and then
+// find it rolled back: one of them runs fn, the others replay its result. With
+// several waiters InnoDB deadlocks all but one of them (each holds a shared lock on
+// the key and wants the exclusive one); Once starts those over.
 func TestStore_Once_firstRollsBack(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		d := s.Dialect()
@@ -219,42 +221,67 @@ func TestStore_Once_firstRollsBack(t *testing.T) {
 			first <- err
 		}()
 		<-inFn
-		second := make(chan error, 1)
-		var r fence.Result
-		go func() {
-			var err error
-			r, err = s.Once(ctx, "pay-1", "amount=50", func(tx *sql.Tx) ([]byte, error) {
-				_, err := tx.ExecContext(ctx, ph(d, "INSERT INTO charges (id) VALUES (?)"), "second")
-				return []byte("receipt-2"), err
+		const waiters = 5
+		var (
+			runs    atomic.Int64
+			mu      sync.Mutex
+			results []fence.Result
+			wg      sync.WaitGroup
+		)
+		for range waiters {
+			wg.Go(func() {
+				r, err := s.Once(ctx, "pay-1", "amount=50", func(tx *sql.Tx) ([]byte, error) {
+					n := runs.Add(1)
+					_, err := tx.ExecContext(ctx, ph(d, "INSERT INTO charges (id) VALUES (?)"), fmt.Sprintf("run-%d", n))
+					return fmt.Appendf(nil, "receipt-%d", n), err
+				})
+				mu.Lock()
+				defer mu.Unlock()
+				if err != nil {
+					t.Errorf("waiting call: %v", err)
+					return
+				}
+				results = append(results, r)
 			})
-			second <- err
-		}()
-		waitForKeyWait(t, db, d)
+		}
+		waitForKeyWait(t, db, d, waiters)
 		close(fail)
 		if err := <-first; !errors.Is(err, declined) {
 			t.Fatalf("first call = %v, want its fn's error", err)
 		}
-		if err := <-second; err != nil || r.Replayed || string(r.Value) != "receipt-2" {
-			t.Fatalf("second call = %+v, %v; want its own fresh run", r, err)
+		wg.Wait()
+		if t.Failed() {
+			return
 		}
-		if n := queryInt(t, db, "SELECT COUNT(*) FROM charges WHERE id = 'second'"); n != 1 {
-			t.Fatalf("%d charges by the second call, want 1", n)
+		fresh := 0
+		for _, r := range results {
+			if !r.Replayed {
+				fresh++
+			}
+			if string(r.Value) != "receipt-1" {
+				t.Errorf("result %q, want receipt-1", r.Value)
+			}
+		}
+		if runs.Load() != 1 || fresh != 1 {
+			t.Fatalf("fn ran %d times, %d fresh results; want 1 and 1", runs.Load(), fresh)
+		}
+		if n := queryInt(t, db, "SELECT COUNT(*) FROM charges"); n != 1 {
+			t.Fatalf("%d charges, want 1", n)
 		}
 	})
 }
 
-// waitForKeyWait returns once another session waits on a lock: the duplicate's
-// claim waiting on the first call's uncommitted key. SQLite shows no waiters (the
-// duplicate sleeps in its busy handler), so there it returns at once and the test
-// may also run its second call after the first rolled back; the outcome must be the
-// same.
-func waitForKeyWait(t *testing.T, db *sql.DB, d sqlfence.Dialect) {
+// waitForKeyWait returns once n other sessions wait on a lock: the duplicates'
+// claims waiting on the first call's uncommitted key. SQLite shows no waiters (they
+// sleep in their busy handlers), so there it returns at once and some calls may
+// start only after the first rolled back; the outcome must be the same.
+func waitForKeyWait(t *testing.T, db *sql.DB, d sqlfence.Dialect, n int64) {
 	t.Helper()
 	var q string
 	switch d {
 	case sqlfence.MySQL:
 		// INNODB_TRX is a cache refreshed on its own schedule and may miss the wait;
-		// the process list shows the claim while it runs, and it runs only while it
+		// the process list shows a claim while it runs, and it runs only while it
 		// waits (the first call's claim finished before its fn began).
 		q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO idempotency_keys%'"
 	case sqlfence.Postgres:
@@ -262,10 +289,10 @@ func waitForKeyWait(t *testing.T, db *sql.DB, d sqlfence.Dialect) {
 	default:
 		return
 	}
-	for queryInt(t, db, q) == 0 {
+	for queryInt(t, db, q) < n {
 		select {
 		case <-t.Context().Done():
-			t.Fatal("no session ever waited on the key")
+			t.Fatalf("fewer than %d sessions ever waited on the key", n)
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
