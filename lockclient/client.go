@@ -28,14 +28,15 @@ const (
 // other as locks of different Clients do (a Client is not reentrant: a second
 // Acquire of a name it holds waits for the first to be released).
 type Client struct {
-	cli      *clientv3.Client
-	ttl      time.Duration
-	interval time.Duration
-	prefix   string
-	id       string
-	host     string
-	pid      int
-	seq      atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
+	cli         *clientv3.Client
+	ttl         time.Duration
+	interval    time.Duration
+	prefix      string
+	id          string
+	host        string
+	pid         int
+	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
+	valuePrefix []byte        // see valuePrefix
 
 	grantSem chan struct{} // one session grant at a time
 	stop     chan struct{} // closed by Close
@@ -88,6 +89,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		rand.Read(b[:])
 		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, hex.EncodeToString(b[:]))
 	}
+	c.valuePrefix = valuePrefix(c.host, c.pid, c.id)
 	return c, nil
 }
 

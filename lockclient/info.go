@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -33,9 +34,28 @@ type holderValue struct {
 	Seq        uint64    `json:"seq"`
 }
 
+// encode returns the value of one acquire attempt: holderValue's JSON, built from
+// the client's fixed fields (marshalled once, in New) and the attempt's time and
+// sequence number, without reflection on the hot path.
 func (c *Client) encode(at time.Time) []byte {
-	b, _ := json.Marshal(holderValue{Host: c.host, PID: c.pid, ClientID: c.id, AcquiredAt: at.UTC(), Seq: c.seq.Add(1)})
-	return b
+	b := make([]byte, 0, len(c.valuePrefix)+64)
+	b = append(b, c.valuePrefix...)
+	b = append(b, `,"acquired_at":"`...)
+	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
+	b = append(b, `","seq":`...)
+	b = strconv.AppendUint(b, c.seq.Add(1), 10)
+	return append(b, '}')
+}
+
+// valuePrefix is the opening of every value this client writes: holderValue's
+// fixed fields as JSON, without the closing brace.
+func valuePrefix(host string, pid int, id string) []byte {
+	b, _ := json.Marshal(struct {
+		Host     string `json:"host"`
+		PID      int    `json:"pid"`
+		ClientID string `json:"client_id"`
+	}{host, pid, id})
+	return b[:len(b)-1]
 }
 
 // decodeInfo reads a lock key. A value this package did not write leaves the

@@ -298,3 +298,14 @@ func TestClient_manyLocks_noGoroutinePerLock(t *testing.T) {
 		t.Fatalf("List = %d locks, %v; want %d", len(list), err, n+1)
 	}
 }
+
+func TestClient_identityRoundTrip(t *testing.T) {
+	srv := locktest.Start(t)
+	id := `billing "eu" 1\ ü`
+	c := newClient(t, srv.Client(t), lockclient.WithIdentity(id))
+	l := mustAcquire(t, c, "job")
+	info, err := c.Holder(t.Context(), "job")
+	if err != nil || info.ClientID != id || info.Token != l.Token() || c.ID() != id {
+		t.Fatalf("Holder = %+v, %v; want client ID %q", info, err, id)
+	}
+}
