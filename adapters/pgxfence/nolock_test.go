@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -128,8 +129,8 @@ func TestStore_Insert_duplicate(t *testing.T) {
 	}
 }
 
-// TestStore_Once_firstRollsBack: a duplicate that waits on the first call's key and
-// then finds it rolled back runs fn itself.
+// TestStore_Once_firstRollsBack: duplicates that wait on the first call's key and
+// then find it rolled back: one of them runs fn, the others replay its result.
 func TestStore_Once_firstRollsBack(t *testing.T) {
 	pool := newPool(t)
 	s := pgxfence.New(pool)
@@ -151,36 +152,57 @@ func TestStore_Once_firstRollsBack(t *testing.T) {
 		first <- err
 	}()
 	<-inFn
-	second := make(chan error, 1)
-	var r fence.Result
-	go func() {
-		var err error
-		r, err = s.Once(ctx, key, "amount=50", func(tx pgx.Tx) ([]byte, error) {
-			_, err := tx.Exec(ctx, "INSERT INTO charges (idem_key) VALUES ($1)", key)
-			return []byte("receipt-2"), err
+	// Five duplicates wait on the first call's key (the pool has 8 connections).
+	const waiters = 5
+	var (
+		runs    atomic.Int64
+		results = make(chan fence.Result, waiters)
+		wg      sync.WaitGroup
+	)
+	for range waiters {
+		wg.Go(func() {
+			r, err := s.Once(ctx, key, "amount=50", func(tx pgx.Tx) ([]byte, error) {
+				n := runs.Add(1)
+				_, err := tx.Exec(ctx, "INSERT INTO charges (idem_key) VALUES ($1)", key)
+				return fmt.Appendf(nil, "receipt-%d", n), err
+			})
+			if err != nil {
+				t.Errorf("waiting call: %v", err)
+				return
+			}
+			results <- r
 		})
-		second <- err
-	}()
-	waitForLockWait(t, pool)
+	}
+	waitForLockWait(t, pool, waiters)
 	close(fail)
 	if err := <-first; !errors.Is(err, declined) {
 		t.Fatalf("first call = %v, want its fn's error", err)
 	}
-	if err := <-second; err != nil || r.Replayed || string(r.Value) != "receipt-2" {
-		t.Fatalf("second call = %+v, %v; want its own fresh run", r, err)
+	wg.Wait()
+	close(results)
+	fresh := 0
+	for r := range results {
+		if !r.Replayed {
+			fresh++
+		}
+		if string(r.Value) != "receipt-1" {
+			t.Errorf("result %q, want receipt-1", r.Value)
+		}
+	}
+	if runs.Load() != 1 || fresh != 1 {
+		t.Fatalf("fn ran %d times, %d fresh results; want 1 and 1", runs.Load(), fresh)
 	}
 	if n := mustInt(t, pool, "SELECT count(*) FROM charges"); n != 1 {
 		t.Fatalf("%d charges, want 1", n)
 	}
 }
 
-// waitForLockWait returns once another session of this database waits on a lock
-// (the duplicate's insert waiting on the first call's uncommitted key).
-func waitForLockWait(t *testing.T, pool *pgxpool.Pool) {
+// waitForLockWait returns once n other sessions of this database wait on a lock
+// (the duplicates' claims waiting on the first call's uncommitted key).
+func waitForLockWait(t *testing.T, pool *pgxpool.Pool, n int64) {
 	t.Helper()
 	for {
-		n := mustInt(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'")
-		if n > 0 {
+		if mustInt(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'") >= n {
 			return
 		}
 		select {
