@@ -24,7 +24,7 @@ func TestCutOffWorker(t *testing.T) {
 		t.Run("grant="+tt.grant, func(t *testing.T) {
 			e := NewEnv(t)
 			e.Setup("account-42")
-			w1 := e.StartWorker("w1", "-accounts", "account-42", "-jobs", "1", "-think", "12s", "-job", "100ms", "-grant", tt.grant)
+			w1 := e.StartWorker("w1", "-accounts", "account-42", "-jobs", "1", "-think", "15s", "-job", "100ms", "-grant", tt.grant)
 			t1 := w1.WaitFor("acquired", 1)[0].Token
 			w2 := e.StartWorker("w2", "-accounts", "account-42", "-jobs", "1", "-job", "100ms")
 			w2.WaitFor("start", 1)
