@@ -67,6 +67,9 @@ type Store struct {
 	db       DB
 	beginSQL string // "BEGIN ISOLATION LEVEL ...", without the fence
 	nested   bool   // db is not a pool or connection: savepoints inside it
+	// pipelined: BEGIN and the raise travel with fn's first statement
+	// (WithPipelinedFence).
+	pipelined bool
 }
 
 var (
@@ -221,6 +224,9 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 	if conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
+	}
+	if s.pipelined {
+		return s.fencedPipelined(ctx, conn, g, fn)
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).

@@ -1,0 +1,329 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// raiseSQL raises the fence inside a pgx batch (extended protocol: the statement is
+// prepared once per connection by pgx's statement cache).
+const raiseSQL = "SELECT fence_raise($1, $2)"
+
+// WithPipelinedFence makes Fenced on a pool or connection send BEGIN and the fence
+// raise together with fn's first statement, in one round trip: a fenced transaction
+// with one write then takes two round trips (this one and COMMIT) where pgx.BeginFunc
+// takes three. The price: fn starts before the fence is known to hold. Its first
+// statement is gated on the fence (PostgreSQL never runs it when the raise is refused),
+// but whatever fn does outside the database before that statement runs even for a
+// stale grant, and a stale transaction is not held back by a newer one that has not
+// sent its first statement yet (the stale one then commits first: tokens still only
+// rise in commit order). See Fenced. It is refused with ErrInvalidOption on a Store
+// whose fenced transactions are savepoints of a caller's pgx.Tx.
+func WithPipelinedFence() Option {
+	return func(s *Store) error {
+		if s.nested {
+			return fmt.Errorf("%w: pipelined fence on a %T: fenced transactions there are savepoints of the caller's transaction", ErrInvalidOption, s.db)
+		}
+		s.pipelined = true
+		return nil
+	}
+}
+
+// fencedPipelined is Fenced with WithPipelinedFence: fn gets a lazyTx, which begins
+// the transaction with fn's first statement.
+func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
+	defer func() {
+		if p := recover(); p != nil {
+			t.rollback(ctx)
+			panic(p)
+		}
+		if err != nil {
+			t.rollback(ctx)
+		}
+	}()
+	if err := fn(t); err != nil {
+		if t.refused != nil && !errors.Is(err, t.refused) {
+			// fn swallowed the refusal and failed otherwise: keep both.
+			return errors.Join(t.refused, err)
+		}
+		return err
+	}
+	if t.refused != nil {
+		// fn swallowed the refusal: its first statement never ran, and nothing commits.
+		return t.refused
+	}
+	if t.tx == nil {
+		// fn sent nothing: the fence is raised all the same, so that the stored token
+		// moves up to the grant's.
+		if err := t.begin(ctx); err != nil {
+			return err
+		}
+	}
+	if err := t.tx.Commit(ctx); err != nil {
+		return refusal(ctx, g, err, conn)
+	}
+	return nil
+}
+
+// lazyTx is the pgx.Tx that a pipelined Fenced hands fn. Its transaction begins with
+// fn's first Exec, Query or QueryRow: one pgx batch carries BEGIN, the fence raise and
+// that statement, and the raise's result is read before the statement's. Any other
+// first call begins the transaction (BEGIN and the raise in one round trip) and then
+// delegates. A refusal is remembered: every later call returns it, and Fenced rolls
+// back and returns it even if fn swallowed it.
+type lazyTx struct {
+	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
+	s       *Store
+	conn    *pgx.Conn
+	g       fence.Grant
+	tx      pgx.Tx // nil until the transaction is begun
+	refused error  // the fence's refusal, or a failure to begin
+}
+
+var _ pgx.Tx = (*lazyTx)(nil)
+
+// batch returns a batch that begins the transaction and raises the fence.
+func (t *lazyTx) batch() *pgx.Batch {
+	b := &pgx.Batch{}
+	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
+	b.Queue(raiseSQL, t.g.Resource(), int64(t.g.Token()))
+	return b
+}
+
+// begin begins the transaction and raises the fence in one round trip, without a
+// statement of fn's.
+func (t *lazyTx) begin(ctx context.Context) error {
+	br := t.conn.SendBatch(ctx, t.batch())
+	t.tx = br.Tx()
+	_, err := br.Exec()
+	if err == nil {
+		var stored int64
+		err = br.QueryRow().Scan(&stored)
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return t.refuse(ctx, err)
+	}
+	return nil
+}
+
+// ensure begins the transaction unless it has begun; it returns the remembered
+// refusal, if any.
+func (t *lazyTx) ensure(ctx context.Context) error {
+	if t.refused != nil {
+		return t.refused
+	}
+	if t.tx == nil {
+		return t.begin(ctx)
+	}
+	return nil
+}
+
+// sendFirst sends BEGIN, the fence raise and fn's first statement in one batch and
+// reads the results of BEGIN and the raise. It returns the batch results positioned at
+// fn's statement, or nil results when the batch could not be sent (then the
+// transaction has been begun on its own, and the caller runs the statement in it).
+//
+// A refused raise aborts the transaction before PostgreSQL reaches fn's statement: in
+// the extended protocol every message after an error is skipped up to the batch's one
+// Sync, and in the simple protocol (QueryExecModeSimpleProtocol) the rest of the
+// query string is dropped. Either way, had the statement run, it would have run in
+// the aborted transaction and failed with "current transaction is aborted".
+func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := t.batch()
+	b.Queue(sql, args...)
+	br := t.conn.SendBatch(ctx, b)
+	t.tx = br.Tx()
+	if _, err := br.Exec(); err != nil { // BEGIN
+		_ = br.Close()
+		if !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'I' {
+			// Nothing began: pgx refused the batch before sending it (fn's statement
+			// cannot be prepared or its arguments encoded). Begin on its own, so that
+			// fn's statement fails inside the transaction as it would unpipelined.
+			t.tx = nil
+			return nil, t.begin(ctx)
+		}
+		return nil, t.refuse(ctx, err)
+	}
+	var stored int64
+	if err := br.QueryRow().Scan(&stored); err != nil {
+		_ = br.Close()
+		return nil, t.refuse(ctx, err)
+	}
+	return br, nil
+}
+
+// refuse rolls back after a failed begin or raise, remembers the refusal and returns it.
+func (t *lazyTx) refuse(ctx context.Context, err error) error {
+	var lookup querier
+	if t.tx != nil {
+		if rbErr := t.tx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
+			t.refused = errors.Join(refusal(ctx, t.g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
+			return t.refused
+		}
+	}
+	if !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'I' {
+		lookup = t.conn
+	}
+	t.refused = refusal(ctx, t.g, err, lookup)
+	return t.refused
+}
+
+// rollback ends the transaction if it is open; after a commit or a refusal it does
+// nothing.
+func (t *lazyTx) rollback(ctx context.Context) {
+	if t.tx != nil {
+		_ = t.tx.Rollback(ctx) // ErrTxClosed once ended
+	}
+}
+
+// pipelinable reports whether fn's statement can go into a batch: pgx batches take a
+// QueryRewriter (pgx.NamedArgs) as first argument, but not a QueryExecMode or
+// result-format option.
+func pipelinable(args []any) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+// Exec runs sql in the transaction; as the first statement of fn, in the same round
+// trip as BEGIN and the fence raise. A refused raise returns the *fence.StaleError.
+func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.refused != nil {
+		return pgconn.CommandTag{}, t.refused
+	}
+	if t.tx == nil && pipelinable(args) {
+		br, err := t.sendFirst(ctx, sql, args)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		if br != nil {
+			tag, err := br.Exec()
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return tag, err
+		}
+	}
+	if err := t.ensure(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	return t.tx.Exec(ctx, sql, args...)
+}
+
+// Query runs sql in the transaction; as the first statement of fn, in the same round
+// trip as BEGIN and the fence raise. A refused raise is returned as the error and by
+// the rows' Err.
+func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.refused != nil {
+		return &failedRows{err: t.refused, conn: t.conn}, t.refused
+	}
+	if t.tx == nil && pipelinable(args) {
+		br, err := t.sendFirst(ctx, sql, args)
+		if err != nil {
+			return &failedRows{err: err, conn: t.conn}, err
+		}
+		if br != nil {
+			rows, err := br.Query()
+			if err != nil {
+				_ = br.Close()
+				return rows, err
+			}
+			return &batchRows{Rows: rows, br: br}, nil
+		}
+	}
+	if err := t.ensure(ctx); err != nil {
+		return &failedRows{err: err, conn: t.conn}, err
+	}
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow is Query for one row; errors, a refusal among them, are returned by Scan.
+func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.tx != nil && t.refused == nil {
+		return t.tx.QueryRow(ctx, sql, args...)
+	}
+	rows, _ := t.Query(ctx, sql, args...)
+	return firstRow{rows}
+}
+
+// Begin starts a savepoint in the transaction, beginning it first.
+func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Begin(ctx)
+}
+
+// Commit commits the transaction, beginning it first (a fenced empty transaction).
+// Fenced commits by itself; a Commit by fn makes Fenced's fail with pgx.ErrTxClosed.
+func (t *lazyTx) Commit(ctx context.Context) error {
+	if err := t.ensure(ctx); err != nil {
+		return err
+	}
+	return t.tx.Commit(ctx)
+}
+
+// Rollback rolls the transaction back, beginning it first so that it behaves as a
+// begun transaction does (Fenced's commit then fails with pgx.ErrTxClosed).
+func (t *lazyTx) Rollback(ctx context.Context) error {
+	if err := t.ensure(ctx); err != nil {
+		return err
+	}
+	return t.tx.Rollback(ctx)
+}
+
+// CopyFrom copies rows into the transaction, beginning it first.
+func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return t.tx.CopyFrom(ctx, table, columns, src)
+}
+
+// SendBatch sends b in the transaction, beginning it first.
+func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.ensure(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return t.tx.SendBatch(ctx, b)
+}
+
+// Prepare prepares a statement on the transaction's connection, beginning the
+// transaction first.
+func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Prepare(ctx, name, sql)
+}
+
+// LargeObjects begins the transaction (under Fenced's context) and returns its
+// large objects. After a refusal the transaction is closed and every large-object
+// call fails.
+func (t *lazyTx) LargeObjects() pgx.LargeObjects {
+	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
+	return t.tx.LargeObjects()
+}
+
+// Conn begins the transaction (under Fenced's context) and returns its connection.
+// After a refusal the connection is no longer in a transaction: do not write
+// through it (Fenced returns the refusal whatever fn does).
+func (t *lazyTx) Conn() *pgx.Conn {
+	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
+	return t.conn
+}

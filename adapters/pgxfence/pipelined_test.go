@@ -1,0 +1,206 @@
+package pgxfence_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+func pipelinedStore(t testing.TB, db pgxfence.DB, opts ...pgxfence.Option) *pgxfence.Store {
+	t.Helper()
+	s, err := pgxfence.NewWithOptions(db, append(opts, pgxfence.WithPipelinedFence())...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// firstStatements are the ways fn's first statement can reach the database. Each
+// writes the invoice and draws from the sequence probe, whose nextval is not undone by
+// a rollback: a probe still unused proves that the statement never ran.
+var firstStatements = []struct {
+	name string
+	run  func(ctx context.Context, tx pgx.Tx, total int64) error
+}{
+	{"Exec", func(ctx context.Context, tx pgx.Tx, total int64) error {
+		_, err := tx.Exec(ctx, "UPDATE invoices SET total = $1, written_by = nextval('probe') WHERE account = 42", total)
+		return err
+	}},
+	{"Query", func(ctx context.Context, tx pgx.Tx, total int64) error {
+		rows, err := tx.Query(ctx, "UPDATE invoices SET total = $1, written_by = nextval('probe') WHERE account = 42 RETURNING total", total)
+		if err != nil {
+			if rows == nil || !errors.Is(rows.Err(), err) {
+				return errors.New("Query's error is not the rows' Err")
+			}
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+		}
+		return rows.Err()
+	}},
+	{"QueryRow", func(ctx context.Context, tx pgx.Tx, total int64) error {
+		var got int64
+		return tx.QueryRow(ctx, "UPDATE invoices SET total = $1, written_by = nextval('probe') WHERE account = 42 RETURNING total", total).Scan(&got)
+	}},
+}
+
+// TestStore_Fenced_pipelinedStaleFirstStatement sends a stale transaction's first
+// statement in the same round trip as the refused fence raise, in every query
+// execution mode pgx has: the statement never runs, fn gets the *fence.StaleError
+// from the statement itself, and nothing is written.
+func TestStore_Fenced_pipelinedStaleFirstStatement(t *testing.T) {
+	base := newPool(t)
+	invoicesTable(t, base)
+	mustExec(t, base, "CREATE SEQUENCE probe")
+	modes := []pgx.QueryExecMode{
+		pgx.QueryExecModeCacheStatement, pgx.QueryExecModeCacheDescribe, pgx.QueryExecModeDescribeExec,
+		pgx.QueryExecModeExec, pgx.QueryExecModeSimpleProtocol,
+	}
+	for _, mode := range modes {
+		cfg := base.Config()
+		cfg.ConnConfig.DefaultQueryExecMode = mode
+		pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		s := pipelinedStore(t, pool)
+		for _, st := range firstStatements {
+			t.Run(mode.String()+"/"+st.name, func(t *testing.T) {
+				ctx := t.Context()
+				res := "stale/" + mode.String() + "/" + st.name
+				if err := invoice(s, res, 34, 340); err != nil {
+					t.Fatalf("token 34: %v", err)
+				}
+				mustExec(t, pool, "SELECT setval('probe', 1, false)") // unused again
+				var fromStatement error
+				err := s.Fenced(ctx, fence.NewGrant(res, 33), func(tx pgx.Tx) error {
+					fromStatement = st.run(ctx, tx, 999)
+					return fromStatement
+				})
+				wantStale(t, fromStatement, 33, 34)
+				wantStale(t, err, 33, 34)
+				if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 340 {
+					t.Fatalf("total = %d after the stale write, want 340", got)
+				}
+				if mustInt(t, pool, "SELECT count(*) FROM probe WHERE is_called") != 0 {
+					t.Fatal("the stale first statement ran (it drew from the probe sequence)")
+				}
+				if got := stored(t, pool, res); got != 34 {
+					t.Fatalf("stored token = %d, want 34", got)
+				}
+			})
+		}
+	}
+}
+
+// TestStore_Fenced_pipelinedSwallowedRefusal: fn ignores the refusal of its first
+// statement, tries more statements and returns nil. Fenced still rolls back and
+// returns the *fence.StaleError; nothing is written.
+func TestStore_Fenced_pipelinedSwallowedRefusal(t *testing.T) {
+	pool := newPool(t)
+	invoicesTable(t, pool)
+	s := pipelinedStore(t, pool)
+	ctx := t.Context()
+	if err := invoice(s, "r", 10, 100); err != nil {
+		t.Fatal(err)
+	}
+	var later []error
+	err := s.Fenced(ctx, fence.NewGrant("r", 9), func(tx pgx.Tx) error {
+		_, _ = tx.Exec(ctx, "UPDATE invoices SET total = 9 WHERE account = 42")
+		_, err := tx.Exec(ctx, "INSERT INTO invoices (account, total) VALUES (9, 9)")
+		later = append(later, err)
+		var n int64
+		later = append(later, tx.QueryRow(ctx, "SELECT count(*) FROM invoices").Scan(&n))
+		_, err = tx.Query(ctx, "SELECT 1")
+		later = append(later, err)
+		later = append(later, tx.SendBatch(ctx, &pgx.Batch{}).Close())
+		later = append(later, tx.Commit(ctx))
+		return nil
+	})
+	wantStale(t, err, 9, 10)
+	for _, err := range later {
+		wantStale(t, err, 9, 10)
+	}
+	if got := mustInt(t, pool, "SELECT count(*) FROM invoices"); got != 1 {
+		t.Fatalf("%d invoices, want 1: a statement after the refusal was written", got)
+	}
+	if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 100 {
+		t.Fatalf("total = %d, want 100", got)
+	}
+	if got := stored(t, pool, "r"); got != 10 {
+		t.Fatalf("stored token = %d, want 10", got)
+	}
+}
+
+// TestStore_Fenced_pipelinedNoStatements: a fenced transaction whose fn sends nothing
+// still raises the stored token, and is still refused when stale.
+func TestStore_Fenced_pipelinedNoStatements(t *testing.T) {
+	pool := newPool(t)
+	s := pipelinedStore(t, pool)
+	ctx := t.Context()
+	nothing := func(pgx.Tx) error { return nil }
+	if err := s.Fenced(ctx, fence.NewGrant("r", 7), nothing); err != nil {
+		t.Fatal(err)
+	}
+	if got := stored(t, pool, "r"); got != 7 {
+		t.Fatalf("stored token = %d after an empty fenced transaction, want 7", got)
+	}
+	wantStale(t, s.Fenced(ctx, fence.NewGrant("r", 6), nothing), 6, 7)
+	if got := stored(t, pool, "r"); got != 7 {
+		t.Fatalf("stored token = %d, want 7", got)
+	}
+}
+
+// TestStore_Fenced_pipelinedVariants runs the timeline (33, 34, then 33 late) through
+// each DB that can begin a transaction, and checks that a caller's pgx.Tx is refused
+// the option.
+func TestStore_Fenced_pipelinedVariants(t *testing.T) {
+	pool := newPool(t)
+	invoicesTable(t, pool)
+	ctx := t.Context()
+	pc, err := pool.Acquire(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pc.Release()
+	conn, err := pgx.ConnectConfig(ctx, pool.Config().ConnConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	for name, db := range map[string]pgxfence.DB{"pool": pool, "pgxpool.Conn": pc, "pgx.Conn": conn} {
+		t.Run(name, func(t *testing.T) {
+			s := pipelinedStore(t, db)
+			res := "timeline/" + name
+			if err := invoice(s, res, 33, 100); err != nil {
+				t.Fatalf("token 33: %v", err)
+			}
+			if err := invoice(s, res, 34, 200); err != nil {
+				t.Fatalf("token 34: %v", err)
+			}
+			wantStale(t, invoice(s, res, 33, 999), 33, 34)
+			if got := mustInt(t, db, "SELECT total FROM invoices WHERE account = 42"); got != 200 {
+				t.Fatalf("total = %d, want 200", got)
+			}
+			if got := stored(t, pool, res); got != 34 {
+				t.Fatalf("stored token = %d, want 34", got)
+			}
+		})
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	if s, err := pgxfence.NewWithOptions(tx, pgxfence.WithPipelinedFence()); !errors.Is(err, pgxfence.ErrInvalidOption) || s != nil {
+		t.Fatalf("NewWithOptions(tx, WithPipelinedFence()) = %v, %v; want ErrInvalidOption", s, err)
+	}
+}
