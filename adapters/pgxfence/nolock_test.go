@@ -304,8 +304,7 @@ func TestExpiringKeys_concurrentReplace(t *testing.T) {
 }
 
 // TestStore_Once_results: results of any bytes, empty and nil come back from a replay
-// as they were stored, on a pool (read with the rollback, hex-encoded) and on a
-// single connection.
+// as they were stored, on a pool and on a single connection.
 func TestStore_Once_results(t *testing.T) {
 	pool := newPool(t)
 	conn, err := pool.Acquire(t.Context())
@@ -326,7 +325,7 @@ func TestStore_Once_results(t *testing.T) {
 			}
 		}
 	}
-	// Keys and fingerprints with quotes and backslashes travel as literals with BEGIN.
+	// Keys and fingerprints with quotes and backslashes are parameters like any value.
 	s := pgxfence.New(pool)
 	for _, key := range []string{`it's`, `back\slash`, `E'x'`, "naïve ✓"} {
 		if _, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return []byte(key), nil }); err != nil {
@@ -386,10 +385,10 @@ func TestStore_Once_badInput(t *testing.T) {
 	if n := mustInt(t, pool, "SELECT count(*) FROM idempotency_keys"); n != 0 {
 		t.Fatalf("%d keys stored by refused calls", n)
 	}
-	// Without migration 5: ErrSchema names the fix.
-	mustExec(t, pool, "DROP FUNCTION claim_idempotency_key")
+	// Without the migrations: ErrSchema names the fix.
+	mustExec(t, pool, "DROP TABLE idempotency_keys")
 	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, pgxfence.ErrSchema) {
-		t.Fatalf("Once without claim_idempotency_key = %v, want ErrSchema", err)
+		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
 }
 

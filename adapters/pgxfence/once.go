@@ -2,11 +2,9 @@ package pgxfence
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strconv"
 	"time"
 	"unicode/utf8"
 
@@ -33,19 +31,29 @@ const (
 	codeDeadlock = "40P01"
 )
 
-// The idempotency-key statements. claim_idempotency_key (migration 5) inserts the
-// key, replacing an expired one, or refuses with FG002 when it is stored; a
-// concurrent holder of the uncommitted key makes it wait for that transaction's end.
+// claimSQL inserts the key, or, when it is already there, returns it. If the insert
+// had to wait for a concurrent transaction holding the same key, which then
+// committed, neither part returns a row: the SELECT ran on the statement's snapshot,
+// taken before the wait. readKeySQL, a new statement, then sees the committed row
+// (READ COMMITTED; the stricter levels raise 40001 instead, and Once starts over).
+// Arguments: key, fingerprint, TTL in microseconds or NULL (never expires).
 const (
-	codeKeyStored = "FG002"
-	readKeySQL    = `SELECT fingerprint, result FROM idempotency_keys WHERE idem_key = $1`
+	claimSQL = `WITH ins AS (
+	INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at)
+	VALUES ($1, $2, now() + $3::bigint * interval '1 microsecond')
+	ON CONFLICT (idem_key) DO NOTHING
+	RETURNING 1
+)
+SELECT true, NULL::varchar, NULL::bytea, false FROM ins
+UNION ALL
+SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
+	FROM idempotency_keys WHERE idem_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
+	readKeySQL    = `SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false) FROM idempotency_keys WHERE idem_key = $1`
+	dropKeySQL    = `DELETE FROM idempotency_keys WHERE idem_key = $1 AND expires_at <= now()`
 	storeKeySQL   = `UPDATE idempotency_keys SET result = $2 WHERE idem_key = $1`
 	purgeKeysSQL  = `DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
+	maxClaimTries = 3 // claim, drop an expired key, claim again (and once more for a race)
 )
-
-// errKeyVanished: the key that refused the claim was gone when read (purged in
-// between); Once starts over.
-var errKeyVanished = errors.New("pgxfence: the stored idempotency key vanished before it was read")
 
 // Once runs fn at most once per idempotency key (see fence.Once for the contract);
 // the key never expires. ExpiringKeys gives keys that do.
@@ -54,10 +62,11 @@ var errKeyVanished = errors.New("pgxfence: the stored idempotency key vanished b
 // then stores fn's result on the key row and commits: fn's writes and the key
 // commit or roll back together. A concurrent call with the same key waits on the
 // first one's uncommitted key (PostgreSQL's unique-index wait) and then replays the
-// stored result, or, if the first rolled back, runs fn itself. On a pool or
-// connection the insert travels with BEGIN, in one round trip; a key already stored
-// costs that round trip, a rollback and the read of the stored result, and fn does
-// not run. The migrations must include claim_idempotency_key (migration 5).
+// stored result, or, if the first rolled back, runs fn itself. A key already stored
+// is answered by one statement and a rollback; fn does not run. (Sending the key's
+// insert with BEGIN, as Fenced sends the fence raise, would need it to fail when the
+// key is stored: measured, that made fresh keys 4% faster and replays 28% slower, with
+// an error in the server's log per replay. See BENCHMARKS.md, "no-lock path".)
 //
 // The transaction uses the Store's isolation level (WithTxOptions). Under
 // REPEATABLE READ and SERIALIZABLE a duplicate that waited gets a serialization
@@ -152,8 +161,7 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 	wait := time.Millisecond
 	for attempt := 1; ; attempt++ {
 		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
-		if err == nil || ran || attempt == maxOnceAttempts || !retryable(err) ||
-			(s.nested && !errors.Is(err, errKeyVanished)) {
+		if err == nil || ran || s.nested || attempt == maxOnceAttempts || !retryable(err) {
 			return r, err
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait))
@@ -195,153 +203,98 @@ func containsNUL(s string) bool {
 
 // onceAttempt is one transaction of Once. ran reports whether fn was called: after
 // that Once never starts over, since fn may have done more than write.
-func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (fence.Result, bool, error) {
-	switch db := s.db.(type) {
-	case *pgxpool.Pool:
-		c, err := db.Acquire(ctx)
-		if err != nil {
-			return fence.Result{}, false, fmt.Errorf("pgxfence: once: acquire a connection: %w", err)
-		}
-		defer c.Release()
-		return s.onceConn(ctx, c.Conn(), key, fingerprint, micros, fn)
-	case *pgxpool.Conn:
-		return s.onceConn(ctx, db.Conn(), key, fingerprint, micros, fn)
-	case *pgx.Conn:
-		return s.onceConn(ctx, db, key, fingerprint, micros, fn)
-	}
-	return s.onceNested(ctx, key, fingerprint, micros, fn)
-}
-
-// onceConn claims the key in the same simple-protocol message as BEGIN (no
-// parameters there: the key and fingerprint go as escape-string literals, which
-// checkKey has made safe: UTF-8 without NUL bytes).
-func (s *Store) onceConn(ctx context.Context, conn *pgx.Conn, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (fence.Result, bool, error) {
-	ttl := "NULL"
-	if micros != nil {
-		ttl = strconv.FormatInt(*micros, 10)
-	}
-	begin := s.beginSQL + "; SELECT claim_idempotency_key(" + literal(key) + ", " + literal(fingerprint) + ", " + ttl + ")"
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	if err != nil {
-		// A refused claim leaves the transaction open and aborted; pgx hands back no
-		// Tx, so end it here (a broken connection is closed by pgx instead). A stored
-		// key is read in the same round trip as the rollback.
-		if isCode(err, codeKeyStored) && !conn.IsClosed() && conn.PgConn().TxStatus() == 'E' {
-			return replayAfterRollback(ctx, conn, key, fingerprint)
-		}
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
-				return fence.Result{}, false, errors.Join(keyError("once: claim key", err), fmt.Errorf("pgxfence: rollback: %w", rbErr))
-			}
-		}
-		if isCode(err, codeKeyStored) {
-			return replay(ctx, conn, key, fingerprint)
-		}
-		return fence.Result{}, false, keyError("once: claim key", err)
-	}
-	return runOnce(ctx, tx, key, fn)
-}
-
-// onceNested claims the key in a savepoint of the caller's transaction.
-func (s *Store) onceNested(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (fence.Result, bool, error) {
-	tx, err := s.db.Begin(ctx)
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (r fence.Result, ran bool, err error) {
+	tx, err := s.beginOnce(ctx)
 	if err != nil {
 		return fence.Result{}, false, keyError("once: begin", err)
 	}
-	if _, err := tx.Exec(ctx, "SELECT claim_idempotency_key($1, $2, $3)", key, fingerprint, micros); err != nil {
-		if rbErr := tx.Rollback(ctx); rbErr != nil {
-			return fence.Result{}, false, errors.Join(keyError("once: claim key", err), fmt.Errorf("pgxfence: rollback: %w", rbErr))
-		}
-		if isCode(err, codeKeyStored) {
-			return replay(ctx, s.db, key, fingerprint)
-		}
-		return fence.Result{}, false, keyError("once: claim key", err)
-	}
-	return runOnce(ctx, tx, key, fn)
-}
-
-// replay reads the stored key that refused the claim: its result, or ErrKeyReused
-// for another request's fingerprint.
-func replay(ctx context.Context, q querier, key, fingerprint string) (fence.Result, bool, error) {
-	var (
-		storedFP string
-		stored   []byte
-	)
-	err := q.QueryRow(ctx, readKeySQL, key).Scan(&storedFP, &stored)
-	switch {
-	case errors.Is(err, pgx.ErrNoRows):
-		return fence.Result{}, false, errKeyVanished
-	case err != nil:
-		return fence.Result{}, false, keyError("once: read key", err)
-	case storedFP != fingerprint:
-		return fence.Result{}, false, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key)
-	}
-	return fence.Result{Value: stored, Replayed: true}, false, nil
-}
-
-// replayAfterRollback ends the refused transaction and reads the stored key in one
-// simple-protocol message (the key as an escape-string literal, as in the claim);
-// the result comes back hex-encoded, whatever the server's bytea_output.
-func replayAfterRollback(ctx context.Context, conn *pgx.Conn, key, fingerprint string) (fence.Result, bool, error) {
-	results, err := conn.PgConn().Exec(ctx, "ROLLBACK; SELECT fingerprint, encode(result, 'hex') FROM idempotency_keys WHERE idem_key = "+literal(key)).ReadAll()
-	if err != nil {
-		return fence.Result{}, false, keyError("once: read key", err)
-	}
-	if len(results) != 2 {
-		return fence.Result{}, false, fmt.Errorf("pgxfence: once: read key: %d results, want 2", len(results))
-	}
-	rows := results[1].Rows
-	switch {
-	case len(rows) == 0:
-		return fence.Result{}, false, errKeyVanished
-	case string(rows[0][0]) != fingerprint:
-		return fence.Result{}, false, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key)
-	}
-	var stored []byte
-	if rows[0][1] != nil {
-		if stored, err = hex.DecodeString(string(rows[0][1])); err != nil {
-			return fence.Result{}, false, fmt.Errorf("pgxfence: once: read key: %w", err)
-		}
-	}
-	return fence.Result{Value: stored, Replayed: true}, false, nil
-}
-
-// runOnce runs fn in tx, whose claim holds the key, stores the result and commits;
-// it rolls back on an error or a panic from fn.
-func runOnce(ctx context.Context, tx pgx.Tx, key string, fn func(pgx.Tx) ([]byte, error)) (r fence.Result, ran bool, err error) {
 	done := false
 	defer func() {
 		if !done {
 			_ = tx.Rollback(ctx) // fn panicked; the panic goes on
 		}
 	}()
+	end := func(r fence.Result, ran bool, err error) (fence.Result, bool, error) {
+		done = true
+		_ = tx.Rollback(ctx) // nothing to keep, or fn failed
+		return r, ran, err
+	}
+
+	var (
+		mine, expired bool
+		storedFP      *string
+		stored        []byte
+	)
+	for try := 1; ; try++ {
+		err := tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The insert waited for a concurrent holder of the key, which committed.
+			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Deleted in between (purged or replaced as expired): claim again.
+				if try < maxClaimTries {
+					continue
+				}
+				return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try))
+			}
+		}
+		if err != nil {
+			return end(fence.Result{}, false, keyError("once: claim key", err))
+		}
+		if !expired || try == maxClaimTries {
+			break
+		}
+		// An expired key counts as absent: drop it and claim it as new.
+		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
+			return end(fence.Result{}, false, keyError("once: drop expired key", err))
+		}
+	}
+	if !mine {
+		if expired {
+			return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
+		}
+		if storedFP == nil || *storedFP != fingerprint {
+			return end(fence.Result{}, false, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key))
+		}
+		return end(fence.Result{Value: stored, Replayed: true}, false, nil)
+	}
+
 	val, err := fn(tx)
 	if err != nil {
-		done = true
-		_ = tx.Rollback(ctx)
-		return fence.Result{}, true, err
+		return end(fence.Result{}, true, err)
 	}
 	if _, err := tx.Exec(ctx, storeKeySQL, key, val); err != nil {
-		done = true
-		_ = tx.Rollback(ctx)
-		return fence.Result{}, true, keyError("once: store result", err)
+		return end(fence.Result{}, true, keyError("once: store result", err))
 	}
 	done = true
 	if err := tx.Commit(ctx); err != nil {
-		_ = tx.Rollback(ctx) // a no-op after a failed commit
+		_ = tx.Rollback(ctx)
 		return fence.Result{}, true, keyError("once: commit", err)
 	}
 	return fence.Result{Value: val}, true, nil
 }
 
-func isCode(err error, code string) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == code
+// beginOnce begins Once's transaction at the Store's isolation level.
+func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
+	if s.nested || s.beginSQL == "BEGIN" {
+		return s.db.Begin(ctx)
+	}
+	o := pgx.TxOptions{BeginQuery: s.beginSQL}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		return db.BeginTx(ctx, o)
+	case *pgxpool.Conn:
+		return db.BeginTx(ctx, o)
+	case *pgx.Conn:
+		return db.BeginTx(ctx, o)
+	}
+	return s.db.Begin(ctx)
 }
 
 // retryable reports a refusal that a fresh transaction may not meet.
 func retryable(err error) bool {
-	return isCode(err, codeSerialization) || isCode(err, codeDeadlock) || errors.Is(err, errKeyVanished)
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && (pgErr.Code == codeSerialization || pgErr.Code == codeDeadlock)
 }
 
 // keyError wraps an error of the idempotency-key statements.
@@ -351,7 +304,7 @@ func keyError(op string, err error) error {
 		switch pgErr.Code {
 		case codeSerialization:
 			return fmt.Errorf("%w: %s: %w", ErrSerialization, op, err)
-		case codeNoTable, codeNoFunction:
+		case codeNoTable:
 			return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
 		}
 	}

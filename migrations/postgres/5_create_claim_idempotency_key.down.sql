@@ -1,1 +1,0 @@
-DROP FUNCTION IF EXISTS claim_idempotency_key(VARCHAR, VARCHAR, BIGINT);
