@@ -62,9 +62,9 @@ func suite(t *testing.T) (*dockertest.Pool, Images) {
 	})
 	if suiteErr != nil {
 		if os.Getenv("CI") != "" || suitePool != nil {
-			t.Fatalf("e2e: %v", suiteErr)
+			t.Fatal(suiteErr)
 		}
-		t.Skipf("e2e: %v (set CI to make this a failure)", suiteErr)
+		t.Skipf("%v (set CI to make this a failure)", suiteErr)
 	}
 	return suitePool, suiteImages
 }
