@@ -49,8 +49,8 @@ func (d Dialect) decrementSQL(table, col, where string) string {
 //	UPDATE t SET col = col - ? WHERE key = ? AND col >= ?            -- plus the new value
 //
 // MySQL/MariaDB returns the new value through LAST_INSERT_ID(col - ?), SQLite and
-// PostgreSQL through RETURNING; either way one round trip. It does not need clientFoundRows: a take
-// always changes the row. When it changes no row it reads the row once: an
+// PostgreSQL through RETURNING; either way one round trip. It does not need
+// clientFoundRows: a take always changes the row. When it changes no row it reads the row once: an
 // *fence.InsufficientError (errors.Is fence.ErrInsufficient) with what was left, or
 // fence.ErrNotFound. If that read finds enough left (the counter was raised
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
@@ -71,39 +71,26 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		return 0, err
 	}
 	q := s.d.decrementSQL(qt, col, where)
-	args := append(append([]any{n}, keyArgs...), n)
-	look := s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where)
+	args := make([]any, 0, len(keyArgs)+2)
+	args = append(append(append(args, n), keyArgs...), n)
 
 	for try := 1; ; try++ {
-		var left int64
-		took := false
-		err := s.retry(ctx, func() error {
-			if s.d == MySQL {
-				res, err := s.db.ExecContext(ctx, q, args...)
-				if err != nil {
-					return err
-				}
-				rows, err := res.RowsAffected()
-				if err != nil || rows == 0 {
-					return err
-				}
-				took = true
-				left, err = res.LastInsertId()
+		// The common case runs without the retry closure: a take costs ~25 µs on
+		// SQLite, where every allocation shows.
+		left, took, err := s.take(ctx, q, args)
+		if err != nil && busy(err) {
+			err = s.retry(ctx, func() (err error) {
+				left, took, err = s.take(ctx, q, args)
 				return err
-			}
-			err := s.db.QueryRowContext(ctx, q, args...).Scan(&left)
-			if errors.Is(err, sql.ErrNoRows) {
-				return nil
-			}
-			took = err == nil
-			return err
-		})
+			})
+		}
 		if err != nil {
 			return 0, counterErr("decrement", c.Table, err)
 		}
 		if took {
 			return left, nil
 		}
+		look := s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where)
 		err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, look, keyArgs...).Scan(&left) })
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
@@ -157,6 +144,26 @@ func counterErr(op, table string, err error) error {
 		return err
 	}
 	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
+}
+
+// take runs the guarded decrement once: took is false when it changed no row.
+func (s *Store) take(ctx context.Context, q string, args []any) (left int64, took bool, err error) {
+	if s.d == MySQL {
+		res, err := s.db.ExecContext(ctx, q, args...)
+		if err != nil {
+			return 0, false, err
+		}
+		if rows, err := res.RowsAffected(); err != nil || rows == 0 {
+			return 0, false, err
+		}
+		left, err = res.LastInsertId()
+		return left, err == nil, err
+	}
+	err = s.db.QueryRowContext(ctx, q, args...).Scan(&left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return left, err == nil, err
 }
 
 func describeCols(key []fence.Col) string {
