@@ -34,80 +34,100 @@ func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int64) {
 }
 
 // TestStore_Fenced_isolation holds a transaction with token 41 open on the fence row
-// while a stale one (40) and a newer one (42) arrive, at each isolation level.
+// while a stale one (40) and a newer one (42) arrive, at each isolation level, with
+// the fence raised before fn (the default) and with fn's first statement
+// (WithPipelinedFence: the holder has sent its first statement when the others come).
 func TestStore_Fenced_isolation(t *testing.T) {
 	pool := newPool(t)
 	invoicesTable(t, pool)
-	for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
-		t.Run(strings.ReplaceAll(string(iso), " ", "_"), func(t *testing.T) {
-			s, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: iso}))
-			if err != nil {
-				t.Fatal(err)
+	for _, pipelined := range []bool{false, true} {
+		for _, iso := range []pgx.TxIsoLevel{pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable} {
+			name := strings.ReplaceAll(string(iso), " ", "_")
+			if pipelined {
+				name = "pipelined/" + name
 			}
-			res := "iso/" + string(iso)
-			// The level really is in force inside fn.
-			err = s.Fenced(t.Context(), fence.NewGrant(res, 1), func(tx pgx.Tx) error {
-				var got string
-				if err := tx.QueryRow(t.Context(), "SHOW transaction_isolation").Scan(&got); err != nil {
-					return err
-				}
-				if got != string(iso) {
-					return fmt.Errorf("transaction_isolation = %q, want %q", got, iso)
-				}
-				return nil
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, late := range []fence.Token{40, 42} {
-				res := fmt.Sprintf("%s/%d", res, late)
-				if err := invoice(s, res, 1, 0); err != nil { // both meet on an existing fence row
-					t.Fatal(err)
-				}
-				inside, finish := make(chan struct{}), make(chan struct{})
-				holder := make(chan error, 1)
-				go func() {
-					holder <- s.Fenced(context.Background(), fence.NewGrant(res, 41), func(tx pgx.Tx) error {
-						close(inside)
-						<-finish
-						_, err := tx.Exec(context.Background(), "UPDATE invoices SET total = 41, written_by = 41 WHERE account = 42")
+			t.Run(name, func(t *testing.T) { testIsolation(t, pool, iso, pipelined) })
+		}
+	}
+}
+
+func testIsolation(t *testing.T, pool *pgxpool.Pool, iso pgx.TxIsoLevel, pipelined bool) {
+	opts := []pgxfence.Option{pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: iso})}
+	if pipelined {
+		opts = append(opts, pgxfence.WithPipelinedFence())
+	}
+	s, err := pgxfence.NewWithOptions(pool, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := fmt.Sprintf("iso/%s/%v", iso, pipelined)
+	// The level really is in force inside fn.
+	err = s.Fenced(t.Context(), fence.NewGrant(res, 1), func(tx pgx.Tx) error {
+		var got string
+		if err := tx.QueryRow(t.Context(), "SHOW transaction_isolation").Scan(&got); err != nil {
+			return err
+		}
+		if got != string(iso) {
+			return fmt.Errorf("transaction_isolation = %q, want %q", got, iso)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, late := range []fence.Token{40, 42} {
+		res := fmt.Sprintf("%s/%d", res, late)
+		if err := invoice(s, res, 1, 0); err != nil { // both meet on an existing fence row
+			t.Fatal(err)
+		}
+		inside, finish := make(chan struct{}), make(chan struct{})
+		holder := make(chan error, 1)
+		go func() {
+			holder <- s.Fenced(context.Background(), fence.NewGrant(res, 41), func(tx pgx.Tx) error {
+				if pipelined {
+					// The fence is raised with the first statement.
+					if _, err := tx.Exec(context.Background(), "SELECT 1"); err != nil {
 						return err
-					})
-				}()
-				<-inside
-				arrived := make(chan error, 1)
-				go func() { arrived <- invoice(s, res, late, int64(late)) }()
-				waitForLockWaiters(t, pool, 1)
-				close(finish)
-				if err := <-holder; err != nil {
-					t.Fatalf("holder 41: %v", err)
-				}
-				err := <-arrived
-				switch {
-				case late == 40:
-					wantStale(t, err, 40, 41)
-				case iso == pgx.ReadCommitted:
-					if err != nil {
-						t.Fatalf("token 42 after 41 under READ COMMITTED: %v", err)
-					}
-				default:
-					var pgErr *pgconn.PgError
-					if !errors.Is(err, pgxfence.ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-						t.Fatalf("token 42 racing 41 under %s = %v, want ErrSerialization wrapping 40001", iso, err)
-					}
-					if err := invoice(s, res, late, int64(late)); err != nil {
-						t.Fatalf("retry of token 42: %v", err)
 					}
 				}
-				want := max(late, 41)
-				if got := mustInt(t, pool, "SELECT written_by FROM invoices WHERE account = 42"); got != int64(want) {
-					t.Fatalf("written_by = %d, want %d", got, want)
-				}
-				if got := stored(t, pool, res); got != want {
-					t.Fatalf("stored token = %d, want %d", got, want)
-				}
+				close(inside)
+				<-finish
+				_, err := tx.Exec(context.Background(), "UPDATE invoices SET total = 41, written_by = 41 WHERE account = 42")
+				return err
+			})
+		}()
+		<-inside
+		arrived := make(chan error, 1)
+		go func() { arrived <- invoice(s, res, late, int64(late)) }()
+		waitForLockWaiters(t, pool, 1)
+		close(finish)
+		if err := <-holder; err != nil {
+			t.Fatalf("holder 41: %v", err)
+		}
+		err := <-arrived
+		switch {
+		case late == 40:
+			wantStale(t, err, 40, 41)
+		case iso == pgx.ReadCommitted:
+			if err != nil {
+				t.Fatalf("token 42 after 41 under READ COMMITTED: %v", err)
 			}
-		})
+		default:
+			var pgErr *pgconn.PgError
+			if !errors.Is(err, pgxfence.ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+				t.Fatalf("token 42 racing 41 under %s = %v, want ErrSerialization wrapping 40001", iso, err)
+			}
+			if err := invoice(s, res, late, int64(late)); err != nil {
+				t.Fatalf("retry of token 42: %v", err)
+			}
+		}
+		want := max(late, 41)
+		if got := mustInt(t, pool, "SELECT written_by FROM invoices WHERE account = 42"); got != int64(want) {
+			t.Fatalf("written_by = %d, want %d", got, want)
+		}
+		if got := stored(t, pool, res); got != want {
+			t.Fatalf("stored token = %d, want %d", got, want)
+		}
 	}
 }
 
