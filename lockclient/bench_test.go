@@ -29,7 +29,7 @@ const (
 	benchSlice   = time.Second // per variant per round
 	benchWorkers = 64
 	benchRate    = 1000 // jobs/s of the fixed-rate phase
-	benchTries   = 500  // contended try-acquires per variant per round
+	benchTries   = 200  // contended try-acquires per variant per round
 )
 
 // pairer is one lock implementation under test: take and release name.
