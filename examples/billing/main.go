@@ -69,7 +69,7 @@ func parseConfig(args []string) (config, error) {
 	cfg.think, cfg.job = span{}, span{min: 200 * time.Millisecond, max: 200 * time.Millisecond}
 	fs.StringVar(&cfg.id, "id", env("BILLING_WORKER", host), "worker id written with every log line and write (env BILLING_WORKER)")
 	fs.StringVar(&etcd, "etcd", env("BILLING_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints (env BILLING_ETCD)")
-	fs.StringVar(&cfg.dsn, "dsn", env("BILLING_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "PostgreSQL DSN (env BILLING_DSN)")
+	fs.StringVar(&cfg.dsn, "dsn", env("BILLING_DSN", "postgres://postgres@127.0.0.1:5432/postgres?sslmode=disable"), "database: postgres://..., mysql://user:pass@tcp(host:port)/db or sqlite://path (env BILLING_DSN)")
 	fs.StringVar(&lease, "lease", env("BILLING_LEASE", "3s"), "session lease: how long a frozen or cut-off worker keeps its locks; whole seconds, at least 2s (env BILLING_LEASE)")
 	fs.StringVar(&accounts, "accounts", env("BILLING_ACCOUNTS", "account-42"), "comma-separated account names, or a count n for account-1..account-n (env BILLING_ACCOUNTS)")
 	fs.Var(&cfg.think, "think", "work between taking the lock and the transaction, which does not look at the lock: a duration or a range like 100ms..400ms (env BILLING_THINK)")

@@ -10,11 +10,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -66,11 +63,11 @@ func newWorker(cfg config, log *eventLog) *worker {
 func (w *worker) run(ctx context.Context) error {
 	w.log.log(event{Event: "start", Reason: w.mode()})
 	defer w.log.log(event{Event: "stop"})
-	db, err := pgxpool.New(ctx, w.cfg.dsn)
+	db, err := openStore(ctx, w.cfg.dsn)
 	if err != nil {
 		return err
 	}
-	defer db.Close()
+	defer db.close()
 	if err := waitDB(ctx, db); err != nil {
 		return err
 	}
@@ -133,7 +130,7 @@ func (w *worker) mode() string {
 }
 
 // job is one read-modify-write of an account's balance under lock.
-func (w *worker) job(ctx context.Context, db *pgxpool.Pool, lock *lockclient.Lock) {
+func (w *worker) job(ctx context.Context, db store, lock *lockclient.Lock) {
 	account, token := lock.Resource(), int64(lock.Token())
 	w.log.log(event{Event: "acquired", Account: account, Token: token})
 
@@ -170,21 +167,15 @@ func (w *worker) job(ctx context.Context, db *pgxpool.Pool, lock *lockclient.Loc
 
 	var value int64
 	wrote := false
-	fn := func(tx pgx.Tx) error {
-		var balance int64
-		var tokens []int64
-		if err := tx.QueryRow(jobCtx, `SELECT balance, tokens FROM billing_accounts WHERE account = $1`, account).Scan(&balance, &tokens); err != nil {
+	fn := func(tx txn) error {
+		balance, tokens, err := tx.read(jobCtx, account)
+		if err != nil {
 			return err
 		}
 		w.log.log(event{Event: "read", Account: account, Token: token, Value: balance})
 		w.sleep(jobCtx, w.draw(w.cfg.job))
 		value = balance + 1
-		if _, err := tx.Exec(jobCtx, `UPDATE billing_accounts SET balance = $2, tokens = $3 WHERE account = $1`,
-			account, value, append(tokens, token)); err != nil {
-			return err
-		}
-		if _, err := tx.Exec(jobCtx, `INSERT INTO billing_writes (account, token, worker, balance) VALUES ($1, $2, $3, $4)`,
-			account, token, w.cfg.id, value); err != nil {
+		if err := tx.write(jobCtx, account, value, append(tokens, token), token, w.cfg.id); err != nil {
 			return err
 		}
 		wrote = true
@@ -192,9 +183,9 @@ func (w *worker) job(ctx context.Context, db *pgxpool.Pool, lock *lockclient.Loc
 	}
 	var err error
 	if w.cfg.noFence {
-		err = pgx.BeginFunc(jobCtx, db, fn)
+		err = db.plain(jobCtx, fn)
 	} else {
-		err = fence.Exec(jobCtx, pgxfence.New(db), grant, fn)
+		err = db.fenced(jobCtx, grant, fn)
 	}
 
 	var stale *fence.StaleError
