@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -14,6 +16,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // noLockConns caps each test pool, so the suite's 1,000 buyers queue in the pool
@@ -454,4 +457,74 @@ func TestStore_Once_badInput(t *testing.T) {
 	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrSchema) {
 		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
+}
+
+// exampleDB opens a migrated SQLite file for the examples.
+func exampleDB(ctx context.Context) (*sql.DB, func()) {
+	dir, _ := os.MkdirTemp("", "sqlfence-example")
+	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "shop.db"))
+	if err != nil {
+		panic(err)
+	}
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil {
+		panic(err)
+	}
+	return db, func() { db.Close(); os.RemoveAll(dir) }
+}
+
+// A flash sale needs no lock: the guarded decrement takes an item only if one is
+// left, in one statement.
+func ExampleStore_Decrement() {
+	ctx := context.Background()
+	db, done := exampleDB(ctx)
+	defer done()
+	db.ExecContext(ctx, `CREATE TABLE stock (sku TEXT PRIMARY KEY, items_left INTEGER NOT NULL)`)
+	db.ExecContext(ctx, `INSERT INTO stock VALUES ('sku-42', 2)`)
+
+	store := sqlfence.New(db, sqlfence.SQLite)
+	item := fence.Counter{Table: "stock", Key: []fence.Col{fence.C("sku", "sku-42")}, Column: "items_left"}
+	for buyer := 1; buyer <= 3; buyer++ {
+		left, err := store.Decrement(ctx, item, 1)
+		switch {
+		case errors.Is(err, fence.ErrInsufficient):
+			fmt.Printf("buyer %d: sold out (%v)\n", buyer, err)
+		case err != nil:
+			panic(err)
+		default:
+			fmt.Printf("buyer %d: bought one, %d left\n", buyer, left)
+		}
+	}
+	// Output:
+	// buyer 1: bought one, 1 left
+	// buyer 2: bought one, 0 left
+	// buyer 3: sold out (fence: insufficient in "stock": wanted 1, 0 left)
+}
+
+// A retried payment is charged once: the retry gets the first call's receipt back.
+func ExampleStore_Once() {
+	ctx := context.Background()
+	db, done := exampleDB(ctx)
+	defer done()
+	db.ExecContext(ctx, `CREATE TABLE charges (payment_key TEXT NOT NULL, cents INTEGER NOT NULL)`)
+
+	store := sqlfence.New(db, sqlfence.SQLite)
+	pay := func(fingerprint string) {
+		r, err := fence.Once(ctx, store, "checkout-7", fingerprint, func(tx *sql.Tx) ([]byte, error) {
+			_, err := tx.ExecContext(ctx, `INSERT INTO charges VALUES ('checkout-7', 5000)`)
+			return []byte("receipt: $50.00 charged"), err
+		})
+		fmt.Printf("%q replayed=%v err=%v\n", r.Value, r.Replayed, err)
+	}
+	pay("amount=5000")
+	pay("amount=5000") // the client timed out and sent it again
+	pay("amount=7500") // the same key for another request
+
+	var n int
+	db.QueryRowContext(ctx, `SELECT COUNT(*) FROM charges`).Scan(&n)
+	fmt.Println("charges:", n)
+	// Output:
+	// "receipt: $50.00 charged" replayed=false err=<nil>
+	// "receipt: $50.00 charged" replayed=true err=<nil>
+	// "" replayed=false err=fence: idempotency key reused with a different request: key "checkout-7"
+	// charges: 1
 }
