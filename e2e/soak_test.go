@@ -25,8 +25,8 @@ type soak struct {
 
 // TestSoak runs 8 workers on 4 hot accounts for 2 minutes while pauses, crashes,
 // etcd leader kills and partitions are injected at random (seeded; the seed is
-// printed, and FENCEGATE_E2E_SEED replays one). The history checker then holds the
-// database to the workers' logs.
+// printed; FENCEGATE_E2E_SEED draws the same faults again). The history checker
+// then holds the database to the workers' logs.
 func TestSoak(t *testing.T) {
 	r := runSoak(t, soak{
 		workers: 8, accounts: 4, duration: 2 * time.Minute, job: "50ms..250ms",
@@ -64,7 +64,7 @@ func runSoak(t *testing.T, s soak) Report {
 			t.Fatalf("FENCEGATE_E2E_SEED=%q: %v", v, err)
 		}
 	}
-	t.Logf("seed %d (FENCEGATE_E2E_SEED=%d replays the fault schedule)", seed, seed)
+	t.Logf("seed %d (FENCEGATE_E2E_SEED=%d draws the same faults again)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
 	e := NewEnv(t)
 	e.Setup(strconv.Itoa(s.accounts))
