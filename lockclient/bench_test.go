@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -220,6 +223,22 @@ func alternate(cl *locktest.Cluster, round int, f, g func(), rf, rg *result) {
 	run(g, rg)
 }
 
+// loadAvg reads the machine's 1-minute load average (Linux), reported with each
+// phase: the machine is shared, and a phase run under load says so. It returns
+// -1 where it cannot be read.
+func loadAvg() float64 {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return -1
+	}
+	f, _, _ := strings.Cut(string(raw), " ")
+	v, err := strconv.ParseFloat(f, 64)
+	if err != nil {
+		return -1
+	}
+	return v
+}
+
 func BenchmarkLockclient(b *testing.B) {
 	cl := locktest.StartCluster(b, 3)
 	newLC := func() *lockclient.Client { return newClient(b, cl.Client(b)) }
@@ -248,6 +267,7 @@ func BenchmarkLockclient(b *testing.B) {
 
 	{
 		b.Run("uncontended_max", func(b *testing.B) {
+			defer func(l0 float64) { b.ReportMetric(max(l0, loadAvg()), "loadavg-1m") }(loadAvg())
 			var l, m result
 			for i := range benchRounds {
 				alternate(cl, i, func() { runMax(b, lc, "lc", benchSlice, &l) }, func() { runMax(b, mx, "mx", benchSlice, &m) }, &l, &m)
@@ -265,6 +285,7 @@ func BenchmarkLockclient(b *testing.B) {
 			b.ReportMetric(m.pct(0.99), "mutex-p99-ms")
 		})
 		b.Run("uncontended_1000_per_s", func(b *testing.B) {
+			defer func(l0 float64) { b.ReportMetric(max(l0, loadAvg()), "loadavg-1m") }(loadAvg())
 			var l, m result
 			for i := range benchRounds {
 				alternate(cl, i, func() { runRate(b, lc, "lc", benchSlice, &l) }, func() { runRate(b, mx, "mx", benchSlice, &m) }, &l, &m)
@@ -282,6 +303,7 @@ func BenchmarkLockclient(b *testing.B) {
 			b.ReportMetric(float64(m.elections), "mutex-elections")
 		})
 		b.Run("contended_try", func(b *testing.B) {
+			defer func(l0 float64) { b.ReportMetric(max(l0, loadAvg()), "loadavg-1m") }(loadAvg())
 			probe := cl.Client(b)
 			var lRev, mRev int64
 			var lT, mT time.Duration
