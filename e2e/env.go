@@ -157,9 +157,16 @@ func (e *Env) network(s string) *dockertest.Network {
 		e.t.Fatalf("create network %s: %v", e.name(s), err)
 	}
 	e.t.Cleanup(func() {
-		if err := e.pool.Client.RemoveNetwork(n.Network.ID); err != nil {
-			e.t.Errorf("remove network %s: %v", e.name(s), err)
+		// The containers are removed first (cleanups run last-in first-out); the
+		// engine may take a moment to let go of their endpoints.
+		var err error
+		for range 10 {
+			if err = e.pool.Client.RemoveNetwork(n.Network.ID); err == nil {
+				return
+			}
+			time.Sleep(300 * time.Millisecond)
 		}
+		e.t.Errorf("remove network %s: %v", e.name(s), err)
 	})
 	return n
 }
@@ -252,6 +259,19 @@ func (e *Env) Note(format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
 	e.notes = append(e.notes, Event{Time: time.Now(), Worker: "test", Kind: "note", Note: msg})
 	e.t.Logf("%6.2fs  %s", time.Since(e.start).Seconds(), msg)
+}
+
+// restart starts a stopped container again, once the engine reports the process
+// that was killed as gone.
+func (e *Env) restart(r *dockertest.Resource, what string) {
+	e.t.Helper()
+	e.Eventually(what+" to be down", func() bool {
+		c, err := e.pool.Client.InspectContainer(r.Container.ID)
+		return err == nil && !c.State.Running
+	})
+	if err := e.pool.Client.StartContainer(r.Container.ID, nil); err != nil {
+		e.t.Fatalf("restart %s: %v", what, err)
+	}
 }
 
 // lastNote returns the time of the test's latest action.

@@ -138,9 +138,7 @@ func (m *Member) Kill() {
 // was, so it rejoins the cluster as the same member.
 func (m *Member) Restart() {
 	m.env.t.Helper()
-	if err := m.env.pool.Client.StartContainer(m.res.Container.ID, nil); err != nil {
-		m.env.t.Fatalf("restart %s: %v", m.Name, err)
-	}
+	m.env.restart(m.res, m.Name)
 	m.env.Note("restart etcd member %s", m.Name)
 }
 

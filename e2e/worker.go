@@ -217,9 +217,7 @@ func (w *Worker) Kill() {
 // Restart starts a crashed worker's container again: the same worker, a new process.
 func (w *Worker) Restart() {
 	w.env.t.Helper()
-	if err := w.env.pool.Client.StartContainer(w.res.Container.ID, nil); err != nil {
-		w.env.t.Fatalf("restart %s: %v", w.ID, err)
-	}
+	w.env.restart(w.res, w.ID)
 	w.env.Note("%s restarted", w.ID)
 }
 
