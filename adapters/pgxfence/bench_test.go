@@ -22,18 +22,26 @@ type op func(ctx context.Context, w, i int) error
 // unfenced baseline at 16 and 64 concurrent workers:
 //
 //   - update: Store.Update (one conditional UPDATE) vs a plain UPDATE of the same row;
-//   - tx: fence.Exec with one UPDATE vs pgx.BeginFunc with the same UPDATE;
+//   - tx: fence.Exec with one UPDATE vs pgx.BeginFunc with the same UPDATE, the
+//     fence raised before fn runs (New's default);
+//   - tx-pipelined: the same with WithPipelinedFence (BEGIN, the raise and the
+//     UPDATE in one round trip);
 //   - control: the plain UPDATE against itself, the noise floor of the run.
 //
 // Each worker writes its own row for its own resource (a lock serialises the writers
-// of one resource anyway). The variants alternate in 20 rounds (AB BA AB ...); b.N
-// is the number of writes per variant per round. Reported: base_ops/s and
+// of one resource anyway), each write with a fresh, higher token, as each job of a
+// worker would hold a new grant. The variants alternate in 20 rounds (AB BA AB ...);
+// b.N is the number of writes per variant per round. Reported: base_ops/s and
 // fenced_ops/s over all rounds, and ratio, the median over rounds of fenced rate /
 // base rate (the targets: >= 0.95 for update, >= 1.0 for tx).
 func BenchmarkFenced(b *testing.B) {
 	for _, workers := range []int{16, 64} {
 		pool := benchPool(b, workers)
 		s := pgxfence.New(pool)
+		sp, err := pgxfence.NewWithOptions(pool, pgxfence.WithPipelinedFence())
+		if err != nil {
+			b.Fatal(err)
+		}
 		// Per-worker op counters, kept across every run of the sub-benchmarks so
 		// that each worker's tokens only rise.
 		next := make([]int, workers)
@@ -58,6 +66,12 @@ func BenchmarkFenced(b *testing.B) {
 				return err
 			})
 		}
+		pipelinedExec := func(ctx context.Context, w, i int) error {
+			return fence.Exec(ctx, sp, fence.NewGrant(resource(w), fence.Token(i+1)), func(tx pgx.Tx) error {
+				_, err := tx.Exec(ctx, upd, i, w)
+				return err
+			})
+		}
 		if workers == 16 {
 			// The noise floor: the plain UPDATE against itself.
 			b.Run("control/workers=16", func(b *testing.B) {
@@ -69,6 +83,9 @@ func BenchmarkFenced(b *testing.B) {
 		})
 		b.Run(fmt.Sprintf("tx/workers=%d", workers), func(b *testing.B) {
 			comparePair(b, next, beginFunc, fencedExec)
+		})
+		b.Run(fmt.Sprintf("tx-pipelined/workers=%d", workers), func(b *testing.B) {
+			comparePair(b, next, beginFunc, pipelinedExec)
 		})
 	}
 }
@@ -162,9 +179,13 @@ func comparePair(b *testing.B, next []int, base, fenced op) {
 //     prepared statements);
 //   - separate-statement: BEGIN, then the raise as its own prepared statement (one
 //     round trip more);
-//   - pipelined-first-write: BEGIN, the raise and the transaction's first write in
-//     one pgx batch (one round trip fewer than BeginFunc, but the function would run
-//     before the fence is known to hold: pgxfence does not do this).
+//   - pipelined-first-write: BEGIN, the raise (an inline upsert) and the
+//     transaction's first write in one hand-written pgx batch (one round trip fewer
+//     than BeginFunc; the function runs before the fence is known to hold);
+//   - pipelined-store: Store.Fenced with WithPipelinedFence, the same round trips
+//     through pgxfence's lazily begun transaction;
+//   - pipelined-unfenced: BEGIN and the write in one batch, then COMMIT, with no fence
+//     at all: what saving the round trip alone is worth, the ceiling of the two above.
 func BenchmarkFencedAlternatives(b *testing.B) {
 	for _, workers := range []int{1, 16} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) { benchAlternatives(b, workers) })
@@ -174,6 +195,10 @@ func BenchmarkFencedAlternatives(b *testing.B) {
 func benchAlternatives(b *testing.B, workers int) {
 	pool := benchPool(b, workers)
 	s := pgxfence.New(pool)
+	sp, err := pgxfence.NewWithOptions(pool, pgxfence.WithPipelinedFence())
+	if err != nil {
+		b.Fatal(err)
+	}
 	next := make([]int, workers)
 	const upd = "UPDATE bench SET val = $1 WHERE id = $2"
 	const raise = "INSERT INTO fence_tokens AS ft (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token WHERE ft.token <= EXCLUDED.token RETURNING token"
@@ -242,6 +267,30 @@ func benchAlternatives(b *testing.B, workers int) {
 			return err
 		}},
 	}
+	variants = append(variants, struct {
+		name string
+		f    op
+	}{"pipelined-store", func(ctx context.Context, w, i int) error {
+		return sp.Fenced(ctx, fence.NewGrant(resource(w), fence.Token(i+1)), write(ctx, w, i))
+	}}, struct {
+		name string
+		f    op
+	}{"pipelined-unfenced", func(ctx context.Context, w, i int) error {
+		c, err := pool.Acquire(ctx)
+		if err != nil {
+			return err
+		}
+		defer c.Release()
+		var batch pgx.Batch
+		batch.Queue("BEGIN")
+		batch.Queue(upd, i, w)
+		if err := c.SendBatch(ctx, &batch).Close(); err != nil {
+			c.Exec(ctx, "ROLLBACK")
+			return err
+		}
+		_, err = c.Exec(ctx, "COMMIT")
+		return err
+	}})
 	for _, v := range variants {
 		b.Run(v.name, func(b *testing.B) { comparePair(b, next, beginFunc, v.f) })
 	}

@@ -89,3 +89,33 @@ func ExampleNewWithOptions() {
 		log.Print(err)
 	}
 }
+
+// A pipelined fence: BEGIN, the fence raise and the UPDATE reach PostgreSQL in one
+// round trip, the COMMIT in a second. The function must not act outside the database
+// before its first statement has returned: that statement is where a stale grant is
+// refused.
+func ExampleWithPipelinedFence() {
+	ctx := context.Background()
+	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer pool.Close()
+	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithPipelinedFence())
+	if err != nil {
+		log.Fatal(err)
+	}
+	lock := fence.NewGrant("invoice-42", 34)
+	err = fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
+		// The first statement: sent with BEGIN and the fence raise, never run if the
+		// raise is refused.
+		if _, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 120, 42); err != nil {
+			return err // a *fence.StaleError when a newer holder has written
+		}
+		// From here on the fence row is held to commit: a safe place to act.
+		return nil
+	})
+	if errors.Is(err, fence.ErrStale) {
+		log.Print("a newer holder wrote: stop, do not retry")
+	}
+}

@@ -9,6 +9,10 @@
 //     resource's row in fence_tokens to the grant's token, refusing with a
 //     *fence.StaleError when a higher token is stored. The row stays locked to
 //     commit, so a stale transaction racing a newer one waits and is then refused.
+//     BEGIN and the raise go in one round trip, before the function runs; with
+//     WithPipelinedFence they go with the function's first statement instead (one
+//     round trip fewer than an unfenced pgx.BeginFunc), and a refused raise stops
+//     that statement in the same round trip: PostgreSQL never runs it.
 //   - Update, Upsert and Delete write one row of a table carrying a fence_token
 //     column in one statement, refused when the row (or, for Upsert and Delete, the
 //     resource's fence row) holds a higher token.
@@ -183,15 +187,34 @@ func (s *Store) check(g fence.Grant) error {
 //
 // On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn the BEGIN and the fence raise travel
 // in one round trip, so a fenced transaction costs no round trip more than an unfenced
-// one; fn runs only after the fence held. On a pgx.Tx (the caller's transaction) the
-// fenced transaction is a savepoint of it: a refusal or an error from fn rolls back to
-// the savepoint and leaves the caller's earlier work, the fence row stays locked until
-// the caller commits, and nothing is durable before the caller commits.
+// one; fn runs only after the fence held.
+//
+// With WithPipelinedFence, fn runs at once with a pgx.Tx whose transaction begins with
+// fn's first Exec, Query or QueryRow: one pgx batch carries BEGIN, the fence raise and
+// that statement, and the raise's result is read before the statement's is given to
+// fn. A refused raise can never let that statement land: the raise fails before it in
+// the same batch, PostgreSQL skips every later message of the batch (in the simple
+// protocol, the rest of the query string), and even a statement run after it would
+// meet an aborted transaction. fn gets the *fence.StaleError from that statement
+// (from Exec, from Query and the rows' Err, from QueryRow's Scan), every later call
+// returns it too, and Fenced rolls back and returns it even when fn swallows it. Any
+// other first call (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback,
+// LargeObjects, Conn) begins the transaction first, BEGIN and raise in one round
+// trip; a fn that sends nothing still raises the fence and commits. From its first
+// statement on, the transaction holds the fence row to commit as above; before it, fn
+// holds nothing: work fn does outside the database before its first statement runs
+// even for a stale grant.
+//
+// On a pgx.Tx (the caller's transaction) the fenced transaction is a savepoint of it:
+// a refusal or an error from fn rolls back to the savepoint and leaves the caller's
+// earlier work, the fence row stays locked until the caller commits, and nothing is
+// durable before the caller commits.
 //
 // It returns, rolling back first: the grant errors of fence.CheckGrant; a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
-// higher one is stored; fn's error as it is; ErrSchema when the migrations were not
-// applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
+// higher one is stored; fn's error as it is (pipelined, when fn returns an error that
+// does not wrap the refusal it was given, the two joined); ErrSchema when the
+// migrations were not applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
 // a serialization failure (40001): it is returned as a *fence.StaleError when a
 // higher token is stored by the time it is looked at (retrying could never succeed),
 // otherwise wrapped with ErrSerialization, for the caller to retry the whole
