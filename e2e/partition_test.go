@@ -41,6 +41,9 @@ func TestCutOffWorker(t *testing.T) {
 			if lost.Token != t1 || lost.Time.Before(cut) {
 				t.Fatalf("worker 1 reported its lock lost %+v; want token %d after the cut at %v", lost, t1, cut)
 			}
+			if tt.grant == "lock" && lost.Reason != "job context cancelled" {
+				t.Fatalf("worker 1 noticed the loss but its job's context was not cancelled: %+v", lost)
+			}
 			if c2.Token <= t1 {
 				t.Fatalf("worker 2's token %d is not above the cut-off holder's %d", c2.Token, t1)
 			}

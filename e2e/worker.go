@@ -46,7 +46,7 @@ func (ev Event) Describe() string {
 		}
 		return fmt.Sprintf("writes %s with token %d: REFUSED by its client before any I/O (lock lost)", ev.Account, ev.Token)
 	case "lost":
-		return fmt.Sprintf("notices its lock on %s (token %d) is lost", ev.Account, ev.Token)
+		return fmt.Sprintf("notices its lock on %s (token %d) is lost; %s", ev.Account, ev.Token, ev.Reason)
 	case "aborted":
 		return fmt.Sprintf("job on %s (token %d) aborted: %s", ev.Account, ev.Token, ev.Err)
 	case "released":

@@ -151,9 +151,15 @@ func (w *worker) job(ctx context.Context, db store, lock *lockclient.Lock) {
 	go func() {
 		select {
 		case <-lock.Done():
-			if errors.Is(context.Cause(lock.Context()), fence.ErrLost) {
-				w.log.log(event{Event: "lost", Account: account, Token: token})
+			if !errors.Is(context.Cause(lock.Context()), fence.ErrLost) {
+				return
 			}
+			reason := "the job goes on: it presents only its token"
+			if w.cfg.grant == "lock" {
+				<-jobCtx.Done()
+				reason = "job context cancelled"
+			}
+			w.log.log(event{Event: "lost", Account: account, Token: token, Reason: reason})
 		case <-watching:
 		}
 	}()
