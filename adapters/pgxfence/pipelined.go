@@ -23,8 +23,11 @@ const raiseSQL = "SELECT fence_raise($1, $2)"
 // but whatever fn does outside the database before that statement runs even for a
 // stale grant, and a stale transaction is not held back by a newer one that has not
 // sent its first statement yet (the stale one then commits first: tokens still only
-// rise in commit order). See Fenced. It is refused with ErrInvalidOption on a Store
-// whose fenced transactions are savepoints of a caller's pgx.Tx.
+// rise in commit order). See Fenced. A first statement whose first argument is a
+// pgx.QueryExecMode or a result-format option is sent after BEGIN and the raise (one
+// round trip more), and a tracer sees the pipelined first statement as a batch. It is
+// refused with ErrInvalidOption on a Store whose fenced transactions are savepoints of
+// a caller's pgx.Tx.
 func WithPipelinedFence() Option {
 	return func(s *Store) error {
 		if s.nested {
@@ -162,8 +165,17 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 	return br, nil
 }
 
-// refuse rolls back after a failed begin or raise, remembers the refusal and returns it.
+// refuse remembers the refusal of a failed begin or raise and returns it. A
+// transaction the refusal aborted stays open (and aborted) until Fenced ends, so that
+// nothing fn still sends, not even through Conn, can run. A serialization failure is
+// rolled back at once instead, to look up the stored token on the idle connection.
 func (t *lazyTx) refuse(ctx context.Context, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code != codeSerialization &&
+		t.tx != nil && !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'E' {
+		t.refused = refusal(ctx, t.g, err, nil)
+		return t.refused
+	}
 	var lookup querier
 	if t.tx != nil {
 		if rbErr := t.tx.Rollback(ctx); rbErr != nil && !errors.Is(rbErr, pgx.ErrTxClosed) {
@@ -313,16 +325,17 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 }
 
 // LargeObjects begins the transaction (under Fenced's context) and returns its
-// large objects. After a refusal the transaction is closed and every large-object
-// call fails.
+// large objects. After a refusal every large-object call fails.
 func (t *lazyTx) LargeObjects() pgx.LargeObjects {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.tx.LargeObjects()
 }
 
 // Conn begins the transaction (under Fenced's context) and returns its connection.
-// After a refusal the connection is no longer in a transaction: do not write
-// through it (Fenced returns the refusal whatever fn does).
+// After a refusal the connection stays in the aborted transaction until Fenced ends,
+// so statements sent through it fail; after a serialization failure it is no longer
+// in a transaction: do not write through it (Fenced returns the failure whatever fn
+// does).
 func (t *lazyTx) Conn() *pgx.Conn {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.conn

@@ -125,6 +125,11 @@ func TestStore_Fenced_pipelinedSwallowedRefusal(t *testing.T) {
 		later = append(later, err)
 		later = append(later, tx.SendBatch(ctx, &pgx.Batch{}).Close())
 		later = append(later, tx.Commit(ctx))
+		// Even straight through the connection nothing runs: it is still in the
+		// transaction the refusal aborted.
+		if _, err := tx.Conn().Exec(ctx, "UPDATE invoices SET total = 9 WHERE account = 42"); err == nil {
+			t.Error("a write through tx.Conn() after the refusal succeeded")
+		}
 		return nil
 	})
 	wantStale(t, err, 9, 10)
