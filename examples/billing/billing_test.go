@@ -1,0 +1,133 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"database/sql"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+func TestParseConfig_badInput(t *testing.T) {
+	tests := []struct {
+		args []string
+		want string // a piece of the error naming the problem
+	}{
+		{[]string{"-lease", "soon"}, "-lease"},
+		{[]string{"-jobs", "-1"}, "-jobs"},
+		{[]string{"-grant", "badge"}, "-grant"},
+		{[]string{"-accounts", " , "}, "-accounts"},
+		{[]string{"-accounts", "0"}, "-accounts"},
+		{[]string{"-think", "5s..1s"}, "range"},
+		{[]string{"-job", "fast"}, "duration"},
+		{[]string{"-seed", "x"}, "-seed"},
+		{[]string{"-dsn", ""}, "-dsn"},
+		{[]string{"-etcd", ""}, "-etcd"},
+		{[]string{"-id", ""}, "-id"},
+		{[]string{"stray"}, "unexpected arguments"},
+	}
+	for _, tt := range tests {
+		t.Run(strings.Join(tt.args, " "), func(t *testing.T) {
+			_, err := parseConfig(tt.args)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("parseConfig(%q) = %v, want an error naming %q", tt.args, err, tt.want)
+			}
+		})
+	}
+	cfg, err := parseConfig([]string{"-accounts", "3", "-think", "1s..2s", "-jobs", "4", "-id", "w9"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(cfg.accounts, []string{"account-1", "account-2", "account-3"}) || cfg.think.min.Seconds() != 1 || cfg.think.max.Seconds() != 2 || cfg.jobs != 4 || cfg.id != "w9" {
+		t.Fatalf("parseConfig = %+v", cfg)
+	}
+}
+
+// TestWorkers_sqlite runs three workers in one process against a real etcd and a
+// SQLite file: every acknowledged write is stored, in token order, and the balances
+// add up.
+func TestWorkers_sqlite(t *testing.T) {
+	srv := locktest.Start(t)
+	dsn := "sqlite://" + filepath.Join(t.TempDir(), "billing.db")
+	base := []string{"-etcd", strings.Join(srv.Endpoints(), ","), "-dsn", dsn, "-accounts", "2", "-lease", "2s", "-job", "0s..5ms"}
+	cfg, err := parseConfig(append(base, "-setup"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := setup(t.Context(), cfg); err != nil {
+		t.Fatal(err)
+	}
+	const workers, jobs = 3, 8
+	logs := make([]bytes.Buffer, workers)
+	var wg sync.WaitGroup
+	for i := range workers {
+		cfg, err := parseConfig(append(base, "-id", fmt.Sprintf("w%d", i), "-jobs", fmt.Sprint(jobs), "-seed", fmt.Sprint(i+1)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			if err := newWorker(cfg, newLog(&logs[i], cfg.id)).run(t.Context()); err != nil {
+				t.Errorf("worker %d: %v", i, err)
+			}
+		})
+	}
+	wg.Wait()
+
+	acked := map[string][]int64{} // account -> acknowledged tokens
+	for i := range logs {
+		sc := bufio.NewScanner(&logs[i])
+		for sc.Scan() {
+			var ev event
+			if err := json.Unmarshal(sc.Bytes(), &ev); err != nil {
+				t.Fatalf("log line %q: %v", sc.Text(), err)
+			}
+			switch ev.Event {
+			case "commit":
+				acked[ev.Account] = append(acked[ev.Account], ev.Token)
+			case "refused", "aborted", "unknown", "error":
+				t.Errorf("unexpected event without faults: %s", sc.Text())
+			}
+		}
+	}
+	db, err := sql.Open("sqlite", strings.TrimPrefix(dsn, "sqlite://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	total := 0
+	for _, account := range []string{"account-1", "account-2"} {
+		var balance int64
+		var tokens string
+		if err := db.QueryRow(`SELECT balance, tokens FROM billing_accounts WHERE account = ?`, account).Scan(&balance, &tokens); err != nil {
+			t.Fatal(err)
+		}
+		want := acked[account]
+		slices.Sort(want)
+		got := strings.Split(tokens, ",")
+		if tokens == "" {
+			got = nil
+		}
+		if int(balance) != len(want) || len(got) != len(want) || strings.Join(got, ",") != joinInts(want) {
+			t.Errorf("%s: balance %d, tokens %q; acknowledged tokens %v", account, balance, tokens, want)
+		}
+		total += int(balance)
+	}
+	if total != workers*jobs {
+		t.Fatalf("balances add up to %d, want %d jobs", total, workers*jobs)
+	}
+}
+
+func joinInts(ns []int64) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = fmt.Sprint(n)
+	}
+	return strings.Join(s, ",")
+}
