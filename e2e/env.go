@@ -134,11 +134,6 @@ func NewEnv(t *testing.T) *Env {
 	t.Logf("topology %s: 3 etcd members, PostgreSQL 15, lease %v", e.id, Lease)
 	e.etcdNet = e.network("etcd")
 	e.dbNet = e.network("db")
-	t.Cleanup(func() {
-		if t.Failed() {
-			e.dumpLogs()
-		}
-	})
 	for i := 1; i <= 3; i++ {
 		e.Members = append(e.Members, e.startMember(i))
 	}
@@ -192,6 +187,9 @@ func (e *Env) run(opts *dockertest.RunOptions, ports ...string) *dockertest.Reso
 		e.t.Fatalf("run %s: %v", opts.Name, err)
 	}
 	e.t.Cleanup(func() {
+		if e.t.Failed() {
+			e.dumpLog(r)
+		}
 		if err := e.pool.Purge(r); err != nil {
 			e.t.Errorf("remove container %s: %v", opts.Name, err)
 		}
@@ -326,28 +324,14 @@ func (e *Env) Timeline() string {
 	return b.String()
 }
 
-// dumpLogs prints the tail of every container's log, for a failed test.
-func (e *Env) dumpLogs() {
-	var rs []*dockertest.Resource
-	for _, m := range e.Members {
-		rs = append(rs, m.res)
+// dumpLog prints the tail of a container's log, for a failed test.
+func (e *Env) dumpLog(r *dockertest.Resource) {
+	var out strings.Builder
+	if err := e.pool.Client.Logs(dc.LogsOptions{Container: r.Container.ID, OutputStream: &out, ErrorStream: &out, Stdout: true, Stderr: true, Tail: "40"}); err != nil {
+		fmt.Fprintf(&out, "(logs: %v)", err)
 	}
-	if e.pg != nil {
-		rs = append(rs, e.pg)
+	if c, err := e.pool.Client.InspectContainer(r.Container.ID); err == nil {
+		fmt.Fprintf(&out, "(state: %s)", c.State.String())
 	}
-	e.mu.Lock()
-	for _, w := range e.workers {
-		rs = append(rs, w.res)
-	}
-	e.mu.Unlock()
-	for _, r := range rs {
-		var out strings.Builder
-		if err := e.pool.Client.Logs(dc.LogsOptions{Container: r.Container.ID, OutputStream: &out, ErrorStream: &out, Stdout: true, Stderr: true, Tail: "40"}); err != nil {
-			fmt.Fprintf(&out, "(logs: %v)", err)
-		}
-		if c, err := e.pool.Client.InspectContainer(r.Container.ID); err == nil {
-			fmt.Fprintf(&out, "(state: %s)", c.State.String())
-		}
-		e.t.Logf("--- %s (last 40 lines)\n%s", strings.TrimPrefix(r.Container.Name, "/"), out.String())
-	}
+	e.t.Logf("--- %s (last 40 lines)\n%s", strings.TrimPrefix(r.Container.Name, "/"), out.String())
 }
