@@ -28,7 +28,13 @@ const retryDelay = 100 * time.Millisecond
 // ErrClosed or ErrSessionLost when the Client cannot grant locks, ctx's error, or
 // etcd's error that is not transient.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, name, opts, true)
+	if c.obs == nil && c.log == nil {
+		return c.acquire(ctx, name, opts, true)
+	}
+	start := time.Now()
+	l, err := c.acquire(ctx, name, opts, true)
+	c.acquired(ctx, name, start, l, err, true)
+	return l, err
 }
 
 // TryAcquire takes the lock name if nobody holds it, and otherwise returns at once
@@ -37,7 +43,13 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // Other errors are those of Acquire; a transient etcd error is returned, not
 // retried.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.acquire(ctx, name, opts, false)
+	if c.obs == nil && c.log == nil {
+		return c.acquire(ctx, name, opts, false)
+	}
+	start := time.Now()
+	l, err := c.acquire(ctx, name, opts, false)
+	c.acquired(ctx, name, start, l, err, false)
+	return l, err
 }
 
 func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool) (*Lock, error) {
@@ -67,7 +79,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 		switch {
 		case err == nil:
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			c.loseSession()
+			c.loseSession("etcd no longer has the session lease")
 			return nil, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
 		case transient(ctx, err):
 			unknown = append(unknown, val)
@@ -101,6 +113,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			info := decodeInfo(name, kv)
 			return nil, &HeldError{Name: name, Holder: info, Token: info.Token}
 		}
+		c.waiting(ctx, name, kv)
 		if err := c.waitDelete(ctx, key, resp.Header.Revision); err != nil {
 			c.forget(key, unknown)
 			return nil, err
@@ -208,7 +221,7 @@ func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID
 	}
 	c.mu.Unlock()
 	if old != nil {
-		old.lose()
+		old.lose(EndKeyDeleted)
 	}
 	if poke {
 		c.wake()

@@ -5,6 +5,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"log/slog"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -37,6 +38,8 @@ type Client struct {
 	pid         int
 	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
 	valuePrefix []byte        // see valuePrefix
+	log         *slog.Logger  // nil: silent
+	obs         Observer      // nil: nothing reported
 
 	grantSem chan struct{} // one session grant at a time
 	stop     chan struct{} // closed by Close
@@ -75,6 +78,8 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		interval: o.interval,
 		prefix:   o.prefix,
 		id:       o.identity,
+		log:      o.logger,
+		obs:      o.observer,
 		host:     host,
 		pid:      os.Getpid(),
 		grantSem: make(chan struct{}, 1),
@@ -187,7 +192,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	for _, l := range locks {
-		l.cancel(ErrClosed)
+		l.end(EndClosed, ErrClosed)
 	}
 	close(c.stop)
 	if started {
@@ -219,17 +224,19 @@ func (c *Client) takeLocksLocked() []*Lock {
 
 // loseSession makes the session loss final: every lock's Done closes with a
 // *fence.LostError as its context cause, and the Client's Done closes.
-func (c *Client) loseSession() {
+func (c *Client) loseSession(why string) {
 	c.mu.Lock()
 	if c.state != live {
 		c.mu.Unlock()
 		return
 	}
 	c.state = lost
+	lease := c.lease
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
+	c.sessionLost(lease, why)
 	for _, l := range locks {
-		l.lose()
+		l.lose(EndLeaseExpired)
 	}
 	c.closeDone()
 }

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -20,14 +21,16 @@ import (
 // manual-renewal lock was not renewed in time, or its key was deleted by someone
 // else) or the Client's Close (ErrClosed). Nothing revives an ended Lock.
 type Lock struct {
-	c      *Client
-	name   string
-	token  fence.Token
-	lease  clientv3.LeaseID
-	manual bool
-	dur    time.Duration // lease duration of a manual-renewal lock
-	ctx    context.Context
-	cancel context.CancelCauseFunc
+	c       *Client
+	name    string
+	token   fence.Token
+	lease   clientv3.LeaseID
+	manual  bool
+	dur     time.Duration // lease duration of a manual-renewal lock
+	ctx     context.Context
+	cancel  context.CancelCauseFunc
+	granted time.Time   // when the grant was registered, for hold times
+	ended   atomic.Bool // set by the first end, which alone is reported
 
 	// guarded by c.mu
 	deadline time.Time // manual renewal: last renewal send time + dur
@@ -36,7 +39,11 @@ type Lock struct {
 
 func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	return &Lock{c: c, name: name, token: token, lease: lease, manual: lo.manual, dur: lo.lease, ctx: ctx, cancel: cancel, index: -1}
+	l := &Lock{c: c, name: name, token: token, lease: lease, manual: lo.manual, dur: lo.lease, ctx: ctx, cancel: cancel, index: -1}
+	if c.obs != nil || c.log != nil {
+		l.granted = time.Now()
+	}
+	return l
 }
 
 // Resource returns the lock's name: the resource its grants write for.
@@ -55,7 +62,19 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 func (l *Lock) Context() context.Context { return l.ctx }
 
 // lose ends the lock as lost.
-func (l *Lock) lose() { l.cancel(&fence.LostError{Resource: l.name, Token: l.token}) }
+func (l *Lock) lose(reason EndReason) {
+	l.end(reason, &fence.LostError{Resource: l.name, Token: l.token})
+}
+
+// end ends the lock with cause; only the first end of a lock counts, as only
+// the first cancel sets its context's cause.
+func (l *Lock) end(reason EndReason, cause error) {
+	if !l.ended.CompareAndSwap(false, true) {
+		return
+	}
+	l.cancel(cause)
+	l.c.ended(l, reason)
+}
 
 // endedErr is the error for an operation on an ended lock.
 func (l *Lock) endedErr() error {
@@ -95,7 +114,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 	if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
 		c.unregisterLocked(l)
 		c.mu.Unlock()
-		l.lose()
+		l.lose(EndKeyDeleted)
 		return l.endedErr()
 	}
 	if l.manual {
@@ -126,11 +145,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !held {
 		if l.ctx.Err() == nil {
 			// Superseded while registered elsewhere; cannot normally happen.
-			l.lose()
+			l.lose(EndKeyDeleted)
 		}
 		return l.endedErr()
 	}
-	l.cancel(ErrReleased)
+	l.end(EndReleased, ErrReleased)
 	err := c.deleteKey(ctx, l.name, l.token)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {

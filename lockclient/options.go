@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"fmt"
+	"log/slog"
 	"strings"
 	"time"
 	"unicode"
@@ -33,6 +34,8 @@ type options struct {
 	interval time.Duration
 	prefix   string
 	identity string
+	logger   *slog.Logger
+	observer Observer
 }
 
 // WithTTL sets the session lease's time to live (default 10 s): how long after

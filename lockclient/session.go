@@ -70,7 +70,7 @@ func (c *Client) loop() {
 		lease, deadline := c.lease, c.deadline
 		if !now.Before(deadline) {
 			c.mu.Unlock()
-			c.loseSession()
+			c.loseSession("no renewal confirmed before the session deadline")
 			c.revoke(lease)
 			return
 		}
@@ -94,7 +94,7 @@ func (c *Client) loop() {
 		c.mu.Unlock()
 
 		for _, l := range expired {
-			l.lose()
+			l.lose(EndNotRenewed)
 		}
 		if !renewing && !now.Before(nextRenew) {
 			renewing = true
@@ -107,6 +107,9 @@ func (c *Client) loop() {
 					r.ttl = resp.TTL
 				}
 				r.err = err
+				if c.obs != nil || c.log != nil {
+					c.keptAlive(lease, time.Since(r.sent), deadline, err)
+				}
 				renewc <- r
 			}()
 		}
@@ -139,7 +142,7 @@ func (c *Client) loop() {
 				nextRenew = r.sent.Add(c.interval)
 			case r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound):
 				// etcd no longer has the lease: it expired there.
-				c.loseSession()
+				c.loseSession("etcd no longer has the session lease")
 				return
 			default:
 				nextRenew = time.Now().Add(min(retryDelay, c.interval))

@@ -1,0 +1,233 @@
+package lockclient_test
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+// recorder is an Observer that keeps what it was told.
+type recorder struct {
+	mu         sync.Mutex
+	acquired   []string // "name result"
+	ended      []string // "name reason"
+	keepalives int
+	kaErrors   int
+}
+
+func (r *recorder) Acquired(name string, res lockclient.AcquireResult, wait time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.acquired = append(r.acquired, name+" "+res.String())
+}
+
+func (r *recorder) Ended(name string, _ fence.Token, reason lockclient.EndReason, held time.Duration) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.ended = append(r.ended, name+" "+reason.String())
+}
+
+func (r *recorder) KeepAlive(rtt time.Duration, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.keepalives++
+	if err != nil {
+		r.kaErrors++
+	}
+}
+
+func (r *recorder) snapshot() (acq, ended []string, ka int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.acquired), slices.Clone(r.ended), r.keepalives
+}
+
+// logBuffer collects JSON log records from concurrent goroutines.
+type logBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *logBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *logBuffer) contains(s string) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return strings.Contains(b.buf.String(), s)
+}
+
+func (b *logBuffer) records(t *testing.T) []map[string]any {
+	t.Helper()
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	var out []map[string]any
+	for _, line := range strings.Split(strings.TrimSpace(b.buf.String()), "\n") {
+		if line == "" {
+			continue
+		}
+		var m map[string]any
+		if err := json.Unmarshal([]byte(line), &m); err != nil {
+			t.Fatalf("log line %q: %v", line, err)
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// find returns the first record with msg and lock name.
+func find(recs []map[string]any, msg, lock string) map[string]any {
+	for _, r := range recs {
+		if r["msg"] == msg && r["lock"] == lock {
+			return r
+		}
+	}
+	return nil
+}
+
+func TestClient_WithObserver_events(t *testing.T) {
+	srv := locktest.Start(t)
+	rec := &recorder{}
+	var logs logBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
+	other := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	ctx := t.Context()
+
+	// granted, then released
+	l, err := c.TryAcquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Release(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// held by another
+	ol := mustAcquire(t, other, "b")
+	if _, err := c.TryAcquire(ctx, "b"); !errors.Is(err, lockclient.ErrHeld) {
+		t.Fatalf("TryAcquire of a held lock: %v", err)
+	}
+	// an error: a bad name
+	if _, err := c.Acquire(ctx, "bad/name"); !errors.Is(err, lockclient.ErrInvalidName) {
+		t.Fatalf("Acquire(bad/name): %v", err)
+	}
+	// a wait, then granted
+	go func() {
+		// Release only once c logged its wait, so the wait is certain.
+		for !logs.contains(`"msg":"lock held, waiting"`) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		ol.Release(ctx)
+	}()
+	lb := mustAcquire(t, c, "b")
+	// not renewed in time
+	lm := mustAcquire(t, c, "m", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	waitClosed(t, lm.Done(), "unrenewed lock's Done")
+	// key deleted by someone else, found by Renew
+	lk := mustAcquire(t, c, "k")
+	if _, err := srv.Client(t).Delete(ctx, lockclient.DefaultPrefix+"k"); err != nil {
+		t.Fatal(err)
+	}
+	if err := lk.Renew(ctx); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("Renew after the key was deleted: %v", err)
+	}
+	// closed
+	if err := c.Close(); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, lb.Done(), "closed lock's Done")
+
+	acq, ended, ka := rec.snapshot()
+	wantAcq := []string{"a granted", "b held_by_other", "bad/name error", "b granted", "m granted", "k granted"}
+	if !slices.Equal(acq, wantAcq) {
+		t.Errorf("acquisitions %q, want %q", acq, wantAcq)
+	}
+	wantEnded := []string{"a released", "m not_renewed", "k key_deleted", "b closed"}
+	if !slices.Equal(ended, wantEnded) {
+		t.Errorf("ends %q, want %q", ended, wantEnded)
+	}
+	if ka == 0 {
+		t.Errorf("no keepalive reported over a lock held past the renewal interval")
+	}
+
+	recs := logs.records(t)
+	for _, tc := range []struct{ msg, lock, cause string }{
+		{"lock granted", "a", ""},
+		{"lock released", "a", "released"},
+		{"lock held by another", "b", ""},
+		{"lock held, waiting", "b", ""},
+		{"lock lost", "m", "not_renewed"},
+		{"lock lost", "k", "key_deleted"},
+		{"lock released by close", "b", "closed"},
+	} {
+		r := find(recs, tc.msg, tc.lock)
+		if r == nil {
+			t.Errorf("no %q record for lock %q in %v", tc.msg, tc.lock, recs)
+			continue
+		}
+		if tc.cause != "" && r["cause"] != tc.cause {
+			t.Errorf("%q of %q: cause %v, want %q", tc.msg, tc.lock, r["cause"], tc.cause)
+		}
+		if tc.msg == "lock granted" {
+			if tok, ok := r["token"].(float64); !ok || tok <= 0 {
+				t.Errorf("grant record without a token: %v", r)
+			}
+		}
+	}
+}
+
+func TestClient_WithObserver_sessionLost(t *testing.T) {
+	cl := locktest.StartCluster(t, 1)
+	rec := &recorder{}
+	var logs logBuffer
+	log := slog.New(slog.NewJSONHandler(&logs, nil))
+	c := newClient(t, cl.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
+	l := mustAcquire(t, c, "s")
+	cl.Stop(0) // no more confirmed renewals
+	waitClosed(t, l.Done(), "lock's Done after the session deadline")
+
+	_, ended, _ := rec.snapshot()
+	if !slices.Equal(ended, []string{"s lease_expired"}) {
+		t.Errorf("ends %q, want [s lease_expired]", ended)
+	}
+	rec.mu.Lock()
+	kaErrs := rec.kaErrors
+	rec.mu.Unlock()
+	recs := logs.records(t)
+	if r := find(recs, "lock lost", "s"); r == nil || r["cause"] != "lease_expired" {
+		t.Errorf("no lease_expired loss logged: %v", recs)
+	}
+	var sessionLost, kaFailed bool
+	for _, r := range recs {
+		sessionLost = sessionLost || r["msg"] == "session lost"
+		kaFailed = kaFailed || r["msg"] == "session keepalive failed"
+	}
+	if !sessionLost {
+		t.Errorf("no session lost record: %v", recs)
+	}
+	if kaFailed != (kaErrs > 0) {
+		t.Errorf("keepalive failures: %d observed, logged %v", kaErrs, kaFailed)
+	}
+}
+
+func TestClient_WithLogger_nilIsSilent(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t), lockclient.WithLogger(nil), lockclient.WithObserver(nil))
+	l := mustAcquire(t, c, "quiet")
+	if err := l.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+}
