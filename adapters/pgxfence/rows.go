@@ -20,7 +20,8 @@ import (
 // NUL-holding table or column name (other names are quoted, never refused),
 // fence.ErrInvalidArgument for no key or no column to set or a column named twice,
 // and a *fence.DuplicateError when the new values hit a unique index.
-func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe(ctx, "update", g, &err)
 	if err := s.check(g); err != nil {
 		return err
 	}
@@ -119,7 +120,8 @@ func fenceCTE(st *stmt, res, tok, cond string) {
 // It returns a *fence.StaleError with the higher token (the row's or the fence
 // row's) when it wrote nothing, and the errors of Update otherwise (no column to set
 // is allowed: the row is then just its key and token).
-func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe(ctx, "upsert", g, &err)
 	if err := s.check(g); err != nil {
 		return err
 	}
@@ -175,7 +177,8 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // or in the fence row), fence.ErrNotFound when there is no such row (the fence row is
 // then left as it was), fence.ErrInvalidArgument when the key picks more than one row
 // (nothing is deleted), and the input errors of Update.
-func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
+	defer s.observe(ctx, "delete", g, &err)
 	if err := s.check(g); err != nil {
 		return err
 	}

@@ -31,6 +31,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -74,6 +75,8 @@ type Store struct {
 	// pipelined: BEGIN and the raise travel with fn's first statement
 	// (WithPipelinedFence).
 	pipelined bool
+	log       *slog.Logger        // refused writes; nil: silent
+	obs       fence.WriteObserver // write results; nil: none
 }
 
 var (
@@ -220,7 +223,8 @@ func (s *Store) check(g fence.Grant) error {
 // otherwise wrapped with ErrSerialization, for the caller to retry the whole
 // transaction. Inside a caller's pgx.Tx the 40001 is always ErrSerialization: only
 // the caller can restart its transaction.
-func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
+func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}

@@ -104,7 +104,8 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 // ErrUnknownDialect, ErrSchema (Upsert and Delete, and the MySQL check: no
 // fence_tokens), a *fence.DuplicateError when a set column hits a unique key,
 // ErrBusy, or the driver's error wrapped.
-func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe(ctx, "update", g, &err)
 	st, err := s.prepare(g, r, set, true)
 	if err != nil {
 		return err
@@ -151,7 +152,8 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // the key; a clash on another unique key returns a *fence.DuplicateError instead of
 // updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
 // table's primary key or a unique index. Errors are those of Update.
-func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error {
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe(ctx, "upsert", g, &err)
 	st, err := s.prepare(g, r, set, false)
 	if err != nil {
 		return err
@@ -201,7 +203,8 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // an error matching fence.ErrNotFound; both change nothing (the raise rolls back).
 // If r.Key picks more than one row nothing is deleted and fence.ErrInvalidArgument
 // is returned. Other errors are those of Update.
-func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) error {
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
+	defer s.observe(ctx, "delete", g, &err)
 	st, err := s.prepare(g, r, nil, false)
 	if err != nil {
 		return err

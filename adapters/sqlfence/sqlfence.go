@@ -40,6 +40,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -79,7 +80,9 @@ var (
 type Store struct {
 	db     *sql.DB
 	d      Dialect
-	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
+	txOpts *sql.TxOptions      // Fenced's transactions; nil: the server's default
+	log    *slog.Logger        // refused writes; nil: silent
+	obs    fence.WriteObserver // write results; nil: none
 
 	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex
@@ -110,7 +113,8 @@ func (s *Store) Dialect() Dialect { return s.d }
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on.
-func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
+func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
+	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
