@@ -1,0 +1,145 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"text/tabwriter"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+)
+
+// locks returns a lock client for c; close runs after the command.
+func (c *config) locks() (*lockclient.Client, func(), error) {
+	cli, err := c.etcd()
+	if err != nil {
+		return nil, nil, err
+	}
+	lc, err := lockclient.New(cli, lockclient.WithPrefix(c.prefix))
+	if err != nil {
+		cli.Close()
+		return nil, nil, usageError(err.Error())
+	}
+	// lc holds no session: it only reads, or releases by token.
+	return lc, func() { lc.Close(); cli.Close() }, nil
+}
+
+// etcdErr turns the errors of an etcd that cannot be reached or refuses the
+// credentials into a sentence naming the cause.
+func (c *config) etcdErr(err error) error {
+	switch {
+	case errors.Is(err, context.DeadlineExceeded), status.Code(err) == codes.DeadlineExceeded, status.Code(err) == codes.Unavailable:
+		return fmt.Errorf("cannot reach etcd at %s within %v (is it running, are the endpoints, TLS flags right?): %w", c.endpoints, c.timeout, err)
+	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken):
+		return fmt.Errorf("etcd at %s refused the user or password: %w", c.endpoints, err)
+	case errors.Is(err, rpctypes.ErrPermissionDenied):
+		return fmt.Errorf("etcd user %q may not read or write under %q (grant its role readwrite on that prefix): %w", c.user, c.prefix, err)
+	}
+	return err
+}
+
+// lockJSON is one lock as -json prints it.
+type lockJSON struct {
+	Name             string      `json:"name"`
+	Token            fence.Token `json:"token"`
+	ClientID         string      `json:"client_id"`
+	Host             string      `json:"host"`
+	PID              int         `json:"pid"`
+	AcquiredAt       time.Time   `json:"acquired_at"`
+	LeaseLeftSeconds float64     `json:"lease_left_seconds"`
+}
+
+func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info) error {
+	if asJSON {
+		list := make([]lockJSON, len(infos))
+		for i, in := range infos {
+			list[i] = lockJSON{in.Name, in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt, in.LeaseLeft.Seconds()}
+		}
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(list)
+	}
+	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDER\tHOST\tPID\tACQUIRED\tLEASE LEFT")
+	for _, in := range infos {
+		// Names hold no control characters (CheckName), so they print as they are.
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\n", in.Name,
+			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft)
+	}
+	return tw.Flush()
+}
+
+func cmdList(ctx context.Context, cfg *config, _ []string, out io.Writer) error {
+	lc, done, err := cfg.locks()
+	if err != nil {
+		return err
+	}
+	defer done()
+	infos, err := lc.List(ctx)
+	if err != nil {
+		return cfg.etcdErr(err)
+	}
+	if len(infos) == 0 && !cfg.json {
+		fmt.Fprintf(out, "no locks held under %q\n", cfg.prefix)
+		return nil
+	}
+	return printLocks(out, cfg.json, infos)
+}
+
+func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) error {
+	name := args[0]
+	if err := lockclient.CheckName(name); err != nil {
+		return usageError(err.Error())
+	}
+	lc, done, err := cfg.locks()
+	if err != nil {
+		return err
+	}
+	defer done()
+	info, err := lc.Holder(ctx, name)
+	if errors.Is(err, lockclient.ErrNotHeld) {
+		return fmt.Errorf("unknown lock %q: nobody holds it under %q", name, cfg.prefix)
+	}
+	if err != nil {
+		return cfg.etcdErr(err)
+	}
+	return printLocks(out, cfg.json, []lockclient.Info{info})
+}
+
+func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) error {
+	name := args[0]
+	if err := lockclient.CheckName(name); err != nil {
+		return usageError(err.Error())
+	}
+	tok, err := strconv.ParseInt(args[1], 10, 64)
+	if err != nil || tok <= 0 {
+		return usageError(fmt.Sprintf("token %q is not a positive integer (the holder's token: fencectl show %s)", args[1], name))
+	}
+	lc, done, err := cfg.locks()
+	if err != nil {
+		return err
+	}
+	defer done()
+	err = lc.Release(ctx, name, fence.Token(tok))
+	var nh *lockclient.NotHeldError
+	if errors.As(err, &nh) {
+		if nh.Current > 0 {
+			return fmt.Errorf("lock %q is held with token %d, not %d: nothing released", name, nh.Current, tok)
+		}
+		return fmt.Errorf("unknown lock %q: nobody holds it under %q, nothing released", name, cfg.prefix)
+	}
+	if err != nil {
+		return cfg.etcdErr(err)
+	}
+	fmt.Fprintf(out, "released %q (token %d)\n", name, tok)
+	return nil
+}

@@ -1,0 +1,117 @@
+// Command fencectl shows and releases fencegate's locks in etcd, and shows the
+// high-water tokens a database has stored, for operators.
+//
+//	fencectl [flags] list                  held locks: name, token, holder, lease time left
+//	fencectl [flags] show NAME             one lock
+//	fencectl [flags] release NAME TOKEN    release NAME only if it still carries TOKEN
+//	fencectl [flags] tokens [RESOURCE]     stored tokens in fence_tokens (all, or one resource)
+//
+// Flags (also accepted after the command; environment in brackets):
+//
+//	-endpoints URLS   etcd endpoints, comma-separated [FENCECTL_ENDPOINTS] (default 127.0.0.1:2379)
+//	-prefix P         lock key prefix (default /fencegate/locks/) [FENCECTL_PREFIX]
+//	-cacert, -cert, -key FILE   TLS: CA bundle, client certificate and key
+//	-user U           etcd user [FENCECTL_USER]; -password P [FENCECTL_PASSWORD]
+//	-dsn DSN          database for tokens [FENCECTL_DSN]: postgres:// or postgresql://
+//	                  (pgx), a MySQL DSN (user:pass@tcp(host)/db), else a SQLite file
+//	                  path (optionally prefixed sqlite:)
+//	-timeout D        bound on each command's I/O (default 5s)
+//	-json             print JSON instead of a table
+//
+// Exit status: 0 success, 1 failure (etcd or the database unreachable, an unknown
+// lock, a token that does not hold the lock), 2 bad usage.
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// run is fencectl with its arguments (without the program name); it returns the
+// exit status.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := defaultConfig()
+	gfs := cfg.flags("fencectl", stderr)
+	if err := gfs.Parse(args); err != nil {
+		return 2
+	}
+	args = gfs.Args()
+	if len(args) == 0 {
+		usage(stderr)
+		return 2
+	}
+	cmd, args := args[0], args[1:]
+	fs := cfg.flags("fencectl "+cmd, stderr)
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	args = fs.Args()
+	var c command
+	switch cmd {
+	case "list":
+		c = command{nargs: 0, run: cmdList}
+	case "show":
+		c = command{nargs: 1, usage: "NAME", run: cmdShow}
+	case "release":
+		c = command{nargs: 2, usage: "NAME TOKEN (the holder's token: fencectl show NAME)", run: cmdRelease}
+	case "tokens":
+		c = command{nargs: -1, usage: "[RESOURCE]", run: cmdTokens}
+	case "help", "-h", "--help":
+		usage(stdout)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "fencectl: unknown command %q\n", cmd)
+		usage(stderr)
+		return 2
+	}
+	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs < 0 && len(args) > 1) {
+		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] %s %s\n", cmd, c.usage)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	if err := c.run(ctx, &cfg, args, stdout); err != nil {
+		fmt.Fprintf(stderr, "fencectl %s: %v\n", cmd, err)
+		if _, ok := err.(usageError); ok {
+			return 2
+		}
+		return 1
+	}
+	return 0
+}
+
+type command struct {
+	nargs int // -1: zero or one
+	usage string
+	run   func(ctx context.Context, cfg *config, args []string, out io.Writer) error
+}
+
+// usageError is a bad argument: exit status 2.
+type usageError string
+
+func (e usageError) Error() string { return string(e) }
+
+func usage(w io.Writer) {
+	fmt.Fprint(w, `usage: fencectl [flags] COMMAND [args]
+
+commands:
+  list                 held locks with holder, token and lease time left
+  show NAME            one lock
+  release NAME TOKEN   release NAME if it still carries TOKEN
+  tokens [RESOURCE]    high-water tokens stored in the database's fence_tokens (-dsn)
+
+flags (also after the command): -endpoints, -prefix, -cacert, -cert, -key, -user,
+-password, -dsn, -timeout, -json; environment FENCECTL_ENDPOINTS, FENCECTL_PREFIX,
+FENCECTL_USER, FENCECTL_PASSWORD, FENCECTL_DSN.
+`)
+}
