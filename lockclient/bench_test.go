@@ -98,6 +98,7 @@ type result struct {
 	elections uint64       // raft elections while this variant ran
 	pairs     int
 	elapsed   time.Duration
+	drain     time.Duration // fixed rate: longest wait, after the last job started, for all to finish
 	lat       []time.Duration
 }
 
@@ -178,8 +179,10 @@ func runRate(b *testing.B, p pairer, tag string, d time.Duration, r *result) {
 		jobs <- j
 	}
 	close(jobs)
+	dispatched := time.Now()
 	wg.Wait()
 	r.elapsed += time.Since(start)
+	r.drain = max(r.drain, time.Since(dispatched))
 }
 
 // runTry holds name from a second session and counts the etcd revisions that
@@ -297,6 +300,8 @@ func BenchmarkLockclient(b *testing.B) {
 			b.ReportMetric(m.pct(0.5), "mutex-p50-ms")
 			b.ReportMetric(m.pct(0.99), "mutex-p99-ms")
 			b.ReportMetric(l.pct(0.99)/m.pct(0.99), "x-mutex-p99")
+			b.ReportMetric(float64(l.drain)/float64(time.Millisecond), "lockclient-drain-ms")
+			b.ReportMetric(float64(m.drain)/float64(time.Millisecond), "mutex-drain-ms")
 			b.ReportMetric(float64(l.errors.Load()), "lockclient-errors")
 			b.ReportMetric(float64(m.errors.Load()), "mutex-errors")
 			b.ReportMetric(float64(l.elections), "lockclient-elections")
