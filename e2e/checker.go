@@ -4,11 +4,11 @@ package e2e
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"sort"
+	"strconv"
 	"strings"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // History is everything the checker judges: what the workers say they did (their
@@ -55,25 +55,30 @@ func (r Report) String() string {
 		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.Unknown, len(r.Violations))
 }
 
-// LoadHistory reads the database state the checker needs.
-func LoadHistory(ctx context.Context, db *pgxpool.Pool, events []Event, kills map[string]int) (History, error) {
+// LoadHistory reads the database state the checker needs. tokens is the SQL
+// expression that reads billing_accounts.tokens as comma-separated text.
+func LoadHistory(ctx context.Context, db *sql.DB, tokens string, events []Event, kills map[string]int) (History, error) {
 	h := History{Events: events, Accounts: map[string]Row{}, Kills: kills}
-	rows, err := db.Query(ctx, `SELECT account, balance, tokens FROM billing_accounts`)
+	rows, err := db.QueryContext(ctx, `SELECT account, balance, `+tokens+` FROM billing_accounts`)
 	if err != nil {
 		return h, err
 	}
+	defer rows.Close()
 	for rows.Next() {
-		var acct string
+		var acct, list string
 		var r Row
-		if err := rows.Scan(&acct, &r.Balance, &r.Tokens); err != nil {
+		if err := rows.Scan(&acct, &r.Balance, &list); err != nil {
 			return h, err
+		}
+		if r.Tokens, err = parseTokens(list); err != nil {
+			return h, fmt.Errorf("%s: %w", acct, err)
 		}
 		h.Accounts[acct] = r
 	}
 	if err := rows.Err(); err != nil {
 		return h, err
 	}
-	rows, err = db.Query(ctx, `SELECT seq, account, token, worker, balance FROM billing_writes ORDER BY seq`)
+	rows, err = db.QueryContext(ctx, `SELECT seq, account, token, worker, balance FROM billing_writes ORDER BY seq`)
 	if err != nil {
 		return h, err
 	}
@@ -85,6 +90,19 @@ func LoadHistory(ctx context.Context, db *pgxpool.Pool, events []Event, kills ma
 		h.Ledger = append(h.Ledger, l)
 	}
 	return h, rows.Err()
+}
+
+// parseTokens parses a comma-separated list of tokens.
+func parseTokens(list string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.FieldsFunc(list, func(r rune) bool { return r == ',' }) {
+		n, err := strconv.ParseInt(strings.TrimSpace(f), 10, 64)
+		if err != nil {
+			return nil, fmt.Errorf("tokens %q: %w", list, err)
+		}
+		out = append(out, n)
+	}
+	return out, nil
 }
 
 // Check judges a history:
@@ -247,7 +265,7 @@ func (e *Env) CheckHistory() Report {
 	for _, w := range ws {
 		events = append(events, w.Events()...)
 	}
-	h, err := LoadHistory(e.t.Context(), e.DB, events, kills)
+	h, err := LoadHistory(e.t.Context(), e.DB, e.tokensColumn(), events, kills)
 	if err != nil {
 		e.t.Fatalf("load history: %v", err)
 	}

@@ -3,8 +3,8 @@
 package e2e
 
 import (
-	"context"
 	"crypto/rand"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -18,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/ory/dockertest/v3"
 	dc "github.com/ory/dockertest/v3/docker"
 )
@@ -99,17 +98,18 @@ func sweepLeftovers(pool *dockertest.Pool) {
 // PostgreSQL on a private database network, and billing workers attached to both.
 // Everything it starts is removed by t.Cleanup, even when the test fails.
 type Env struct {
-	t       *testing.T
-	pool    *dockertest.Pool
-	images  Images
-	id      string
-	start   time.Time
-	labels  map[string]string
-	etcdNet *dockertest.Network
-	dbNet   *dockertest.Network
-	Members []*Member
-	pg      *dockertest.Resource
-	DB      *pgxpool.Pool // the host's connection to the database, for assertions
+	t        *testing.T
+	pool     *dockertest.Pool
+	images   Images
+	id       string
+	start    time.Time
+	labels   map[string]string
+	etcdNet  *dockertest.Network
+	dbNet    *dockertest.Network
+	Members  []*Member
+	Database Database
+	dbRes    *dockertest.Resource
+	DB       *sql.DB // the host's connection to the database, for assertions
 
 	mu      sync.Mutex
 	workers []*Worker
@@ -117,27 +117,34 @@ type Env struct {
 	kills   map[string]int
 }
 
-// NewEnv starts the topology and waits until etcd has a leader and PostgreSQL
-// accepts connections.
+// NewEnv starts the topology with PostgreSQL and waits until etcd has a leader and
+// the database accepts connections.
 func NewEnv(t *testing.T) *Env {
+	t.Helper()
+	return NewEnvWith(t, Postgres)
+}
+
+// NewEnvWith is NewEnv with the given database.
+func NewEnvWith(t *testing.T, db Database) *Env {
 	t.Helper()
 	pool, images := suite(t)
 	var b [3]byte
 	_, _ = rand.Read(b[:])
 	e := &Env{
 		t: t, pool: pool, images: images,
-		id:     "fg" + hex.EncodeToString(b[:]),
-		start:  time.Now(),
-		labels: map[string]string{labelPID: strconv.Itoa(os.Getpid())},
-		kills:  map[string]int{},
+		id:       "fg" + hex.EncodeToString(b[:]),
+		start:    time.Now(),
+		labels:   map[string]string{labelPID: strconv.Itoa(os.Getpid())},
+		kills:    map[string]int{},
+		Database: db,
 	}
-	t.Logf("topology %s: 3 etcd members, PostgreSQL 15, lease %v", e.id, Lease)
+	t.Logf("topology %s: 3 etcd members, %s, lease %v", e.id, db, Lease)
 	e.etcdNet = e.network("etcd")
 	e.dbNet = e.network("db")
 	for i := 1; i <= 3; i++ {
 		e.Members = append(e.Members, e.startMember(i))
 	}
-	e.startPostgres()
+	e.startDatabase()
 	e.waitEtcd()
 	return e
 }
@@ -210,44 +217,6 @@ func (e *Env) hostPort(r *dockertest.Resource, port string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s: port %s is not published (state %s)", c.Name, port, c.State.String())
-}
-
-// startPostgres starts the database and connects the host to it.
-func (e *Env) startPostgres() {
-	name := e.name("pg")
-	e.pg = e.run(&dockertest.RunOptions{
-		Name: name, Hostname: "pg", Repository: e.images.Postgres,
-		User: "postgres", NetworkID: e.dbNet.Network.ID,
-		Cmd: []string{pgBin + "/postgres", "-D", pgData},
-	}, "5432/tcp")
-	port, err := e.hostPort(e.pg, "5432/tcp")
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%s/postgres?sslmode=disable", port)
-	err = e.pool.Retry(func() error {
-		ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
-		defer cancel()
-		db, err := pgxpool.New(ctx, dsn)
-		if err != nil {
-			return err
-		}
-		if err := db.Ping(ctx); err != nil {
-			db.Close()
-			return err
-		}
-		e.DB = db
-		return nil
-	})
-	if err != nil {
-		e.t.Fatalf("PostgreSQL did not come up: %v", err)
-	}
-	e.t.Cleanup(e.DB.Close)
-}
-
-// WorkerDSN is how containers on the database network reach PostgreSQL.
-func (e *Env) WorkerDSN() string {
-	return "postgres://postgres@" + e.name("pg") + ":5432/postgres?sslmode=disable&connect_timeout=5"
 }
 
 // Note records one of the test's own actions in the timeline and the log.

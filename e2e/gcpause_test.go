@@ -12,7 +12,8 @@ import (
 // account-42 and is frozen (cgroup freezer) past its lease; worker 2 takes the lock
 // with a higher token and writes; worker 1 wakes and writes as if nothing happened.
 // Worker 1 presents only its token (-grant token), so its client's own loss
-// detection is out of the way and only the database can stop it.
+// detection is out of the way and only the database can stop it. Every case runs on
+// PostgreSQL (pgxfence) and on MariaDB (sqlfence).
 func TestGCPause(t *testing.T) {
 	tests := []struct {
 		name    string
@@ -70,41 +71,45 @@ func TestGCPause(t *testing.T) {
 			},
 		},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			e := NewEnv(t)
-			e.Setup("account-42")
-			common := []string{"-accounts", "account-42", "-jobs", "1"}
-			if tt.noFence {
-				common = append(common, "-no-fence")
-			}
-			var r pauseRun
-			r.w1 = e.StartWorker("w1", slices.Concat(common, []string{"-grant", "token"}, tt.w1)...)
-			r.t1 = r.w1.WaitFor(tt.freeze, 1)[0].Token
-			r.w1.Pause()
-			r.w2 = e.StartWorker("w2", slices.Concat(common, []string{"-think", "0s", "-job", "100ms"})...)
-			r.t2 = r.w2.WaitFor("acquired", 1)[0].Token
-			if r.t2 <= r.t1 {
-				t.Fatalf("worker 2's token %d is not above worker 1's %d", r.t2, r.t1)
-			}
-			if tt.freeze == "read" && !tt.noFence {
-				e.Eventually("worker 2 to wait on the fence row", func() bool {
-					var n int
-					err := e.DB.QueryRow(t.Context(), `SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock'`).Scan(&n)
-					return err == nil && n > 0
-				})
-				r.waited = true
-				e.Note("w2's fenced transaction waits on w1's fence row")
-			} else {
-				r.w2.WaitFor("commit", 1)
-			}
-			r.w1.Unpause()
-			r.w1.Wait()
-			r.w2.Wait()
-			t.Logf("timeline (lease %v):\n%s", Lease, e.Timeline())
-			tt.check(t, e, r)
-		})
+	for _, db := range []Database{Postgres, MariaDB} {
+		for _, tt := range tests {
+			t.Run(db.String()+"/"+tt.name, func(t *testing.T) { gcPause(t, db, tt.noFence, tt.freeze, tt.w1, tt.check) })
+		}
 	}
+}
+
+// gcPause runs one case of TestGCPause on db.
+func gcPause(t *testing.T, db Database, noFence bool, freeze string, w1 []string, check func(*testing.T, *Env, pauseRun)) {
+	e := NewEnvWith(t, db)
+	e.Setup("account-42")
+	common := []string{"-accounts", "account-42", "-jobs", "1"}
+	if noFence {
+		common = append(common, "-no-fence")
+	}
+	var r pauseRun
+	r.w1 = e.StartWorker("w1", slices.Concat(common, []string{"-grant", "token"}, w1)...)
+	r.t1 = r.w1.WaitFor(freeze, 1)[0].Token
+	r.w1.Pause()
+	r.w2 = e.StartWorker("w2", slices.Concat(common, []string{"-think", "0s", "-job", "100ms"})...)
+	r.t2 = r.w2.WaitFor("acquired", 1)[0].Token
+	if r.t2 <= r.t1 {
+		t.Fatalf("worker 2's token %d is not above worker 1's %d", r.t2, r.t1)
+	}
+	if freeze == "read" && !noFence {
+		e.Eventually("worker 2 to wait on the fence row", func() bool {
+			n, err := e.lockWaits(t.Context())
+			return err == nil && n > 0
+		})
+		r.waited = true
+		e.Note("w2's fenced transaction waits on w1's fence row")
+	} else {
+		r.w2.WaitFor("commit", 1)
+	}
+	r.w1.Unpause()
+	r.w1.Wait()
+	r.w2.Wait()
+	t.Logf("timeline (lease %v):\n%s", Lease, e.Timeline())
+	check(t, e, r)
 }
 
 type pauseRun struct {
@@ -116,8 +121,8 @@ type pauseRun struct {
 // wantRow checks account-42's stored row.
 func wantRow(t *testing.T, e *Env, want Row) {
 	t.Helper()
-	var got Row
-	if err := e.DB.QueryRow(t.Context(), `SELECT balance, tokens FROM billing_accounts WHERE account = 'account-42'`).Scan(&got.Balance, &got.Tokens); err != nil {
+	got, err := e.account(t.Context(), "account-42")
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Logf("stored row: account-42 balance %d, written by tokens %v", got.Balance, got.Tokens)

@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"time"
 
@@ -24,17 +25,19 @@ import (
 type Images struct {
 	Etcd     string // repository:tag of etcd + etcdctl, FROM scratch
 	Postgres string // repository:tag of PostgreSQL 15 on a trimmed Debian rootfs
+	MariaDB  string // repository:tag of MariaDB 10.11 on a trimmed Debian rootfs
 	Worker   string // repository:tag of examples/billing, FROM scratch
 }
 
 const (
-	etcdRepo     = "fencegate-e2e-etcd"
-	postgresRepo = "fencegate-e2e-postgres"
-	workerRepo   = "fencegate-e2e-billing"
+	etcdRepo   = "fencegate-e2e-etcd"
+	workerRepo = "fencegate-e2e-billing"
 
 	// pgData is the data directory initialised inside the PostgreSQL image.
 	pgData = "/var/lib/postgresql/data"
 	pgBin  = "/usr/lib/postgresql/15/bin"
+	// mariadbInit runs at every MariaDB start: the worker's database and TCP user.
+	mariadbInit = "/etc/mysql/e2e-init.sql"
 )
 
 // etcdDockerfile needs no registry: FROM scratch and two static binaries. No
@@ -49,16 +52,40 @@ COPY billing /billing
 ENTRYPOINT ["/billing"]
 `
 
-// postgresRecipe is every input of the PostgreSQL image that changes its content; its
-// hash is the image tag and the cached rootfs tarball's name.
-var postgresRecipe = []string{
-	"debootstrap --variant=minbase --include=postgresql-15 bookworm",
-	// Trimmed: docs, locales, apt's caches, and LLVM (JIT only; jit=off below).
-	"rm usr/share/doc usr/share/man usr/share/info usr/share/locale usr/share/i18n usr/share/lintian var/cache/apt var/lib/apt/lists usr/lib/x86_64-linux-gnu/libLLVM-14.so.1 usr/lib/x86_64-linux-gnu/libz3.so.4 usr/lib/postgresql/15/lib/bitcode var/lib/postgresql/15 etc/postgresql/15",
-	"initdb -D " + pgData + " -U postgres -A trust -E UTF8 --no-sync",
-	"pg_hba: host all all 0.0.0.0/0 trust",
-	// A throwaway test database: durability is not under test, the fence is.
-	"postgresql.conf: listen_addresses='*' fsync=off synchronous_commit=off full_page_writes=off jit=off max_connections=200",
+// postgresImage is PostgreSQL 15 with a trust-authenticated data directory.
+var postgresImage = rootfs{
+	name:    "fencegate-e2e-postgres",
+	include: "postgresql-15",
+	// LLVM serves the JIT only (jit=off below); the packaged cluster is replaced.
+	remove: append(slices.Clip(trimmed), "usr/lib/x86_64-linux-gnu/libLLVM-14.so.1", "usr/lib/x86_64-linux-gnu/libz3.so.4",
+		"usr/lib/postgresql/15/lib/bitcode", "var/lib/postgresql/15", "etc/postgresql/15"),
+	steps: [][]string{
+		{"mkdir", "-p", "-m", "700", pgData},
+		{"chown", "postgres:postgres", pgData},
+		{"/usr/sbin/runuser", "-u", "postgres", "--", pgBin + "/initdb", "-D", pgData, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"},
+	},
+	appends: map[string]string{
+		pgData + "/pg_hba.conf": "host all all 0.0.0.0/0 trust\n",
+		// A throwaway test database: durability is not under test, the fence is.
+		pgData + "/postgresql.conf": "listen_addresses = '*'\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\njit = off\nmax_connections = 200\n",
+	},
+}
+
+// mariadbImage is MariaDB 10.11 with its system tables in /var/lib/mysql and an
+// init file that creates the billing database and a password-less TCP user.
+var mariadbImage = rootfs{
+	name:    "fencegate-e2e-mariadb",
+	include: "mariadb-server",
+	remove:  append(slices.Clip(trimmed), "var/lib/mysql"),
+	steps: [][]string{
+		{"mkdir", "-p", "/var/lib/mysql", "/run/mysqld"},
+		{"chown", "mysql:mysql", "/var/lib/mysql", "/run/mysqld"},
+		{"mariadb-install-db", "--no-defaults", "--force", "--user=mysql", "--datadir=/var/lib/mysql",
+			"--auth-root-authentication-method=socket", "--skip-test-db", "--skip-name-resolve"},
+	},
+	appends: map[string]string{
+		mariadbInit: "CREATE DATABASE IF NOT EXISTS billing;\nCREATE USER IF NOT EXISTS 'billing'@'%';\nGRANT ALL ON *.* TO 'billing'@'%';\n",
+	},
 }
 
 // BuildImages builds (or finds, by tag) the images the suite runs. repoRoot is the
@@ -77,7 +104,8 @@ func BuildImages(pool *dockertest.Pool, repoRoot string, out io.Writer) (Images,
 		dst  *string
 	}{
 		{"etcd", func() (string, error) { return buildEtcd(pool, repoRoot, cache, out) }, &im.Etcd},
-		{"postgres", func() (string, error) { return buildPostgres(pool, cache, out) }, &im.Postgres},
+		{"postgres", func() (string, error) { return buildRootfsImage(pool, cache, postgresImage, out) }, &im.Postgres},
+		{"mariadb", func() (string, error) { return buildRootfsImage(pool, cache, mariadbImage, out) }, &im.MariaDB},
 		{"worker", func() (string, error) { return buildWorker(pool, repoRoot, cache, out) }, &im.Worker},
 	}
 	for _, s := range steps {
@@ -217,15 +245,17 @@ func buildImage(pool *dockertest.Pool, ref, dockerfile, dir string, out io.Write
 	return nil
 }
 
-func buildPostgres(pool *dockertest.Pool, cache string, out io.Writer) (string, error) {
-	tag := hashOf([]byte(strings.Join(postgresRecipe, "\n")))
-	ref := postgresRepo + ":" + tag
+// buildRootfsImage imports r's rootfs tarball as an image, making the tarball first
+// unless the cache holds it.
+func buildRootfsImage(pool *dockertest.Pool, cache string, r rootfs, out io.Writer) (string, error) {
+	tag := r.tag()
+	ref := r.name + ":" + tag
 	if imageExists(pool, ref) {
 		return ref, nil
 	}
-	tarball := filepath.Join(cache, "postgres15-rootfs-"+tag+".tar")
+	tarball := filepath.Join(cache, r.name+"-rootfs-"+tag+".tar")
 	if _, err := os.Stat(tarball); err != nil {
-		if err := makePostgresRootfs(cache, tarball, out); err != nil {
+		if err := r.make(cache, tarball, out); err != nil {
 			return "", err
 		}
 	}
@@ -237,7 +267,7 @@ func buildPostgres(pool *dockertest.Pool, cache string, out io.Writer) (string, 
 	defer f.Close()
 	var log bytes.Buffer
 	if err := pool.Client.ImportImage(dc.ImportImageOptions{
-		Repository:   postgresRepo,
+		Repository:   r.name,
 		Tag:          tag,
 		Source:       "-",
 		InputStream:  f,

@@ -11,13 +11,45 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
-// makePostgresRootfs debootstraps Debian bookworm with PostgreSQL 15 from the mirror
-// apt already uses, trims it, initialises the data directory inside it and writes it
-// as a tarball (written under a temporary name, renamed when complete).
-func makePostgresRootfs(cache, tarball string, out io.Writer) error {
+// rootfs is a recipe for a database image: a Debian bookworm rootfs with one server
+// package from the mirror apt already uses, trimmed, with its data directory
+// initialised inside. Every field is an input of the image: its hash is the image
+// tag and the cached tarball's name.
+type rootfs struct {
+	name    string            // image repository and tarball prefix
+	include string            // debootstrap --include
+	remove  []string          // paths trimmed from the rootfs
+	steps   [][]string        // commands run in the rootfs (chroot), in order
+	appends map[string]string // text appended to files of the rootfs, after the steps
+}
+
+// Trimmed from every rootfs: documentation, locales, apt's caches.
+var trimmed = []string{"usr/share/doc", "usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/i18n", "usr/share/lintian", "var/cache/apt", "var/lib/apt/lists"}
+
+func (r rootfs) tag() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "debootstrap --variant=minbase --include=%s bookworm\nrm %q\n", r.include, r.remove)
+	for _, s := range r.steps {
+		fmt.Fprintf(&b, "run %q\n", s)
+	}
+	keys := make([]string, 0, len(r.appends))
+	for k := range r.appends {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		fmt.Fprintf(&b, "append %s %q\n", k, r.appends[k])
+	}
+	return hashOf([]byte(b.String()))
+}
+
+// make debootstraps the rootfs, trims it, runs the steps and writes it as a
+// tarball (under a temporary name, renamed when complete).
+func (r rootfs) make(cache, tarball string, out io.Writer) error {
 	if os.Geteuid() != 0 {
 		return errors.New("debootstrap and chroot need root; run the e2e suite as root")
 	}
@@ -29,38 +61,28 @@ func makePostgresRootfs(cache, tarball string, out io.Writer) error {
 		return err
 	}
 	defer os.RemoveAll(root)
-	if err := os.Chmod(root, 0o755); err != nil { // the postgres user must reach /
+	if err := os.Chmod(root, 0o755); err != nil { // the server's user must reach /
 		return err
 	}
 	mirror := debianMirror()
-	fmt.Fprintf(out, "e2e: debootstrap bookworm + postgresql-15 from %s (about a minute cold)\n", mirror)
-	if err := run(exec.Command("debootstrap", "--variant=minbase", "--include=postgresql-15", "bookworm", root, mirror), &stages{w: out}); err != nil {
+	fmt.Fprintf(out, "e2e: debootstrap bookworm + %s from %s (about a minute cold)\n", r.include, mirror)
+	if err := run(exec.Command("debootstrap", "--variant=minbase", "--include="+r.include, "bookworm", root, mirror), &stages{w: out}); err != nil {
 		return fmt.Errorf("debootstrap: %w", err)
 	}
-	for _, p := range strings.Fields(strings.TrimPrefix(postgresRecipe[1], "rm ")) {
+	for _, p := range r.remove {
 		if err := os.RemoveAll(filepath.Join(root, p)); err != nil {
 			return err
 		}
 	}
-	data := filepath.Join(root, pgData)
-	if err := os.MkdirAll(data, 0o700); err != nil {
-		return err
-	}
-	steps := [][]string{
-		{"chroot", root, "chown", "postgres:postgres", pgData},
-		{"chroot", root, "/usr/sbin/runuser", "-u", "postgres", "--", pgBin + "/initdb", "-D", pgData, "-U", "postgres", "-A", "trust", "-E", "UTF8", "--no-sync"},
-	}
-	for _, s := range steps {
-		if err := run(exec.Command(s[0], s[1:]...), io.Discard); err != nil {
-			return fmt.Errorf("%s: %w", strings.Join(s[2:], " "), err)
+	for _, s := range r.steps {
+		if err := run(exec.Command("chroot", append([]string{root}, s...)...), io.Discard); err != nil {
+			return fmt.Errorf("%s: %w", strings.Join(s, " "), err)
 		}
 	}
-	if err := appendFile(filepath.Join(data, "pg_hba.conf"), "host all all 0.0.0.0/0 trust\n"); err != nil {
-		return err
-	}
-	conf := "listen_addresses = '*'\nfsync = off\nsynchronous_commit = off\nfull_page_writes = off\njit = off\nmax_connections = 200\n"
-	if err := appendFile(filepath.Join(data, "postgresql.conf"), conf); err != nil {
-		return err
+	for name, text := range r.appends {
+		if err := appendFile(filepath.Join(root, name), text); err != nil {
+			return err
+		}
 	}
 	fmt.Fprintf(out, "e2e: writing %s\n", tarball)
 	tmp := tarball + ".partial"
@@ -104,7 +126,7 @@ func debianMirror() string {
 }
 
 func appendFile(name, s string) error {
-	f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY, 0)
+	f, err := os.OpenFile(name, os.O_APPEND|os.O_WRONLY|os.O_CREATE, 0o644)
 	if err != nil {
 		return err
 	}
