@@ -85,7 +85,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			unknown = append(unknown, val)
 			if !wait {
 				c.forget(key, unknown)
-				return nil, fmt.Errorf("lockclient: acquire %q: %w", name, err)
+				return nil, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
 			}
 			if err := c.sleep(ctx, retryDelay); err != nil {
 				c.forget(key, unknown)
@@ -94,7 +94,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			continue
 		default:
 			c.forget(key, append(unknown, val))
-			return nil, fmt.Errorf("lockclient: acquire %q: %w", name, err)
+			return nil, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
 		}
 		if resp.Succeeded {
 			return c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)

@@ -156,7 +156,7 @@ func (c *Client) grant(ctx context.Context) error {
 	sent := time.Now()
 	resp, err := c.cli.Grant(ctx, int64(c.ttl/time.Second))
 	if err != nil {
-		return fmt.Errorf("lockclient: grant session lease: %w", err)
+		return fmt.Errorf("lockclient: grant session lease: %w", c.denied(err))
 	}
 	c.mu.Lock()
 	if c.state != idle { // closed meanwhile
@@ -278,7 +278,7 @@ func (c *Client) deleteKey(ctx context.Context, name string, token fence.Token) 
 		Else(clientv3.OpGet(key)).
 		Commit()
 	if err != nil {
-		return fmt.Errorf("lockclient: release %q (token %d): %w", name, token, err)
+		return fmt.Errorf("lockclient: release %q (token %d): %w", name, token, c.denied(err))
 	}
 	if !resp.Succeeded {
 		e := &NotHeldError{Name: name, Token: token}

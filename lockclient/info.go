@@ -89,7 +89,7 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	}
 	resp, err := c.cli.Get(ctx, c.key(name))
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, err)
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Info{}, &NotHeldError{Name: name}
@@ -97,7 +97,7 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	info := decodeInfo(name, resp.Kvs[0])
 	left, err := c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, err)
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
 	}
 	info.LeaseLeft = left
 	return info, nil
@@ -112,7 +112,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	}
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("lockclient: list: %w", err)
+		return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
 	}
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
@@ -123,7 +123,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		}
 		info := decodeInfo(name, kv)
 		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
-			return nil, fmt.Errorf("lockclient: list: %w", err)
+			return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
 		}
 		infos = append(infos, info)
 	}

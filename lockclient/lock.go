@@ -102,7 +102,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 	sent := time.Now()
 	resp, err := c.cli.Get(ctx, c.key(l.name))
 	if err != nil {
-		return fmt.Errorf("lockclient: renew %q: %w", l.name, err)
+		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.denied(err))
 	}
 	kvs := resp.Kvs
 	c.mu.Lock()

@@ -189,6 +189,9 @@ func (c *Client) ended(l *Lock, reason EndReason) {
 
 // keptAlive reports one session renewal.
 func (c *Client) keptAlive(lease clientv3.LeaseID, rtt time.Duration, deadline time.Time, err error) {
+	if errors.Is(err, context.Canceled) {
+		return // the Client is closing or the session ended: not a failure
+	}
 	if c.obs != nil {
 		c.obs.KeepAlive(rtt, err)
 	}
