@@ -1,0 +1,7 @@
+package sqlfence
+
+// QuoteTable exposes the table quoting every builder uses, for the fuzz test.
+func QuoteTable(d Dialect, name string) (string, error) { return d.table(name) }
+
+// QuoteColumn exposes the column quoting every builder uses, for the fuzz test.
+func QuoteColumn(d Dialect, name string) (string, error) { return d.ident("column", name) }

@@ -1,0 +1,98 @@
+package migrations_test
+
+import (
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/migrations"
+)
+
+// lexIdents reads s as SQL identifiers quoted with q (q doubled inside) joined
+// by dots, and fails for anything else: a quoted name that ends early, or text
+// outside the quotes, would be SQL of its own.
+func lexIdents(s string, q byte) ([]string, bool) {
+	var parts []string
+	for {
+		if s == "" || s[0] != q {
+			return nil, false
+		}
+		s = s[1:]
+		var b strings.Builder
+		for {
+			i := strings.IndexByte(s, q)
+			if i < 0 {
+				return nil, false
+			}
+			b.WriteString(s[:i])
+			s = s[i+1:]
+			if s != "" && s[0] == q {
+				b.WriteByte(q)
+				s = s[1:]
+				continue
+			}
+			break
+		}
+		parts = append(parts, b.String())
+		if s == "" {
+			return parts, true
+		}
+		if s[0] != '.' {
+			return nil, false
+		}
+		s = s[1:]
+	}
+}
+
+// FuzzGenerateTokenColumn checks, in every dialect, that a generated migration
+// is a one-line comment and one ALTER TABLE whose quoted table reads back as
+// exactly the name given, so no table name can add SQL (or end the comment and
+// add SQL there: the databases end a -- comment only at \n or \r); and that a refused name matches ErrInvalidTable.
+func FuzzGenerateTokenColumn(f *testing.F) {
+	for _, s := range []string{"invoices", "app.invoices", `we"ird`, "tab`le", `x"; DROP TABLE fence_tokens; --`,
+		"x`; DROP TABLE fence_tokens; -- ", "a.b.c", "line\nbreak", "cr\rx", "x\x00y", "naïve", "\u2028sep", "\u0085nel", "../../etc", "\xff", ""} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, table string) {
+		for _, d := range []migrations.Dialect{migrations.Postgres, migrations.MySQL, migrations.SQLite} {
+			dir := t.TempDir()
+			g, err := migrations.GenerateTokenColumn(dir, table, d)
+			if err != nil {
+				if !errors.Is(err, migrations.ErrInvalidTable) {
+					t.Fatalf("%v: GenerateTokenColumn(%q) = %v: not ErrInvalidTable", d, table, err)
+				}
+				continue
+			}
+			q := byte('"')
+			end := ";"
+			if d == migrations.MySQL {
+				q, end = '`', ""
+			}
+			for file, tail := range map[string]string{
+				g.Up:   " ADD COLUMN fence_token BIGINT NOT NULL DEFAULT 0" + end + "\n",
+				g.Down: " DROP COLUMN fence_token" + end + "\n",
+			} {
+				if !strings.HasPrefix(file, dir+string(os.PathSeparator)) || strings.ContainsAny(file[len(dir)+1:], `/\`) {
+					t.Fatalf("%v: GenerateTokenColumn(%q) wrote %s outside %s", d, table, file, dir)
+				}
+				b, err := os.ReadFile(file)
+				if err != nil {
+					t.Fatal(err)
+				}
+				head, stmt, ok := strings.Cut(string(b), "\n")
+				if !ok || !strings.HasPrefix(head, "-- ") || strings.ContainsRune(head, '\r') {
+					t.Fatalf("%v: GenerateTokenColumn(%q): first line %q is not one comment line", d, table, head)
+				}
+				rest, ok := strings.CutPrefix(stmt, "ALTER TABLE ")
+				if !ok || !strings.HasSuffix(rest, tail) {
+					t.Fatalf("%v: GenerateTokenColumn(%q): statement %q", d, table, stmt)
+				}
+				parts, ok := lexIdents(strings.TrimSuffix(rest, tail), q)
+				if !ok || strings.Join(parts, ".") != table {
+					t.Fatalf("%v: GenerateTokenColumn(%q): table reads back as %q in %q", d, table, parts, stmt)
+				}
+			}
+		}
+	})
+}
