@@ -1,0 +1,122 @@
+package sqlfence_test
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"testing"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+// hostile are names and values that would end a badly quoted identifier or
+// literal and run SQL of their own. MySQL allows no identifier ending in a space
+// or holding characters beyond the BMP, so none of them do.
+var hostile = []string{
+	`x'y`, `x"y`, "x`y", "x;y", "x -- y", "x /* y */", `x\y`, `x\'y`, "ünï", "\u202ex", "x?y", "x$1", "x%sy",
+	`x""`, "x``", "x'); DROP TABLE canary; --", "x`; DROP TABLE canary; --", `x"; DROP TABLE canary; --`,
+}
+
+// TestStore_builders_hostileNames sends every hostile string as a table name, a
+// key column, a value column, a key value, a set value and a resource through
+// every builder (Insert, Update, Upsert, Decrement, Delete) on every database:
+// each must name exactly what it says (the writes land where they should, with
+// the values given) and a canary table must survive. Names with a NUL byte are
+// refused by every builder before anything is sent.
+func TestStore_builders_hostileNames(t *testing.T) {
+	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
+		d := s.Dialect()
+		ctx := t.Context()
+		ph, charset := "?", "" // the test's own placeholder; dollars() would rewrite a ? inside a quoted name
+		if d == sqlfence.Postgres {
+			ph = "$1"
+		}
+		if d == sqlfence.MySQL {
+			charset = " DEFAULT CHARSET=utf8mb4" // the test database's default cannot hold U+202E
+		}
+		mustExec(t, db, "CREATE TABLE canary (id INT PRIMARY KEY)")
+		mustExec(t, db, "INSERT INTO canary VALUES (1)")
+		for i, h := range hostile {
+			tbl, kc, vc := h, h+"k", h+"v"
+			mustExec(t, db, "CREATE TABLE "+quote(d, tbl)+" ("+quote(d, kc)+" VARCHAR(100) PRIMARY KEY, "+
+				quote(d, vc)+" VARCHAR(100) NOT NULL, n BIGINT NOT NULL DEFAULT 10, fence_token BIGINT NOT NULL DEFAULT 0)"+charset)
+			row := fence.Row{Table: tbl, Key: []fence.Col{fence.C(kc, h)}}
+			tok := fence.Token(10 * (i + 1))
+			g := func(n fence.Token) fence.Grant { return fence.NewGrant(h, tok+n) }
+			steps := []struct {
+				what string
+				err  error
+			}{
+				{"Insert", s.Insert(ctx, tbl, fence.C(kc, h), fence.C(vc, "insert "+h))},
+				{"Update", s.Update(ctx, g(1), row, fence.C(vc, "update "+h))},
+				{"Upsert", s.Upsert(ctx, g(2), row, fence.C(vc, "upsert "+h))},
+			}
+			_, derr := s.Decrement(ctx, fence.Counter{Table: tbl, Key: row.Key, Column: "n"}, 3)
+			steps = append(steps, struct {
+				what string
+				err  error
+			}{"Decrement", derr})
+			for _, st := range steps {
+				if st.err != nil {
+					t.Fatalf("%q: %s: %v", h, st.what, st.err)
+				}
+			}
+			var v string
+			var n int64
+			if err := db.QueryRowContext(ctx, "SELECT "+quote(d, vc)+", n FROM "+quote(d, tbl)+" WHERE "+quote(d, kc)+" = "+ph, h).Scan(&v, &n); err != nil {
+				t.Fatalf("%q: read back: %v", h, err)
+			}
+			if v != "upsert "+h || n != 7 {
+				t.Fatalf("%q: row holds %q, %d; want %q, 7", h, v, n, "upsert "+h)
+			}
+			if err := s.Delete(ctx, g(3), row); err != nil {
+				t.Fatalf("%q: Delete: %v", h, err)
+			}
+			if err := s.Upsert(ctx, g(2), row, fence.C(vc, "stale")); !errors.Is(err, fence.ErrStale) {
+				t.Fatalf("%q: stale Upsert after Delete = %v, want ErrStale", h, err)
+			}
+			if got := queryInt(t, db, "SELECT count(*) FROM "+quote(d, tbl)); got != 0 {
+				t.Fatalf("%q: %d rows after Delete", h, got)
+			}
+			var stored int64
+			if err := db.QueryRowContext(ctx, "SELECT token FROM fence_tokens WHERE resource = "+ph, h).Scan(&stored); err != nil || stored != int64(tok+3) {
+				t.Fatalf("%q: fence row token %d, %v; want %d", h, stored, err, tok+3)
+			}
+		}
+		nul := "x\x00y"
+		row := fence.Row{Table: hostile[0], Key: []fence.Col{fence.C(hostile[0]+"k", "a")}}
+		nulTable := fence.Row{Table: nul, Key: row.Key}
+		nulKey := fence.Row{Table: row.Table, Key: []fence.Col{fence.C(nul, "a")}}
+		g := fence.NewGrant("nul", 1)
+		for what, err := range map[string]error{
+			"Insert table":     s.Insert(ctx, nul, fence.C("a", 1)),
+			"Insert column":    s.Insert(ctx, hostile[0], fence.C(nul, 1)),
+			"Update table":     s.Update(ctx, g, nulTable, fence.C("v", 1)),
+			"Update key":       s.Update(ctx, g, nulKey, fence.C("v", 1)),
+			"Update set":       s.Update(ctx, g, row, fence.C(nul, 1)),
+			"Update token":     s.Update(ctx, g, fence.Row{Table: row.Table, Key: row.Key, TokenColumn: nul}, fence.C("v", 1)),
+			"Upsert table":     s.Upsert(ctx, g, nulTable, fence.C("v", 1)),
+			"Upsert set":       s.Upsert(ctx, g, row, fence.C(nul, 1)),
+			"Delete table":     s.Delete(ctx, g, nulTable),
+			"Delete key":       s.Delete(ctx, g, nulKey),
+			"Decrement table":  decrementErr(ctx, s, fence.Counter{Table: nul, Key: row.Key, Column: "n"}),
+			"Decrement column": decrementErr(ctx, s, fence.Counter{Table: row.Table, Key: row.Key, Column: nul}),
+		} {
+			if !errors.Is(err, fence.ErrInvalidIdentifier) {
+				t.Errorf("%s with a NUL byte: %v, want ErrInvalidIdentifier", what, err)
+			}
+		}
+		if got := queryInt(t, db, "SELECT count(*) FROM canary"); got != 1 {
+			t.Fatalf("canary holds %d rows, want 1", got)
+		}
+		if got := queryInt(t, db, "SELECT count(*) FROM fence_tokens"); got != int64(len(hostile)) {
+			t.Fatalf("fence_tokens holds %d rows, want %d", got, len(hostile))
+		}
+	})
+}
+
+func decrementErr(ctx context.Context, s *sqlfence.Store, c fence.Counter) error {
+	_, err := s.Decrement(ctx, c, 1)
+	return err
+}
