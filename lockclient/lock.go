@@ -72,8 +72,18 @@ func (l *Lock) end(reason EndReason, cause error) {
 	if !l.ended.CompareAndSwap(false, true) {
 		return
 	}
+	// The observer first (cheap by contract), so a metric counts the end by
+	// the time Done closes; the log after, so a slow handler never delays
+	// telling the holder.
+	var held time.Duration
+	if c := l.c; c.obs != nil || c.log != nil {
+		held = time.Since(l.granted)
+		if c.obs != nil {
+			c.obs.Ended(l.name, l.token, reason, held)
+		}
+	}
 	l.cancel(cause)
-	l.c.ended(l, reason)
+	l.c.logEnd(l, reason, held)
 }
 
 // endedErr is the error for an operation on an ended lock.

@@ -20,7 +20,8 @@ type Observer interface {
 	// and how long the call took (for Acquire, mostly the wait for the holder).
 	Acquired(name string, result AcquireResult, wait time.Duration)
 	// Ended reports that a lock handed out by Acquire or TryAcquire ended, why,
-	// and how long it was held. Each lock ends exactly once.
+	// and how long it was held, just before its Done closes. Each lock ends
+	// exactly once.
 	Ended(name string, token fence.Token, reason EndReason, held time.Duration)
 	// KeepAlive reports one renewal of the session lease: its round trip, and
 	// etcd's error or nil.
@@ -163,15 +164,8 @@ func (c *Client) waiting(ctx context.Context, name string, kv *mvccpb.KeyValue) 
 		slog.String("holder", info.ClientID))
 }
 
-// ended reports that l ended; the caller has won l.ended.
-func (c *Client) ended(l *Lock, reason EndReason) {
-	if c.obs == nil && c.log == nil {
-		return
-	}
-	held := time.Since(l.granted)
-	if c.obs != nil {
-		c.obs.Ended(l.name, l.token, reason, held)
-	}
+// logEnd logs that l ended after it was held for held.
+func (c *Client) logEnd(l *Lock, reason EndReason, held time.Duration) {
 	if c.log == nil {
 		return
 	}
