@@ -1,9 +1,9 @@
 package lockclient_test
 
 import (
-	"log/slog"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"testing"
 	"time"
