@@ -102,7 +102,7 @@ func (c *config) etcd() (*clientv3.Client, error) {
 	}
 	cli, err := clientv3.New(cc)
 	if err != nil {
-		return nil, fmt.Errorf("etcd at %s: %w", c.endpoints, c.etcdErr(err))
+		return nil, c.etcdErr(err)
 	}
 	return cli, nil
 }

@@ -42,9 +42,9 @@ func (c *config) etcdErr(err error) error {
 	case errors.Is(err, rpctypes.ErrAuthFailed), errors.Is(err, rpctypes.ErrInvalidAuthToken):
 		return fmt.Errorf("etcd at %s refused the user or password: %w", c.endpoints, err)
 	case errors.Is(err, rpctypes.ErrPermissionDenied):
-		return fmt.Errorf("etcd user %q may not read or write under %q (grant its role readwrite on that prefix): %w", c.user, c.prefix, err)
+		return fmt.Errorf("etcd user %q: %w", c.user, err) // lockclient names the prefix and the fix
 	}
-	return err
+	return fmt.Errorf("etcd at %s: %w", c.endpoints, err)
 }
 
 // lockJSON is one lock as -json prints it.
