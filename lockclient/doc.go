@@ -56,4 +56,19 @@
 // bump: etcdutl snapshot restore SNAPSHOT --bump-revision 1000000000
 // --mark-compacted ..., with a bump larger than the revisions written since the
 // snapshot.
+//
+// # Logs and metrics
+//
+// WithLogger logs grants, waits, releases, losses with their cause and failed
+// keepalives as slog attributes; WithObserver reports the same events to an
+// Observer, such as lockmetrics.Metrics (Prometheus). Both are off by default
+// and then cost a nil check per call.
+//
+// # etcd with auth
+//
+// With etcd's auth enabled, give the Client a user whose role may read and
+// write the lock prefix only (etcdctl role grant-permission ROLE readwrite
+// /fencegate/locks/ --prefix); leases need no permission. Calls outside the
+// role's prefix fail with an error that names the prefix and matches
+// rpctypes.ErrPermissionDenied.
 package lockclient
