@@ -1,0 +1,50 @@
+package lockmetrics_test
+
+import (
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/lockmetrics"
+)
+
+type nopObserver struct{}
+
+func (nopObserver) Acquired(string, lockclient.AcquireResult, time.Duration)       {}
+func (nopObserver) Ended(string, fence.Token, lockclient.EndReason, time.Duration) {}
+func (nopObserver) KeepAlive(time.Duration, error)                                 {}
+func (nopObserver) FencedWrite(string, string, fence.WriteResult)                  {}
+
+type observer interface {
+	lockclient.Observer
+	fence.WriteObserver
+}
+
+// BenchmarkMetrics_lockLifetime is the metrics work of one lock's life (grant,
+// one fenced write, release), against an observer that does nothing; it reports
+// the ratio of the two as metrics/nop.
+func BenchmarkMetrics_lockLifetime(b *testing.B) {
+	m, err := lockmetrics.New(prometheus.NewRegistry())
+	if err != nil {
+		b.Fatal(err)
+	}
+	life := func(o observer, n int) time.Duration {
+		start := time.Now()
+		for range n {
+			o.Acquired("a", lockclient.AcquireGranted, time.Millisecond)
+			o.FencedWrite("pgxfence", "fenced", fence.WriteAccepted)
+			o.Ended("a", 1, lockclient.EndReleased, time.Second)
+		}
+		return time.Since(start)
+	}
+	var nop, met time.Duration
+	for b.Loop() {
+		nop += life(nopObserver{}, 100)
+		met += life(m, 100)
+	}
+	b.ReportMetric(float64(met.Nanoseconds())/float64(b.N*100), "ns/life")
+	b.ReportMetric(float64(met)/float64(nop), "metrics/nop")
+}
