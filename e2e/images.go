@@ -259,6 +259,13 @@ func buildRootfsImage(pool *dockertest.Pool, cache string, r rootfs, out io.Writ
 			return "", err
 		}
 	}
+	// Tarballs of earlier recipes are not used again.
+	old, _ := filepath.Glob(filepath.Join(cache, r.name+"-rootfs-*.tar"))
+	for _, f := range old {
+		if f != tarball {
+			_ = os.Remove(f)
+		}
+	}
 	fmt.Fprintf(out, "e2e: docker import %s as %s\n", tarball, ref)
 	f, err := os.Open(tarball)
 	if err != nil {
