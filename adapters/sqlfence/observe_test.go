@@ -60,17 +60,24 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 8), func(*sql.Tx) error { return boom }); !errors.Is(err, boom) {
 				t.Fatalf("failing Fenced: %v", err)
 			}
-			want := []string{"sqlfence fenced accepted", "sqlfence fenced stale", "sqlfence update accepted", "sqlfence update stale", "sqlfence fenced error"}
+			done := make(chan struct{})
+			close(done)
+			lost := lostGrant{fence.NewGrant("acct", 9), done}
+			if err := s.Update(ctx, lost, row, fence.C("v", 4)); !errors.Is(err, fence.ErrLost) {
+				t.Fatalf("Update with a lost grant: %v", err)
+			}
+			want := []string{"sqlfence fenced accepted", "sqlfence fenced stale", "sqlfence update accepted", "sqlfence update stale", "sqlfence fenced error", "sqlfence update lost"}
 			if !slices.Equal(rec.seen, want) {
 				t.Errorf("observed %q, want %q", rec.seen, want)
 			}
 			lines := strings.Split(strings.TrimSpace(logs.String()), "\n")
-			if len(lines) != 2 {
-				t.Fatalf("want 2 refusals logged, got %q", lines)
+			if len(lines) != 3 {
+				t.Fatalf("want 3 refusals logged, got %q", lines)
 			}
 			for i, want := range []string{
 				`"msg":"fenced write refused","adapter":"sqlfence","dialect":"` + b.d.String() + `","op":"fenced","resource":"acct","token":4,"result":"stale","stored_token":5`,
 				`"op":"update","resource":"acct","token":6,"result":"stale","stored_token":7`,
+				`"op":"update","resource":"acct","token":9,"result":"lost"}`,
 			} {
 				if !strings.Contains(lines[i], want) {
 					t.Errorf("log line %d = %s, want it to contain %s", i, lines[i], want)
@@ -79,3 +86,12 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 		})
 	}
 }
+
+// lostGrant is a grant whose lock is known lost, as a *lockclient.Lock after
+// its Done closed.
+type lostGrant struct {
+	fence.Grant
+	done chan struct{}
+}
+
+func (g lostGrant) Done() <-chan struct{} { return g.done }
