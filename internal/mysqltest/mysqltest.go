@@ -20,21 +20,20 @@ package mysqltest
 import (
 	"context"
 	"database/sql"
-	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencegate/fencegate/internal/testserver"
 )
 
 // EnvDSN names the environment variable holding the DSN of a server to use instead of
@@ -44,15 +43,14 @@ const EnvDSN = "FENCEGATE_MYSQL_DSN"
 // Server is a MySQL-protocol server shared by the tests of one package. It starts on
 // first use and is safe for concurrent use.
 type Server struct {
-	mu     sync.Mutex
-	tried  bool
-	err    error         // why no server can be had
-	cfg    *mysql.Config // admin account, no database
-	admin  *sql.DB
-	proc   *exec.Cmd
-	exited chan struct{}
-	dir    string
-	seq    int
+	mu    sync.Mutex
+	tried bool
+	err   error         // why no server can be had
+	cfg   *mysql.Config // admin account, no database
+	admin *sql.DB
+	proc  *testserver.Proc
+	dir   string
+	seq   int
 }
 
 // New returns a Server that starts (or connects) on the first call to DSN.
@@ -66,10 +64,7 @@ func (s *Server) DSN(t testing.TB) string {
 	t.Helper()
 	cfg, admin, name, err := s.database()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mysqltest: no MariaDB/MySQL server (CI is set, so this fails instead of skipping): %v", err)
-		}
-		t.Skipf("mysqltest: no MariaDB/MySQL server, skipping: %v (install mariadb-server or set %s)", err, EnvDSN)
+		testserver.Unavailable(t, "mysqltest: no MariaDB/MySQL server", err, "install mariadb-server or set "+EnvDSN)
 	}
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -93,7 +88,7 @@ func (s *Server) database() (*mysql.Config, *sql.DB, string, error) {
 		return nil, nil, "", s.err
 	}
 	s.seq++
-	name := fmt.Sprintf("fgtest_%d_%d", os.Getpid(), s.seq)
+	name := testserver.DBName(s.seq)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.admin.ExecContext(ctx, "CREATE DATABASE `"+name+"`"); err != nil {
@@ -150,27 +145,20 @@ func (s *Server) launch() (*mysql.Config, error) {
 		return nil, err
 	}
 	s.dir = dir
-	var cred *syscall.Credential
 	installArgs := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
 		"--auth-root-authentication-method=socket", "--skip-test-db"}
-	if os.Geteuid() == 0 {
-		// mariadbd refuses to run as root; the data directory must belong to mysql.
-		u, err := user.Lookup("mysql")
-		if err != nil {
-			return nil, fmt.Errorf("running as root without a mysql user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	// mariadbd refuses to run as root; the data directory must belong to mysql.
+	cred, err := testserver.RunAs(dir, "mysql")
+	if err != nil {
+		return nil, err
+	}
+	if cred != nil {
 		installArgs = append(installArgs, "--user=mysql")
 	}
 	if out, err := exec.Command(bins["mariadb-install-db"], installArgs...).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, tail(string(out)))
+		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, testserver.Tail(string(out)))
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -185,12 +173,9 @@ func (s *Server) launch() (*mysql.Config, error) {
 		"--innodb-flush-log-at-trx-commit=2", "--max-connections=500")
 	// Run as mysql directly (not --user=mysql) so the kernel still kills the server
 	// if the test binary dies without cleaning up: a setuid would clear Pdeathsig.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start mariadbd: %w", err)
+	if s.proc, err = testserver.Start("mariadbd", cmd, cred); err != nil {
+		return nil, err
 	}
-	s.proc, s.exited = cmd, make(chan struct{})
-	go func() { cmd.Wait(); close(s.exited) }()
 
 	rootArgs := []string{"--no-defaults", "--socket=" + sock, "--user=root"}
 	deadline := time.Now().Add(2 * time.Minute)
@@ -200,12 +185,12 @@ func (s *Server) launch() (*mysql.Config, error) {
 			break
 		}
 		select {
-		case <-s.exited:
-			return nil, fmt.Errorf("mariadbd exited during startup: %s", readTail(logFile))
+		case <-s.proc.Exited():
+			return nil, fmt.Errorf("mariadbd exited during startup: %s", testserver.ReadTail(logFile))
 		case <-time.After(50 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("mariadbd not answering after 2m: %s", readTail(logFile))
+			return nil, fmt.Errorf("mariadbd not answering after 2m: %s", testserver.ReadTail(logFile))
 		}
 	}
 	// root logs in over the socket only; the Go driver gets a TCP account.
@@ -233,15 +218,9 @@ func (s *Server) Close() error {
 
 func (s *Server) stop() error {
 	var err error
-	if s.proc != nil && s.proc.Process != nil {
-		// Only the PID this Server started.
-		_ = s.proc.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			_ = s.proc.Process.Kill()
-			<-s.exited
-			err = errors.New("mysqltest: mariadbd did not stop within 30s; killed")
+	if s.proc != nil {
+		if err = s.proc.Stop(syscall.SIGTERM); err != nil {
+			err = fmt.Errorf("mysqltest: %w", err)
 		}
 		s.proc = nil
 	}
@@ -263,29 +242,4 @@ func lookPath(name string) (string, error) {
 		}
 	}
 	return "", exec.ErrNotFound
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func readTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return tail(string(b))
-}
-
-func tail(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
 }

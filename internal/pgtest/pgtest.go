@@ -26,17 +26,17 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
-	"os/user"
 	"path/filepath"
 	"sort"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/testserver"
 )
 
 // EnvDSN names the environment variable holding the URL of a server to use instead
@@ -46,15 +46,14 @@ const EnvDSN = "FENCEGATE_POSTGRES_DSN"
 // Server is a PostgreSQL server shared by the tests of one package. It starts on first
 // use and is safe for concurrent use.
 type Server struct {
-	mu     sync.Mutex
-	tried  bool
-	err    error    // why no server can be had
-	base   *url.URL // admin URL; the path names the database
-	admin  *pgx.Conn
-	proc   *exec.Cmd
-	exited chan struct{}
-	dir    string
-	seq    int
+	mu    sync.Mutex
+	tried bool
+	err   error    // why no server can be had
+	base  *url.URL // admin URL; the path names the database
+	admin *pgx.Conn
+	proc  *testserver.Proc
+	dir   string
+	seq   int
 }
 
 // New returns a Server that starts (or connects) on the first call to DSN.
@@ -67,10 +66,7 @@ func (s *Server) DSN(t testing.TB) string {
 	t.Helper()
 	u, name, err := s.database()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("pgtest: no PostgreSQL server (CI is set, so this fails instead of skipping): %v", err)
-		}
-		t.Skipf("pgtest: no PostgreSQL server, skipping: %v (apt-get install postgresql, or set %s)", err, EnvDSN)
+		testserver.Unavailable(t, "pgtest: no PostgreSQL server", err, "apt-get install postgresql, or set "+EnvDSN)
 	}
 	t.Cleanup(func() {
 		s.mu.Lock()
@@ -99,7 +95,7 @@ func (s *Server) database() (string, string, error) {
 		return "", "", s.err
 	}
 	s.seq++
-	name := fmt.Sprintf("fgtest_%d_%d", os.Getpid(), s.seq)
+	name := testserver.DBName(s.seq)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
@@ -149,10 +145,10 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 			s.base, s.admin = u, conn
 			return nil
 		}
-		if s.exited != nil {
+		if s.proc != nil {
 			select {
-			case <-s.exited:
-				return fmt.Errorf("%w: %s", errExited, readTail(filepath.Join(s.dir, "postgres.log")))
+			case <-s.proc.Exited():
+				return fmt.Errorf("%w: %s", errExited, testserver.ReadTail(filepath.Join(s.dir, "postgres.log")))
 			default:
 			}
 		}
@@ -175,19 +171,10 @@ func (s *Server) launch() (*url.URL, error) {
 		return nil, err
 	}
 	s.dir = dir
-	var cred *syscall.Credential
-	if os.Geteuid() == 0 {
-		// postgres refuses to run as root; the directory must belong to postgres.
-		u, err := user.Lookup("postgres")
-		if err != nil {
-			return nil, fmt.Errorf("running as root without a postgres user: %w", err)
-		}
-		uid, _ := strconv.Atoi(u.Uid)
-		gid, _ := strconv.Atoi(u.Gid)
-		if err := os.Chown(dir, uid, gid); err != nil {
-			return nil, err
-		}
-		cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	// postgres refuses to run as root; the directory must belong to postgres.
+	cred, err := testserver.RunAs(dir, "postgres")
+	if err != nil {
+		return nil, err
 	}
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
@@ -195,9 +182,9 @@ func (s *Server) launch() (*url.URL, error) {
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Dir = dir
 	if out, err := initdb.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("initdb: %w\n%s", err, tail(string(out)))
+		return nil, fmt.Errorf("initdb: %w\n%s", err, testserver.Tail(string(out)))
 	}
-	port, err := freePort()
+	port, err := testserver.FreePort()
 	if err != nil {
 		return nil, err
 	}
@@ -210,7 +197,7 @@ func (s *Server) launch() (*url.URL, error) {
 		_ = logFile.Chown(int(cred.Uid), int(cred.Gid))
 	}
 	// postgres runs as a child of the test binary rather than daemonised by pg_ctl, so
-	// the kernel kills it (Pdeathsig) if the test binary dies without cleaning up.
+	// it dies with the test binary.
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
 		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
 		// A throwaway server needs no durability; benchmarks then measure the
@@ -219,12 +206,9 @@ func (s *Server) launch() (*url.URL, error) {
 		"-c", "max_connections=300")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start postgres: %w", err)
+	if s.proc, err = testserver.Start("postgres", cmd, cred); err != nil {
+		return nil, err
 	}
-	s.proc, s.exited = cmd, make(chan struct{})
-	go func() { cmd.Wait(); close(s.exited) }()
 	return &url.URL{
 		Scheme:   "postgres",
 		User:     url.User("postgres"),
@@ -249,17 +233,12 @@ func (s *Server) Close() error {
 
 func (s *Server) stop() error {
 	var err error
-	if s.proc != nil && s.proc.Process != nil {
-		// SIGINT is postgres's fast shutdown (pg_ctl -m fast). Only the PID started here.
-		_ = s.proc.Process.Signal(syscall.SIGINT)
-		select {
-		case <-s.exited:
-		case <-time.After(30 * time.Second):
-			_ = s.proc.Process.Kill()
-			<-s.exited
-			err = errors.New("pgtest: postgres did not stop within 30s; killed")
+	if s.proc != nil {
+		// SIGINT is postgres's fast shutdown (pg_ctl -m fast).
+		if err = s.proc.Stop(syscall.SIGINT); err != nil {
+			err = fmt.Errorf("pgtest: %w", err)
 		}
-		s.proc, s.exited = nil, nil
+		s.proc = nil
 	}
 	if s.dir != "" {
 		os.RemoveAll(s.dir)
@@ -292,29 +271,4 @@ func version(binDir string) int {
 func isFile(p string) bool {
 	fi, err := os.Stat(p)
 	return err == nil && !fi.IsDir()
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
-func readTail(path string) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	return tail(string(b))
-}
-
-func tail(s string) string {
-	lines := strings.Split(strings.TrimSpace(s), "\n")
-	if len(lines) > 15 {
-		lines = lines[len(lines)-15:]
-	}
-	return strings.Join(lines, "\n")
 }
