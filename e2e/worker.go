@@ -225,10 +225,10 @@ func (w *Worker) Restart() {
 func (w *Worker) Stop() {
 	w.env.t.Helper()
 	if err := w.env.pool.Client.KillContainer(dc.KillContainerOptions{ID: w.res.Container.ID, Signal: dc.SIGTERM}); err != nil {
-		if _, ok := err.(*dc.ContainerNotRunning); ok {
-			return
+		// Not running: it has exited on its own; Wait checks it exited cleanly.
+		if _, ok := err.(*dc.ContainerNotRunning); !ok {
+			w.env.t.Fatalf("stop %s: %v", w.ID, err)
 		}
-		w.env.t.Fatalf("stop %s: %v", w.ID, err)
 	}
 	w.Wait()
 }
