@@ -2,10 +2,10 @@ package pgxfence
 
 import (
 	"context"
-	"errors"
 	"log/slog"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/observe"
 )
 
 // WithLogger makes the Store log every refused fenced write (Fenced, Update,
@@ -34,23 +34,9 @@ func (s *Store) observe(ctx context.Context, op string, g fence.Grant, errp *err
 	if s == nil || (s.obs == nil && s.log == nil) {
 		return
 	}
-	res := fence.WriteResultOf(*errp)
-	if s.obs != nil {
-		s.obs.FencedWrite("pgxfence", op, res)
-	}
-	if s.log == nil || (res != fence.WriteStale && res != fence.WriteLost) || g == nil {
-		return
-	}
-	attrs := []slog.Attr{
-		slog.String("adapter", "pgxfence"),
-		slog.String("op", op),
-		slog.String("resource", g.Resource()),
-		slog.Int64("token", int64(g.Token())),
-		slog.String("result", res.String()),
-	}
-	var stale *fence.StaleError
-	if errors.As(*errp, &stale) {
-		attrs = append(attrs, slog.Int64("stored_token", int64(stale.Seen)))
-	}
-	s.log.LogAttrs(ctx, slog.LevelWarn, "fenced write refused", attrs...)
+	observe.Write(ctx, observe.Sink{
+		Adapter: "pgxfence",
+		Obs:     s.obs,
+		Log:     s.log,
+	}, op, g, *errp)
 }
