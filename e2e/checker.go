@@ -51,7 +51,7 @@ type Report struct {
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("grants %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, aborted %d, commit outcome unknown %d, violations %d",
+	return fmt.Sprintf("jobs (lock grants) %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, aborted %d, commit outcome unknown %d, violations %d",
 		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.Unknown, len(r.Violations))
 }
 
