@@ -6,44 +6,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/quotetest"
 	"github.com/fencegate/fencegate/migrations"
 )
-
-// lexIdents reads s as SQL identifiers quoted with q (q doubled inside) joined
-// by dots, and fails for anything else: a quoted name that ends early, or text
-// outside the quotes, would be SQL of its own.
-func lexIdents(s string, q byte) ([]string, bool) {
-	var parts []string
-	for {
-		if s == "" || s[0] != q {
-			return nil, false
-		}
-		s = s[1:]
-		var b strings.Builder
-		for {
-			i := strings.IndexByte(s, q)
-			if i < 0 {
-				return nil, false
-			}
-			b.WriteString(s[:i])
-			s = s[i+1:]
-			if s != "" && s[0] == q {
-				b.WriteByte(q)
-				s = s[1:]
-				continue
-			}
-			break
-		}
-		parts = append(parts, b.String())
-		if s == "" {
-			return parts, true
-		}
-		if s[0] != '.' {
-			return nil, false
-		}
-		s = s[1:]
-	}
-}
 
 // FuzzGenerateTokenColumn checks, in every dialect, that a generated migration
 // is a one-line comment and one ALTER TABLE whose quoted table reads back as
@@ -88,7 +53,7 @@ func FuzzGenerateTokenColumn(f *testing.F) {
 				if !ok || !strings.HasSuffix(rest, tail) {
 					t.Fatalf("%v: GenerateTokenColumn(%q): statement %q", d, table, stmt)
 				}
-				parts, ok := lexIdents(strings.TrimSuffix(rest, tail), q)
+				parts, ok := quotetest.Idents(strings.TrimSuffix(rest, tail), q)
 				if !ok || strings.Join(parts, ".") != table {
 					t.Fatalf("%v: GenerateTokenColumn(%q): table reads back as %q in %q", d, table, parts, stmt)
 				}

@@ -9,47 +9,12 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/quotetest"
 )
 
 var hostileNames = []string{
 	"invoices", "public.invoices", `we"ird`, `"; DROP TABLE fence_tokens; --`, "a.b.c", ".x", "x.",
 	"tab`le", "it's", "/* c */", "x\x00y", "naïve", "\u202eevil", "$1", "?", strings.Repeat("n", 64), "\xff",
-}
-
-// lexIdents reads s as SQL identifiers quoted with q (q doubled inside) joined
-// by dots, and fails for anything else: a quoted name that ends early, or text
-// outside the quotes, would be SQL of its own.
-func lexIdents(s string, q byte) ([]string, bool) {
-	var parts []string
-	for {
-		if s == "" || s[0] != q {
-			return nil, false
-		}
-		s = s[1:]
-		var b strings.Builder
-		for {
-			i := strings.IndexByte(s, q)
-			if i < 0 {
-				return nil, false
-			}
-			b.WriteString(s[:i])
-			s = s[i+1:]
-			if s != "" && s[0] == q {
-				b.WriteByte(q)
-				s = s[1:]
-				continue
-			}
-			break
-		}
-		parts = append(parts, b.String())
-		if s == "" {
-			return parts, true
-		}
-		if s[0] != '.' {
-			return nil, false
-		}
-		s = s[1:]
-	}
 }
 
 // FuzzQuoteTable checks that a table name the builders accept is quoted into
@@ -68,7 +33,7 @@ func FuzzQuoteTable(f *testing.F) {
 			}
 			return
 		}
-		parts, ok := lexIdents(q, '"')
+		parts, ok := quotetest.Idents(q, '"')
 		if !ok || strings.Join(parts, ".") != name {
 			t.Fatalf("QuoteTable(%q) = %s: reads back as %q", name, q, parts)
 		}
@@ -82,7 +47,7 @@ func FuzzQuoteTable(f *testing.F) {
 			}
 			return
 		}
-		if parts, ok := lexIdents(c, '"'); !ok || len(parts) != 1 || parts[0] != name {
+		if parts, ok := quotetest.Idents(c, '"'); !ok || len(parts) != 1 || parts[0] != name {
 			t.Fatalf("QuoteColumn(%q) = %s: reads back as %q", name, c, parts)
 		}
 	})
