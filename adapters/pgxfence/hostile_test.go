@@ -1,7 +1,6 @@
 package pgxfence_test
 
 import (
-	"context"
 	"errors"
 	"testing"
 
@@ -9,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 )
 
 // hostile are names and values that would end a badly quoted identifier or
@@ -81,29 +81,7 @@ func TestStore_builders_hostileNames(t *testing.T) {
 					t.Fatalf("%q: fence row token %d, want %d", h, got, tok+3)
 				}
 			}
-			nul := "x\x00y"
-			row := fence.Row{Table: hostile[0], Key: []fence.Col{fence.C(hostile[0]+"k", "a")}}
-			nulTable := fence.Row{Table: nul, Key: row.Key}
-			nulKey := fence.Row{Table: row.Table, Key: []fence.Col{fence.C(nul, "a")}}
-			g := fence.NewGrant("nul", 1)
-			for what, err := range map[string]error{
-				"Insert table":     s.Insert(ctx, nul, fence.C("a", 1)),
-				"Insert column":    s.Insert(ctx, hostile[0], fence.C(nul, 1)),
-				"Update table":     s.Update(ctx, g, nulTable, fence.C("v", 1)),
-				"Update key":       s.Update(ctx, g, nulKey, fence.C("v", 1)),
-				"Update set":       s.Update(ctx, g, row, fence.C(nul, 1)),
-				"Update token":     s.Update(ctx, g, fence.Row{Table: row.Table, Key: row.Key, TokenColumn: nul}, fence.C("v", 1)),
-				"Upsert table":     s.Upsert(ctx, g, nulTable, fence.C("v", 1)),
-				"Upsert set":       s.Upsert(ctx, g, row, fence.C(nul, 1)),
-				"Delete table":     s.Delete(ctx, g, nulTable),
-				"Delete key":       s.Delete(ctx, g, nulKey),
-				"Decrement table":  decrementErr(ctx, s, fence.Counter{Table: nul, Key: row.Key, Column: "n"}),
-				"Decrement column": decrementErr(ctx, s, fence.Counter{Table: row.Table, Key: row.Key, Column: nul}),
-			} {
-				if !errors.Is(err, fence.ErrInvalidIdentifier) {
-					t.Errorf("%s with a NUL byte: %v, want ErrInvalidIdentifier", what, err)
-				}
-			}
+			fencetest.RefusesNUL(t, s, hostile[0], hostile[0]+"k")
 			if got := mustInt(t, pool, "SELECT count(*) FROM canary"); got != 1 {
 				t.Fatalf("canary holds %d rows, want 1", got)
 			}
@@ -112,9 +90,4 @@ func TestStore_builders_hostileNames(t *testing.T) {
 			}
 		})
 	}
-}
-
-func decrementErr(ctx context.Context, s *pgxfence.Store, c fence.Counter) error {
-	_, err := s.Decrement(ctx, c, 1)
-	return err
 }
