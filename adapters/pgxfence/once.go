@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"time"
-	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/idemkey"
 )
 
 var (
@@ -24,8 +24,6 @@ const (
 	// maxOnceAttempts bounds how often Once starts over when PostgreSQL refuses the
 	// key's insert with a serialization failure or a deadlock (before fn has run).
 	maxOnceAttempts = 10
-	// maxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
-	maxFingerprintLen = 255
 	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
 	purgeBatch   = 1000
 	codeDeadlock = "40P01"
@@ -150,7 +148,7 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 	if fn == nil {
 		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := checkKey(key, fingerprint); err != nil {
+	if err := idemkey.Check(key, fingerprint); err != nil {
 		return fence.Result{}, err
 	}
 	var micros *int64
@@ -173,32 +171,6 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
-}
-
-// checkKey refuses what idempotency_keys cannot store, before any I/O.
-func checkKey(key, fingerprint string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
-	case len(key) > fence.MaxKeyLen:
-		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
-	case !utf8.ValidString(key) || containsNUL(key):
-		return fmt.Errorf("%w: idempotency key %q: PostgreSQL text must be UTF-8 without NUL bytes", fence.ErrInvalidArgument, key)
-	case !utf8.ValidString(fingerprint) || containsNUL(fingerprint):
-		return fmt.Errorf("%w: fingerprint %q: PostgreSQL text must be UTF-8 without NUL bytes", fence.ErrInvalidArgument, fingerprint)
-	case utf8.RuneCountInString(fingerprint) > maxFingerprintLen:
-		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), maxFingerprintLen)
-	}
-	return nil
-}
-
-func containsNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // onceAttempt is one transaction of Once. ran reports whether fn was called: after

@@ -8,12 +8,12 @@ import (
 	"math/rand/v2"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/idemkey"
 )
 
 var (
@@ -28,8 +28,6 @@ const (
 	// duplicates wait on it: each holds a shared lock on the key and wants the
 	// exclusive one.
 	maxOnceAttempts = 10
-	// maxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
-	maxFingerprintLen = 255
 	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
 	purgeBatch = 1000
 	// maxClaimTries: claim, drop an expired key and claim again, once more for a race.
@@ -210,7 +208,7 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 	if fn == nil {
 		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := checkKey(key, fingerprint); err != nil {
+	if err := idemkey.Check(key, fingerprint); err != nil {
 		return fence.Result{}, err
 	}
 	wait := time.Millisecond
@@ -231,33 +229,6 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 		}
 		wait = min(2*wait, 50*time.Millisecond)
 	}
-}
-
-// checkKey refuses what idempotency_keys cannot store alike on every database,
-// before any I/O.
-func checkKey(key, fingerprint string) error {
-	switch {
-	case key == "":
-		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
-	case len(key) > fence.MaxKeyLen:
-		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
-	case !utf8.ValidString(key) || hasNUL(key):
-		return fmt.Errorf("%w: idempotency key %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, key)
-	case !utf8.ValidString(fingerprint) || hasNUL(fingerprint):
-		return fmt.Errorf("%w: fingerprint %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, fingerprint)
-	case utf8.RuneCountInString(fingerprint) > maxFingerprintLen:
-		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), maxFingerprintLen)
-	}
-	return nil
-}
-
-func hasNUL(s string) bool {
-	for i := 0; i < len(s); i++ {
-		if s[i] == 0 {
-			return true
-		}
-	}
-	return false
 }
 
 // How far an attempt of Once got: once fn has been called Once never starts over,

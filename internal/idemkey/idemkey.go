@@ -1,0 +1,35 @@
+// Package idemkey holds the checks that pgxfence and sqlfence make, before any I/O,
+// of an idempotency key and fingerprint against the idempotency_keys table that the
+// migrations package creates on every database.
+package idemkey
+
+import (
+	"fmt"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// MaxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
+const MaxFingerprintLen = 255
+
+// Check refuses, with fence.ErrInvalidArgument, what idempotency_keys cannot store
+// alike on every database: an empty key, a key over fence.MaxKeyLen bytes, a key or
+// fingerprint that is not UTF-8 or holds a NUL byte (PostgreSQL text cannot), and a
+// fingerprint over MaxFingerprintLen characters.
+func Check(key, fingerprint string) error {
+	switch {
+	case key == "":
+		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
+	case len(key) > fence.MaxKeyLen:
+		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
+	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
+		return fmt.Errorf("%w: idempotency key %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, key)
+	case !utf8.ValidString(fingerprint) || strings.IndexByte(fingerprint, 0) >= 0:
+		return fmt.Errorf("%w: fingerprint %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, fingerprint)
+	case utf8.RuneCountInString(fingerprint) > MaxFingerprintLen:
+		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}

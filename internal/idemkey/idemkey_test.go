@@ -1,0 +1,36 @@
+package idemkey_test
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/idemkey"
+)
+
+func TestCheck(t *testing.T) {
+	tests := []struct {
+		name, key, fingerprint string
+		ok                     bool
+	}{
+		{"plain", "order-1", "sha256:ab", true},
+		{"longest key", strings.Repeat("k", fence.MaxKeyLen), "", true},
+		{"longest fingerprint in characters", "k", strings.Repeat("ü", idemkey.MaxFingerprintLen), true},
+		{"empty key", "", "fp", false},
+		{"key too long", strings.Repeat("k", fence.MaxKeyLen+1), "fp", false},
+		{"key not UTF-8", "k\xff", "fp", false},
+		{"key with NUL", "k\x00", "fp", false},
+		{"fingerprint not UTF-8", "k", "f\xff", false},
+		{"fingerprint with NUL", "k", "f\x00", false},
+		{"fingerprint too long", "k", strings.Repeat("f", idemkey.MaxFingerprintLen+1), false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := idemkey.Check(tt.key, tt.fingerprint)
+			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, fence.ErrInvalidArgument)) {
+				t.Fatalf("Check(%q, %q) = %v, want ok=%v or ErrInvalidArgument", tt.key, tt.fingerprint, err, tt.ok)
+			}
+		})
+	}
+}
