@@ -1,31 +1,22 @@
 package main_test
 
 import (
-	"bytes"
-	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/exampletest"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
 )
 
-// The example is built once per test binary, with the race detector when the tests
-// run under it, and run as a user runs it: a separate process with flags.
-var build struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
+// example is the program under test, built once per test binary and run as a user
+// runs it: a separate process with flags.
+var example = exampletest.New("flashsale")
 
 var (
 	postgres = pgtest.New()
@@ -39,64 +30,8 @@ func TestMain(m *testing.M) {
 			fmt.Fprintln(os.Stderr, err)
 		}
 	}
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	example.Close()
 	os.Exit(code)
-}
-
-func binary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "flashsale-test-")
-		if build.err != nil {
-			return
-		}
-		build.bin = filepath.Join(build.dir, "flashsale")
-		args := []string{"build", "-o", build.bin}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		if out, err := exec.Command("go", append(args, ".")...).CombinedOutput(); err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.bin
-}
-
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-// runExample runs the example with args and returns its stdout and exit status.
-func runExample(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), binary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run flashsale %v: %v", args, err)
-	}
-	t.Logf("flashsale %s (exit %d)\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
-	return stdout.String(), code
 }
 
 var countRE = regexp.MustCompile(`(?m)^  (sold|sold out|items left|orders|charges|replays|receipts) +(\d+)`)
@@ -140,7 +75,7 @@ func wantGuarded(t *testing.T, out string, code int, buyers, items int64) {
 
 // TestFlashSale_sqlite runs the example as a newcomer does, with no flags.
 func TestFlashSale_sqlite(t *testing.T) {
-	out, code := runExample(t)
+	out, code := example.Run(t)
 	wantGuarded(t, out, code, 1000, 10)
 }
 
@@ -148,7 +83,7 @@ func TestFlashSale_sqlite(t *testing.T) {
 // payment without a key charges every retry; the example says so and exits 0, since
 // that is what -unguarded claims to show.
 func TestFlashSale_unguarded(t *testing.T) {
-	out, code := runExample(t, "-unguarded", "-sqlite", filepath.Join(t.TempDir(), "shop.db"))
+	out, code := example.Run(t, "-unguarded", "-sqlite", filepath.Join(t.TempDir(), "shop.db"))
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -162,12 +97,12 @@ func TestFlashSale_unguarded(t *testing.T) {
 }
 
 func TestFlashSale_postgres(t *testing.T) {
-	out, code := runExample(t, "-postgres", postgres.DSN(t))
+	out, code := example.Run(t, "-postgres", postgres.DSN(t))
 	wantGuarded(t, out, code, 1000, 10)
 }
 
 func TestFlashSale_mysql(t *testing.T) {
-	out, code := runExample(t, "-mysql", mariadb.DSN(t))
+	out, code := example.Run(t, "-mysql", mariadb.DSN(t))
 	wantGuarded(t, out, code, 1000, 10)
 }
 
@@ -176,7 +111,7 @@ func TestFlashSale_mysql(t *testing.T) {
 func TestFlashSale_rerun(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "shop.db")
 	for range 2 {
-		out, code := runExample(t, "-sqlite", path, "-buyers", "50", "-items", "7")
+		out, code := example.Run(t, "-sqlite", path, "-buyers", "50", "-items", "7")
 		wantGuarded(t, out, code, 50, 7)
 	}
 }
@@ -192,7 +127,7 @@ func TestFlashSale_badFlags(t *testing.T) {
 		{"extra"},
 		{"-no-such-flag"},
 	} {
-		if _, code := runExample(t, args...); code != 2 {
+		if _, code := example.Run(t, args...); code != 2 {
 			t.Errorf("flashsale %v: exit status %d, want 2", args, code)
 		}
 	}

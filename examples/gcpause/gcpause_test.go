@@ -1,32 +1,24 @@
 package main_test
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/internal/exampletest"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// The example is built once per test binary, with the race detector when the tests
-// run under it, and run as a user runs it: a separate process with flags.
-var build struct {
-	once sync.Once
-	dir  string
-	bin  string
-	err  error
-}
+// example is the program under test, built once per test binary and run as a user
+// runs it: a separate process with flags.
+var example = exampletest.New("gcpause")
 
 // postgres is a throwaway PostgreSQL (or FENCEGATE_POSTGRES_DSN's server), started on
 // first use.
@@ -39,65 +31,8 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	postgres.Close()
 	mariadb.Close()
-	if build.dir != "" {
-		os.RemoveAll(build.dir)
-	}
+	example.Close()
 	os.Exit(code)
-}
-
-func binary(t *testing.T) string {
-	t.Helper()
-	build.once.Do(func() {
-		build.dir, build.err = os.MkdirTemp("", "gcpause-test-")
-		if build.err != nil {
-			return
-		}
-		build.bin = filepath.Join(build.dir, "gcpause")
-		args := []string{"build", "-o", build.bin}
-		if raceEnabled() {
-			args = append(args, "-race")
-		}
-		out, err := exec.Command("go", append(args, ".")...).CombinedOutput()
-		if err != nil {
-			build.err = fmt.Errorf("go build: %v\n%s", err, out)
-		}
-	})
-	if build.err != nil {
-		t.Fatal(build.err)
-	}
-	return build.bin
-}
-
-func raceEnabled() bool {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return false
-	}
-	for _, s := range bi.Settings {
-		if s.Key == "-race" {
-			return s.Value == "true"
-		}
-	}
-	return false
-}
-
-// runExample runs the example with args and returns its stdout and exit status.
-func runExample(t *testing.T, args ...string) (string, int) {
-	t.Helper()
-	cmd := exec.CommandContext(t.Context(), binary(t), args...)
-	var stdout, stderr bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &stdout, &stderr
-	err := cmd.Run()
-	code := 0
-	var exit *exec.ExitError
-	switch {
-	case errors.As(err, &exit):
-		code = exit.ExitCode()
-	case err != nil:
-		t.Fatalf("run gcpause %v: %v", args, err)
-	}
-	t.Logf("gcpause %s (exit %d)\n%s%s", strings.Join(args, " "), code, stdout.String(), stderr.String())
-	return stdout.String(), code
 }
 
 // timeline is what a run's output says, parsed from the table and the row below it.
@@ -188,7 +123,7 @@ func parse(t *testing.T, out string) timeline {
 // The newcomer's command: no flags at all (embedded etcd, SQLite, 10 s lease).
 func TestGCPause_fenced(t *testing.T) {
 	t.Parallel()
-	out, code := runExample(t)
+	out, code := example.Run(t)
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -214,7 +149,7 @@ func checkFenced(t *testing.T, out string) {
 
 func TestGCPause_noFence(t *testing.T) {
 	t.Parallel()
-	out, code := runExample(t, "-no-fence", "-lease", "5s")
+	out, code := example.Run(t, "-no-fence", "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -233,7 +168,7 @@ func TestGCPause_noFence(t *testing.T) {
 func TestGCPause_postgres(t *testing.T) {
 	t.Parallel()
 	dsn := postgres.DSN(t)
-	out, code := runExample(t, "-postgres", dsn, "-lease", "5s")
+	out, code := example.Run(t, "-postgres", dsn, "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -246,7 +181,7 @@ func TestGCPause_mysqlOnEtcdCluster(t *testing.T) {
 	t.Parallel()
 	dsn := mariadb.DSN(t)
 	cluster := locktest.StartCluster(t, 3)
-	out, code := runExample(t, "-mysql", dsn, "-etcd", strings.Join(cluster.Endpoints(), ","), "-lease", "5s")
+	out, code := example.Run(t, "-mysql", dsn, "-etcd", strings.Join(cluster.Endpoints(), ","), "-lease", "5s")
 	if code != 0 {
 		t.Fatalf("exit status %d, want 0", code)
 	}
@@ -272,7 +207,7 @@ func TestGCPause_badFlags(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd := exec.CommandContext(t.Context(), binary(t), tt.args...)
+			cmd := exec.CommandContext(t.Context(), example.Binary(t), tt.args...)
 			out, err := cmd.CombinedOutput()
 			var exit *exec.ExitError
 			if !errors.As(err, &exit) || exit.ExitCode() != 2 {
