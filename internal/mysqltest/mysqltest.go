@@ -48,8 +48,7 @@ type Server struct {
 	err   error         // why no server can be had
 	cfg   *mysql.Config // admin account, no database
 	admin *sql.DB
-	proc  *testserver.Proc
-	dir   string
+	inst  *testserver.Instance // the server this Server started; nil: none
 	seq   int
 }
 
@@ -139,20 +138,14 @@ func (s *Server) launch() (*mysql.Config, error) {
 		}
 		bins[b] = p
 	}
-	// A short path: the socket's path must fit in sun_path (108 bytes).
-	dir, err := os.MkdirTemp("", "fgmy")
-	if err != nil {
+	var err error
+	if s.inst, err = testserver.NewInstance("mariadbd", "fgmy", "mysql"); err != nil {
 		return nil, err
 	}
-	s.dir = dir
+	dir := s.inst.Dir
 	installArgs := []string{"--no-defaults", "--datadir=" + filepath.Join(dir, "data"),
 		"--auth-root-authentication-method=socket", "--skip-test-db"}
-	// mariadbd refuses to run as root; the data directory must belong to mysql.
-	cred, err := testserver.RunAs(dir, "mysql")
-	if err != nil {
-		return nil, err
-	}
-	if cred != nil {
+	if s.inst.Cred != nil {
 		installArgs = append(installArgs, "--user=mysql")
 	}
 	if out, err := exec.Command(bins["mariadb-install-db"], installArgs...).CombinedOutput(); err != nil {
@@ -173,7 +166,7 @@ func (s *Server) launch() (*mysql.Config, error) {
 		"--innodb-flush-log-at-trx-commit=2", "--max-connections=500")
 	// Run as mysql directly (not --user=mysql) so the kernel still kills the server
 	// if the test binary dies without cleaning up: a setuid would clear Pdeathsig.
-	if s.proc, err = testserver.Start("mariadbd", cmd, cred); err != nil {
+	if err := s.inst.Start(cmd); err != nil {
 		return nil, err
 	}
 
@@ -185,7 +178,7 @@ func (s *Server) launch() (*mysql.Config, error) {
 			break
 		}
 		select {
-		case <-s.proc.Exited():
+		case <-s.inst.Exited():
 			return nil, fmt.Errorf("mariadbd exited during startup: %s", testserver.ReadTail(logFile))
 		case <-time.After(50 * time.Millisecond):
 		}
@@ -218,15 +211,11 @@ func (s *Server) Close() error {
 
 func (s *Server) stop() error {
 	var err error
-	if s.proc != nil {
-		if err = s.proc.Stop(syscall.SIGTERM); err != nil {
+	if s.inst != nil {
+		if err = s.inst.Stop(syscall.SIGTERM); err != nil {
 			err = fmt.Errorf("mysqltest: %w", err)
 		}
-		s.proc = nil
-	}
-	if s.dir != "" {
-		os.RemoveAll(s.dir)
-		s.dir = ""
+		s.inst = nil
 	}
 	return err
 }

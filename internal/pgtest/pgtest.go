@@ -51,8 +51,7 @@ type Server struct {
 	err   error    // why no server can be had
 	base  *url.URL // admin URL; the path names the database
 	admin *pgx.Conn
-	proc  *testserver.Proc
-	dir   string
+	inst  *testserver.Instance // the server this Server started; nil: none
 	seq   int
 }
 
@@ -145,10 +144,10 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 			s.base, s.admin = u, conn
 			return nil
 		}
-		if s.proc != nil {
+		if s.inst != nil {
 			select {
-			case <-s.proc.Exited():
-				return fmt.Errorf("%w: %s", errExited, testserver.ReadTail(filepath.Join(s.dir, "postgres.log")))
+			case <-s.inst.Exited():
+				return fmt.Errorf("%w: %s", errExited, testserver.ReadTail(filepath.Join(s.inst.Dir, "postgres.log")))
 			default:
 			}
 		}
@@ -165,17 +164,10 @@ func (s *Server) launch() (*url.URL, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A short path: the socket's path must fit in sun_path (108 bytes).
-	dir, err := os.MkdirTemp("", "fgpg")
-	if err != nil {
+	if s.inst, err = testserver.NewInstance("postgres", "fgpg", "postgres"); err != nil {
 		return nil, err
 	}
-	s.dir = dir
-	// postgres refuses to run as root; the directory must belong to postgres.
-	cred, err := testserver.RunAs(dir, "postgres")
-	if err != nil {
-		return nil, err
-	}
+	dir, cred := s.inst.Dir, s.inst.Cred
 	data := filepath.Join(dir, "data")
 	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
 		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
@@ -206,7 +198,7 @@ func (s *Server) launch() (*url.URL, error) {
 		"-c", "max_connections=300")
 	cmd.Dir = dir
 	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if s.proc, err = testserver.Start("postgres", cmd, cred); err != nil {
+	if err := s.inst.Start(cmd); err != nil {
 		return nil, err
 	}
 	return &url.URL{
@@ -233,16 +225,12 @@ func (s *Server) Close() error {
 
 func (s *Server) stop() error {
 	var err error
-	if s.proc != nil {
+	if s.inst != nil {
 		// SIGINT is postgres's fast shutdown (pg_ctl -m fast).
-		if err = s.proc.Stop(syscall.SIGINT); err != nil {
+		if err = s.inst.Stop(syscall.SIGINT); err != nil {
 			err = fmt.Errorf("pgtest: %w", err)
 		}
-		s.proc = nil
-	}
-	if s.dir != "" {
-		os.RemoveAll(s.dir)
-		s.dir = ""
+		s.inst = nil
 	}
 	return err
 }

@@ -1,6 +1,7 @@
 // Package testserver holds what pgtest and mysqltest share to run a throwaway database
-// server for tests: the skip-or-fail rule, a free loopback port, a server process run
-// as its own system user that dies with the test binary, and the tail of its log.
+// server for tests: the skip-or-fail rule, a free loopback port, a temporary directory
+// and a server process run as its own system user that dies with the test binary,
+// and the tail of its log.
 package testserver
 
 import (
@@ -42,60 +43,85 @@ func FreePort() (int, error) {
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
-// RunAs prepares dir for a server that refuses to run as root: when this process is
-// root it gives dir to the system user name and returns that user's credential; else
-// it returns nil (run as the current user).
-func RunAs(dir, name string) (*syscall.Credential, error) {
-	if os.Geteuid() != 0 {
-		return nil, nil
-	}
-	u, err := user.Lookup(name)
-	if err != nil {
-		return nil, fmt.Errorf("running as root without a %s user: %w", name, err)
-	}
-	uid, _ := strconv.Atoi(u.Uid)
-	gid, _ := strconv.Atoi(u.Gid)
-	if err := os.Chown(dir, uid, gid); err != nil {
-		return nil, err
-	}
-	return &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}, nil
-}
+// Instance is one throwaway server: its temporary directory and, once started, its
+// process.
+type Instance struct {
+	// Dir is the temporary directory, for the server's data, socket and log.
+	Dir string
+	// Cred is the server's system user; nil: the current user.
+	Cred *syscall.Credential
 
-// Proc is a server process started by Start.
-type Proc struct {
 	name   string
 	cmd    *exec.Cmd
 	exited chan struct{}
 }
 
-// Start starts cmd as cred (nil: the current user) in its own process group. The server
-// runs as a child of the test binary rather than daemonised, so the kernel kills it
-// (Pdeathsig) if the test binary dies without cleaning up. name is used in errors.
-func Start(name string, cmd *exec.Cmd, cred *syscall.Credential) (*Proc, error) {
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+// NewInstance makes a temporary directory for the server name (used in errors).
+// prefix should be short: a Unix socket's path must fit in sun_path (108 bytes).
+// When this process is root the directory is given to the system user runAs and
+// the server will run as that user, since database servers refuse to run as root.
+func NewInstance(name, prefix, runAs string) (*Instance, error) {
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return nil, err
 	}
-	p := &Proc{name: name, cmd: cmd, exited: make(chan struct{})}
-	go func() { cmd.Wait(); close(p.exited) }()
-	return p, nil
+	in := &Instance{Dir: dir, name: name}
+	if os.Geteuid() != 0 {
+		return in, nil
+	}
+	u, err := user.Lookup(runAs)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("running as root without a %s user: %w", runAs, err)
+	}
+	uid, _ := strconv.Atoi(u.Uid)
+	gid, _ := strconv.Atoi(u.Gid)
+	if err := os.Chown(dir, uid, gid); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	in.Cred = &syscall.Credential{Uid: uint32(uid), Gid: uint32(gid)}
+	return in, nil
 }
 
-// Exited is closed when the process has exited.
-func (p *Proc) Exited() <-chan struct{} { return p.exited }
-
-// Stop sends sig to the process (only the PID Start started) and waits for it to exit;
-// after 30s it kills it and returns an error saying so.
-func (p *Proc) Stop(sig os.Signal) error {
-	_ = p.cmd.Process.Signal(sig)
-	select {
-	case <-p.exited:
-		return nil
-	case <-time.After(30 * time.Second):
-		_ = p.cmd.Process.Kill()
-		<-p.exited
-		return errors.New(p.name + " did not stop within 30s; killed")
+// Start starts cmd as in.Cred in its own process group. The server runs as a child
+// of the test binary rather than daemonised, so the kernel kills it (Pdeathsig) if
+// the test binary dies without cleaning up. An Instance starts one process.
+func (in *Instance) Start(cmd *exec.Cmd) error {
+	if in.cmd != nil {
+		return fmt.Errorf("start %s: already started", in.name)
 	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: in.Cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("start %s: %w", in.name, err)
+	}
+	in.cmd, in.exited = cmd, make(chan struct{})
+	go func() { cmd.Wait(); close(in.exited) }()
+	return nil
+}
+
+// Exited is closed when the started process has exited; before Start it is nil,
+// which a select never receives from.
+func (in *Instance) Exited() <-chan struct{} { return in.exited }
+
+// Stop sends sig to the started process (only the PID Start started), waits for it
+// to exit, and removes the directory. A process still running after 30s is killed,
+// and Stop returns an error saying so.
+func (in *Instance) Stop(sig os.Signal) error {
+	var err error
+	if in.cmd != nil {
+		_ = in.cmd.Process.Signal(sig)
+		select {
+		case <-in.exited:
+		case <-time.After(30 * time.Second):
+			_ = in.cmd.Process.Kill()
+			<-in.exited
+			err = errors.New(in.name + " did not stop within 30s; killed")
+		}
+		in.cmd = nil
+	}
+	os.RemoveAll(in.Dir)
+	return err
 }
 
 // ReadTail returns the last lines of the file at path (a server's log), or why it

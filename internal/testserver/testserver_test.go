@@ -1,8 +1,11 @@
 package testserver_test
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -44,17 +47,29 @@ func TestTail(t *testing.T) {
 	}
 }
 
-func TestProc_Stop(t *testing.T) {
-	p, err := testserver.Start("sleep", exec.Command("sleep", "600"), nil)
+func TestInstance_Stop(t *testing.T) {
+	in, err := testserver.NewInstance("sleep", "fgts", "nobody")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := p.Stop(syscall.SIGTERM); err != nil {
+	if in.Exited() != nil {
+		t.Fatal("Exited is not nil before Start")
+	}
+	if err := in.Start(exec.Command("sleep", "600")); err != nil {
+		t.Fatal(err)
+	}
+	if err := in.Start(exec.Command("sleep", "600")); err == nil {
+		t.Fatal("a second Start succeeded")
+	}
+	if err := in.Stop(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-p.Exited():
+	case <-in.Exited():
 	default:
 		t.Fatal("Exited is open after Stop returned")
+	}
+	if _, err := os.Stat(in.Dir); !errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("directory %s after Stop: %v", in.Dir, err)
 	}
 }
