@@ -3,20 +3,18 @@ package pgxfence_test
 import (
 	"context"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/benchpair"
 )
 
 // op is one write by worker w (its own row and resource), the i-th of that worker.
-type op func(ctx context.Context, w, i int) error
+type op = benchpair.Op
 
 // BenchmarkFenced compares, in one run against one server, each fenced write with its
 // unfenced baseline at 16 and 64 concurrent workers:
@@ -75,17 +73,17 @@ func BenchmarkFenced(b *testing.B) {
 		if workers == 16 {
 			// The noise floor: the plain UPDATE against itself.
 			b.Run("control/workers=16", func(b *testing.B) {
-				comparePair(b, next, plainUpdate, plainUpdate)
+				benchpair.Compare(b, next, plainUpdate, plainUpdate)
 			})
 		}
 		b.Run(fmt.Sprintf("update/workers=%d", workers), func(b *testing.B) {
-			comparePair(b, next, plainUpdate, fencedUpdate)
+			benchpair.Compare(b, next, plainUpdate, fencedUpdate)
 		})
 		b.Run(fmt.Sprintf("tx/workers=%d", workers), func(b *testing.B) {
-			comparePair(b, next, beginFunc, fencedExec)
+			benchpair.Compare(b, next, beginFunc, fencedExec)
 		})
 		b.Run(fmt.Sprintf("tx-pipelined/workers=%d", workers), func(b *testing.B) {
-			comparePair(b, next, beginFunc, pipelinedExec)
+			benchpair.Compare(b, next, beginFunc, pipelinedExec)
 		})
 	}
 }
@@ -109,63 +107,6 @@ func benchPool(b *testing.B, workers int) *pgxpool.Pool {
 	mustExec(b, pool, "CREATE TABLE bench (id INT PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(b, pool, "INSERT INTO bench (id, val) SELECT g, 0 FROM generate_series(0, $1) AS g", workers-1)
 	return pool
-}
-
-// comparePair runs base and fenced alternately and reports both rates and their ratio.
-func comparePair(b *testing.B, next []int, base, fenced op) {
-	ctx := context.Background()
-	workers := len(next)
-	run := func(f op, n int) time.Duration {
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := range workers {
-			share := n / workers
-			if w < n%workers {
-				share++
-			}
-			wg.Go(func() {
-				for range share {
-					next[w]++
-					if err := f(ctx, w, next[w]); err != nil {
-						b.Errorf("worker %d: %v", w, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
-	// Warm the pool, the statement caches and PostgreSQL's generic plans (after 5
-	// executions per connection) of both.
-	run(base, 8*workers)
-	run(fenced, 8*workers)
-	b.ResetTimer()
-	// Many short rounds, each a pair run back to back in alternating order: bursts of
-	// other load on the shared machine hit a pair, not a variant. The ratio reported
-	// is the median of the pairs' ratios; the rates are over all rounds.
-	const rounds = 20
-	var baseDur, fencedDur time.Duration
-	ratios := make([]float64, 0, rounds)
-	for round := range rounds {
-		var bd, fd time.Duration
-		if round%2 == 0 {
-			bd = run(base, b.N)
-			fd = run(fenced, b.N)
-		} else {
-			fd = run(fenced, b.N)
-			bd = run(base, b.N)
-		}
-		baseDur, fencedDur = baseDur+bd, fencedDur+fd
-		ratios = append(ratios, bd.Seconds()/fd.Seconds())
-	}
-	b.StopTimer()
-	slices.Sort(ratios)
-	baseRate := float64(rounds*b.N) / baseDur.Seconds()
-	fencedRate := float64(rounds*b.N) / fencedDur.Seconds()
-	b.ReportMetric(baseRate, "base_ops/s")
-	b.ReportMetric(fencedRate, "fenced_ops/s")
-	b.ReportMetric((ratios[rounds/2-1]+ratios[rounds/2])/2, "ratio")
 }
 
 // BenchmarkFencedAlternatives measures other ways to fence a one-write transaction
@@ -292,6 +233,6 @@ func benchAlternatives(b *testing.B, workers int) {
 		return err
 	}})
 	for _, v := range variants {
-		b.Run(v.name, func(b *testing.B) { comparePair(b, next, beginFunc, v.f) })
+		b.Run(v.name, func(b *testing.B) { benchpair.Compare(b, next, beginFunc, v.f) })
 	}
 }

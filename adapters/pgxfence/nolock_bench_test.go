@@ -10,10 +10,11 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/benchpair"
 )
 
 // BenchmarkNoLock compares, in one run against one server, the no-lock path with its
-// unguarded baseline (comparePair: 20 alternating rounds, median ratio), 16 workers:
+// unguarded baseline (benchpair.Compare: 20 alternating rounds, median ratio), 16 workers:
 //
 //   - decrement: Store.Decrement (UPDATE ... SET n = n - $1 WHERE id = $2 AND n >= $1
 //     RETURNING n) vs the same UPDATE without the guard, each worker on its own row
@@ -74,10 +75,10 @@ func BenchmarkNoLock(b *testing.B) {
 		return err
 	}
 
-	b.Run("control", func(b *testing.B) { comparePair(b, next, unguarded(own), unguarded(own)) })
-	b.Run("decrement/own-row", func(b *testing.B) { comparePair(b, next, unguarded(own), guarded(own)) })
-	b.Run("decrement/hot-row", func(b *testing.B) { comparePair(b, next, unguarded(hot), guarded(hot)) })
-	b.Run("decrement/no-returning", func(b *testing.B) { comparePair(b, next, noReturning, guarded(own)) })
-	b.Run("once/fresh-key", func(b *testing.B) { comparePair(b, next, plainTx, once) })
-	b.Run("once/replay", func(b *testing.B) { comparePair(b, next, plainTx, replay) })
+	b.Run("control", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), unguarded(own)) })
+	b.Run("decrement/own-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), guarded(own)) })
+	b.Run("decrement/hot-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(hot), guarded(hot)) })
+	b.Run("decrement/no-returning", func(b *testing.B) { benchpair.Compare(b, next, noReturning, guarded(own)) })
+	b.Run("once/fresh-key", func(b *testing.B) { benchpair.Compare(b, next, plainTx, once) })
+	b.Run("once/replay", func(b *testing.B) { benchpair.Compare(b, next, plainTx, replay) })
 }

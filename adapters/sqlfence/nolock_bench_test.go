@@ -5,71 +5,15 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"slices"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/benchpair"
 )
 
-// nlOp is one operation by worker w, its i-th.
-type nlOp func(ctx context.Context, w, i int) error
-
-// nlCompare runs base and other alternately, len(next) workers each, in 20 rounds (AB
-// BA AB ...) of b.N operations per variant, and reports both rates over all rounds
-// and ratio, the median over rounds of other's rate / base's rate. Pairing short
-// rounds lets bursts of other load on the shared machine hit a pair, not a variant.
-func nlCompare(b *testing.B, next []int, base, other nlOp) {
-	ctx := context.Background()
-	workers := len(next)
-	run := func(f nlOp, n int) time.Duration {
-		var wg sync.WaitGroup
-		start := time.Now()
-		for w := range workers {
-			share := n / workers
-			if w < n%workers {
-				share++
-			}
-			wg.Go(func() {
-				for range share {
-					next[w]++
-					if err := f(ctx, w, next[w]); err != nil {
-						b.Errorf("worker %d: %v", w, err)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		return time.Since(start)
-	}
-	run(base, 8*workers) // warm the pool and the server's caches
-	run(other, 8*workers)
-	b.ResetTimer()
-	const rounds = 20
-	var baseDur, otherDur time.Duration
-	ratios := make([]float64, 0, rounds)
-	for round := range rounds {
-		var bd, od time.Duration
-		if round%2 == 0 {
-			bd, od = run(base, b.N), run(other, b.N)
-		} else {
-			od, bd = run(other, b.N), run(base, b.N)
-		}
-		baseDur, otherDur = baseDur+bd, otherDur+od
-		ratios = append(ratios, bd.Seconds()/od.Seconds())
-	}
-	b.StopTimer()
-	slices.Sort(ratios)
-	b.ReportMetric(float64(rounds*b.N)/baseDur.Seconds(), "base_ops/s")
-	b.ReportMetric(float64(rounds*b.N)/otherDur.Seconds(), "fenced_ops/s")
-	b.ReportMetric((ratios[rounds/2-1]+ratios[rounds/2])/2, "ratio")
-}
-
 // BenchmarkNoLock compares, in one run per database, the no-lock path with its
-// unguarded baseline (nlCompare), 16 workers on MariaDB and PostgreSQL (database/sql),
+// unguarded baseline (benchpair.Compare), 16 workers on MariaDB and PostgreSQL (database/sql),
 // 1 on SQLite (one writer per file):
 //
 //   - decrement: Store.Decrement vs the same UPDATE without the guard (AND n >= ?),
@@ -105,7 +49,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 
 	own := func(w int) int { return w }
 	hot := func(int) int { return workers } // the extra row no worker owns
-	unguarded := func(row func(int) int) nlOp {
+	unguarded := func(row func(int) int) benchpair.Op {
 		if d == sqlfence.MySQL {
 			return func(ctx context.Context, w, i int) error {
 				res, err := db.ExecContext(ctx, "UPDATE stock SET n = LAST_INSERT_ID(n - ?) WHERE id = ?", int64(1), row(w))
@@ -121,7 +65,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 			return db.QueryRowContext(ctx, q, int64(1), row(w)).Scan(&n)
 		}
 	}
-	guarded := func(row func(int) int) nlOp {
+	guarded := func(row func(int) int) benchpair.Op {
 		return func(ctx context.Context, w, i int) error {
 			_, err := s.Decrement(ctx, fence.Counter{Table: "stock", Key: []fence.Col{fence.C("id", row(w))}, Column: "n"}, 1)
 			return err
@@ -176,14 +120,14 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 		return err
 	}
 
-	b.Run("control", func(b *testing.B) { nlCompare(b, next, unguarded(own), unguarded(own)) })
-	b.Run("decrement/own-row", func(b *testing.B) { nlCompare(b, next, unguarded(own), guarded(own)) })
+	b.Run("control", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), unguarded(own)) })
+	b.Run("decrement/own-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), guarded(own)) })
 	if workers > 1 {
-		b.Run("decrement/hot-row", func(b *testing.B) { nlCompare(b, next, unguarded(hot), guarded(hot)) })
+		b.Run("decrement/hot-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(hot), guarded(hot)) })
 	}
 	if d == sqlfence.MySQL {
-		b.Run("decrement/tx-select", func(b *testing.B) { nlCompare(b, next, guarded(own), txSelect) })
+		b.Run("decrement/tx-select", func(b *testing.B) { benchpair.Compare(b, next, guarded(own), txSelect) })
 	}
-	b.Run("once/fresh-key", func(b *testing.B) { nlCompare(b, next, plainTx, once) })
-	b.Run("once/replay", func(b *testing.B) { nlCompare(b, next, plainTx, replay) })
+	b.Run("once/fresh-key", func(b *testing.B) { benchpair.Compare(b, next, plainTx, once) })
+	b.Run("once/replay", func(b *testing.B) { benchpair.Compare(b, next, plainTx, replay) })
 }
