@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
@@ -177,52 +176,6 @@ func TestStore_Fenced_pipelinedFirstStatementFails(t *testing.T) {
 				}
 			})
 		}
-	}
-}
-
-func TestStore_Fenced_pipelinedPanicRollsBack(t *testing.T) {
-	pool := newPool(t)
-	invoicesTable(t, pool)
-	s := pipelinedStore(t, pool)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("the panic in fn did not reach the caller")
-			}
-		}()
-		_ = s.Fenced(t.Context(), fence.NewGrant("r", 5), func(tx pgx.Tx) error {
-			mustExec(t, tx, "UPDATE invoices SET total = 5 WHERE account = 42")
-			panic("job panicked")
-		})
-	}()
-	if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 0 {
-		t.Fatalf("total = %d after a panic, want 0", got)
-	}
-	if got := stored(t, pool, "r"); got != 0 {
-		t.Fatalf("stored token = %d after a panic, want none", got)
-	}
-}
-
-// TestStore_Fenced_pipelinedRefusalKeepsConnection: a refused batch is rolled back,
-// not discarded with its connection.
-func TestStore_Fenced_pipelinedRefusalKeepsConnection(t *testing.T) {
-	cfg := newPool(t).Config()
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	invoicesTable(t, pool)
-	s := pipelinedStore(t, pool)
-	if err := invoice(s, "r", 10, 1); err != nil {
-		t.Fatal(err)
-	}
-	for range 20 {
-		wantStale(t, invoice(s, "r", 9, 2), 9, 10)
-	}
-	if n := pool.Stat().NewConnsCount(); n != 1 {
-		t.Fatalf("pool opened %d connections for 20 refusals, want 1", n)
 	}
 }
 

@@ -133,27 +133,29 @@ func TestStore_Fenced_variants(t *testing.T) {
 }
 
 // TestStore_Fenced_refusalKeepsPoolConnection proves a refusal does not cost the pool
-// its connection: the aborted transaction is rolled back, not discarded.
+// its connection: the aborted transaction (or, pipelined, the refused batch) is
+// rolled back, not discarded.
 func TestStore_Fenced_refusalKeepsPoolConnection(t *testing.T) {
-	base := newPool(t)
-	cfg := base.Config()
-	cfg.MaxConns, cfg.MinConns = 1, 0
-	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	invoicesTable(t, pool)
-	s := pgxfence.New(pool)
-	if err := invoice(s, "r", 10, 1); err != nil {
-		t.Fatal(err)
-	}
-	for range 20 {
-		wantStale(t, invoice(s, "r", 9, 2), 9, 10)
-	}
-	if n := pool.Stat().NewConnsCount(); n != 1 {
-		t.Fatalf("pool opened %d connections for 20 refusals, want 1", n)
-	}
+	forEachMode(t, func(t *testing.T, store func(pgxfence.DB) *pgxfence.Store) {
+		cfg := newPool(t).Config()
+		cfg.MaxConns, cfg.MinConns = 1, 0
+		pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		invoicesTable(t, pool)
+		s := store(pool)
+		if err := invoice(s, "r", 10, 1); err != nil {
+			t.Fatal(err)
+		}
+		for range 20 {
+			wantStale(t, invoice(s, "r", 9, 2), 9, 10)
+		}
+		if n := pool.Stat().NewConnsCount(); n != 1 {
+			t.Fatalf("pool opened %d connections for 20 refusals, want 1", n)
+		}
+	})
 }
 
 // TestStore_Fenced_callerTx checks the savepoint semantics inside a caller's
@@ -200,26 +202,38 @@ func TestStore_Fenced_callerTx(t *testing.T) {
 }
 
 func TestStore_Fenced_panicRollsBack(t *testing.T) {
-	pool := newPool(t)
-	invoicesTable(t, pool)
-	s := pgxfence.New(pool)
-	func() {
-		defer func() {
-			if recover() == nil {
-				t.Fatal("the panic in fn did not reach the caller")
-			}
+	forEachMode(t, func(t *testing.T, store func(pgxfence.DB) *pgxfence.Store) {
+		pool := newPool(t)
+		invoicesTable(t, pool)
+		s := store(pool)
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Fatal("the panic in fn did not reach the caller")
+				}
+			}()
+			_ = s.Fenced(t.Context(), fence.NewGrant("r", 5), func(tx pgx.Tx) error {
+				mustExec(t, tx, "UPDATE invoices SET total = 5 WHERE account = 42")
+				panic("job panicked")
+			})
 		}()
-		_ = s.Fenced(t.Context(), fence.NewGrant("r", 5), func(tx pgx.Tx) error {
-			mustExec(t, tx, "UPDATE invoices SET total = 5 WHERE account = 42")
-			panic("job panicked")
-		})
-	}()
-	if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 0 {
-		t.Fatalf("total = %d after a panic, want 0", got)
-	}
-	if got := stored(t, pool, "r"); got != 0 {
-		t.Fatalf("stored token = %d after a panic, want none", got)
-	}
+		if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 0 {
+			t.Fatalf("total = %d after a panic, want 0", got)
+		}
+		if got := stored(t, pool, "r"); got != 0 {
+			t.Fatalf("stored token = %d after a panic, want none", got)
+		}
+	})
+}
+
+// forEachMode runs body as a subtest for a Store in each mode: "default" (BEGIN, then
+// the fence raise) and "pipelined" (WithPipelinedFence).
+func forEachMode(t *testing.T, body func(t *testing.T, store func(pgxfence.DB) *pgxfence.Store)) {
+	t.Helper()
+	t.Run("default", func(t *testing.T) { body(t, pgxfence.New) })
+	t.Run("pipelined", func(t *testing.T) {
+		body(t, func(db pgxfence.DB) *pgxfence.Store { return pipelinedStore(t, db) })
+	})
 }
 
 // TestStore_Fenced_hostileResources sends resource names that would end or escape a
