@@ -214,7 +214,9 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 		want []error
 	}{
 		{"OpenSQLite (driver waits)", opened, []error{context.DeadlineExceeded}},
-		{"no busy timeout (Store retries)", plain, []error{sqlfence.ErrBusy, context.DeadlineExceeded}},
+		// ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
+		// loaded machine the deadline can pass first, so only ctx's error is required.
+		{"no busy timeout (Store retries)", plain, []error{context.DeadlineExceeded}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
