@@ -59,13 +59,19 @@ var seq atomic.Int64
 // table creates a fresh table with a token column and drops it when the test ends.
 func table[Tx any](t *testing.T, h Harness[Tx]) string {
 	t.Helper()
-	name := fmt.Sprintf("fgt_%d_%d", time.Now().UnixNano()%1_000_000, seq.Add(1))
-	q := "CREATE TABLE " + name + " (id VARCHAR(64) PRIMARY KEY, val BIGINT NOT NULL DEFAULT 0, " +
-		"note VARCHAR(200) NOT NULL DEFAULT '', fence_token BIGINT NOT NULL DEFAULT 0)"
-	if err := h.Exec(t.Context(), q); err != nil {
-		t.Fatalf("%s: create %s: %v", h.Name, name, err)
+	return createTable(t, h.Name, h.Exec, "fgt", "id VARCHAR(64) PRIMARY KEY, val BIGINT NOT NULL DEFAULT 0, "+
+		"note VARCHAR(200) NOT NULL DEFAULT '', fence_token BIGINT NOT NULL DEFAULT 0")
+}
+
+// createTable creates a table of cols under a fresh name starting with prefix, and
+// drops it when the test ends. Both suites make their tables through it.
+func createTable(t *testing.T, who string, exec func(context.Context, string, ...any) error, prefix, cols string) string {
+	t.Helper()
+	name := fmt.Sprintf("%s_%d_%d", prefix, rand.IntN(1_000_000), seq.Add(1))
+	if err := exec(t.Context(), "CREATE TABLE "+name+" ("+cols+")"); err != nil {
+		t.Fatalf("%s: create %s: %v", who, name, err)
 	}
-	t.Cleanup(func() { _ = h.Exec(context.Background(), "DROP TABLE "+name) })
+	t.Cleanup(func() { _ = exec(context.Background(), "DROP TABLE "+name) })
 	return name
 }
 
@@ -87,7 +93,13 @@ func storedToken[Tx any](t *testing.T, h Harness[Tx], res string) fence.Token {
 
 func intOf[Tx any](t *testing.T, h Harness[Tx], q string, args ...any) int64 {
 	t.Helper()
-	v, err := h.QueryInt(t.Context(), q, args...)
+	return mustQueryInt(t, h.QueryInt, q, args...)
+}
+
+// mustQueryInt returns the integer q selects, failing the test on any error.
+func mustQueryInt(t *testing.T, query func(context.Context, string, ...any) (int64, error), q string, args ...any) int64 {
+	t.Helper()
+	v, err := query(t.Context(), q, args...)
 	if err != nil {
 		t.Fatalf("%s: %v", q, err)
 	}

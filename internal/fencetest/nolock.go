@@ -44,21 +44,12 @@ func RunNoLock[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 
 func nlTable[Tx any](t *testing.T, h NoLockHarness[Tx], cols string) string {
 	t.Helper()
-	name := fmt.Sprintf("fgn_%d_%d", rand.IntN(1_000_000), seq.Add(1))
-	if err := h.Exec(t.Context(), "CREATE TABLE "+name+" ("+cols+")"); err != nil {
-		t.Fatalf("%s: create %s: %v", h.Name, name, err)
-	}
-	t.Cleanup(func() { _ = h.Exec(context.Background(), "DROP TABLE "+name) })
-	return name
+	return createTable(t, h.Name, h.Exec, "fgn", cols)
 }
 
 func nlInt[Tx any](t *testing.T, h NoLockHarness[Tx], q string, args ...any) int64 {
 	t.Helper()
-	v, err := h.QueryInt(t.Context(), q, args...)
-	if err != nil {
-		t.Fatalf("%s: %v", q, err)
-	}
-	return v
+	return mustQueryInt(t, h.QueryInt, q, args...)
 }
 
 // guardedRace takes amount from a counter holding start with buyers concurrent
