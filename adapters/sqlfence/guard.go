@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -54,7 +55,8 @@ func (d Dialect) decrementSQL(table, col, where string) string {
 // *fence.InsufficientError (errors.Is fence.ErrInsufficient) with what was left, or
 // fence.ErrNotFound. If that read finds enough left (the counter was raised
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
-// and the column must be an integer.
+// and the column must be an integer. A Store checks and builds the SQL of a counter
+// shape (table, column, key column names in order) once, and on SQLite prepares it.
 //
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
 // (the counter cannot be a key column); fence.ErrInvalidIdentifier; ErrUnknownDialect;
@@ -66,21 +68,27 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 	if n <= 0 {
 		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
 	}
-	qt, col, where, keyArgs, err := s.counter(c)
+	sh, err := s.shapeOf(ctx, c)
 	if err != nil {
 		return 0, err
 	}
-	q := s.d.decrementSQL(qt, col, where)
-	args := make([]any, 0, len(keyArgs)+2)
-	args = append(append(append(args, n), keyArgs...), n)
+	// One slice holds the take's arguments (n, key values..., n); the look's are its
+	// middle.
+	args := make([]any, len(c.Key)+2)
+	args[0] = n
+	for i, k := range c.Key {
+		args[i+1] = k.Value
+	}
+	args[len(args)-1] = args[0]
+	keyArgs := args[1 : len(args)-1]
 
 	for try := 1; ; try++ {
 		// The common case runs without the retry closure: a take costs ~25 µs on
 		// SQLite, where every allocation shows.
-		left, took, err := s.take(ctx, q, args)
+		left, took, err := s.take(ctx, sh, args)
 		if err != nil && busy(err) {
 			err = s.retry(ctx, func() (err error) {
-				left, took, err = s.take(ctx, q, args)
+				left, took, err = s.take(ctx, sh, args)
 				return err
 			})
 		}
@@ -90,8 +98,7 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		if took {
 			return left, nil
 		}
-		look := s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where)
-		err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, look, keyArgs...).Scan(&left) })
+		err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, sh.look, keyArgs...).Scan(&left) })
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeCols(c.Key))
@@ -103,10 +110,10 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 	}
 }
 
-// counter checks and quotes a fence.Counter: the table, the counter column and the
-// key columns ("k1 = ? AND k2 = ?" and their values). Names compare
-// case-insensitively in both databases, so the counter cannot also be a key column.
-func (s *Store) counter(c fence.Counter) (table, col, where string, keyArgs []any, err error) {
+// counter checks and quotes a fence.Counter's names: the table, the counter column
+// and the key columns ("k1 = ? AND k2 = ?"). Names compare case-insensitively in
+// every database, so the counter cannot also be a key column.
+func (s *Store) counter(c fence.Counter) (table, col, where string, err error) {
 	if table, err = s.d.table(c.Table); err != nil {
 		return
 	}
@@ -118,23 +125,22 @@ func (s *Store) counter(c fence.Counter) (table, col, where string, keyArgs []an
 		return
 	}
 	conds := make([]string, len(c.Key))
-	keyArgs = make([]any, len(c.Key))
 	for i, k := range c.Key {
 		q, kerr := s.d.ident("key column", k.Name)
 		if kerr != nil {
-			return "", "", "", nil, kerr
+			return "", "", "", kerr
 		}
 		if strings.EqualFold(k.Name, c.Column) {
-			return "", "", "", nil, fmt.Errorf("%w: key column %q is also the counter column", fence.ErrInvalidArgument, k.Name)
+			return "", "", "", fmt.Errorf("%w: key column %q is also the counter column", fence.ErrInvalidArgument, k.Name)
 		}
 		for _, prev := range c.Key[:i] {
 			if strings.EqualFold(prev.Name, k.Name) {
-				return "", "", "", nil, fmt.Errorf("%w: key column %q named twice", fence.ErrInvalidArgument, k.Name)
+				return "", "", "", fmt.Errorf("%w: key column %q named twice", fence.ErrInvalidArgument, k.Name)
 			}
 		}
-		conds[i], keyArgs[i] = q+" = ?", k.Value
+		conds[i] = q + " = ?"
 	}
-	return table, col, strings.Join(conds, " AND "), keyArgs, nil
+	return table, col, strings.Join(conds, " AND "), nil
 }
 
 // counterErr wraps a driver error of Decrement; ErrBusy and ctx's errors pass as they
@@ -146,10 +152,10 @@ func counterErr(op, table string, err error) error {
 	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
 }
 
-// take runs the guarded decrement once: took is false when it changed no row.
-func (s *Store) take(ctx context.Context, q string, args []any) (left int64, took bool, err error) {
+// take runs the guarded decrement of sh once: took is false when it changed no row.
+func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
 	if s.d == MySQL {
-		res, err := s.db.ExecContext(ctx, q, args...)
+		res, err := s.db.ExecContext(ctx, sh.take, args...)
 		if err != nil {
 			return 0, false, err
 		}
@@ -159,7 +165,14 @@ func (s *Store) take(ctx context.Context, q string, args []any) (left int64, too
 		left, err = res.LastInsertId()
 		return left, err == nil, err
 	}
-	err = s.db.QueryRowContext(ctx, q, args...).Scan(&left)
+	if sh.stmt != nil {
+		err = sh.stmt.QueryRowContext(ctx, args...).Scan(&left)
+		// The cleanup that closes sh.stmt waits for s to be unreachable: not before
+		// the take is done.
+		runtime.KeepAlive(s)
+	} else {
+		err = s.db.QueryRowContext(ctx, sh.take, args...).Scan(&left)
+	}
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}

@@ -18,7 +18,15 @@ import (
 //
 //   - decrement: Store.Decrement vs the same UPDATE without the guard (AND n >= ?),
 //     reading the new value back the same way (MariaDB: LAST_INSERT_ID(n - ?); the
-//     others: RETURNING), each worker on its own row and all on one hot row;
+//     others: RETURNING), each worker on its own row and all on one hot row; own-row
+//     is the text query a user would write by hand;
+//   - decrement/prepared-baseline: the same unguarded statement as a *sql.Stmt
+//     prepared once, vs Store.Decrement, each worker on its own row. On SQLite
+//     Decrement prepares its take too, so the pair is on one footing; on PostgreSQL
+//     pgx prepares both by text anyway. On MariaDB the baseline is the server-side
+//     binary protocol, which Decrement does not use (interpolated text is one round
+//     trip too, without a prepare per pooled connection): there the ratio also
+//     measures that choice;
 //   - decrement/tx-select (MariaDB): the alternative to LAST_INSERT_ID, a transaction
 //     with the guarded UPDATE and a SELECT of the new value, against Store.Decrement;
 //   - once: fence.Once on a fresh key, whose fn inserts a charge, vs a transaction
@@ -49,21 +57,40 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 
 	own := func(w int) int { return w }
 	hot := func(int) int { return workers } // the extra row no worker owns
+	unguardedSQL := ph(d, "UPDATE stock SET n = n - ? WHERE id = ? RETURNING n")
+	if d == sqlfence.MySQL {
+		unguardedSQL = "UPDATE stock SET n = LAST_INSERT_ID(n - ?) WHERE id = ?"
+	}
 	unguarded := func(row func(int) int) benchpair.Op {
 		if d == sqlfence.MySQL {
 			return func(ctx context.Context, w, i int) error {
-				res, err := db.ExecContext(ctx, "UPDATE stock SET n = LAST_INSERT_ID(n - ?) WHERE id = ?", int64(1), row(w))
+				res, err := db.ExecContext(ctx, unguardedSQL, int64(1), row(w))
 				if err == nil {
 					_, err = res.LastInsertId()
 				}
 				return err
 			}
 		}
-		q := ph(d, "UPDATE stock SET n = n - ? WHERE id = ? RETURNING n")
 		return func(ctx context.Context, w, i int) error {
 			var n int64
-			return db.QueryRowContext(ctx, q, int64(1), row(w)).Scan(&n)
+			return db.QueryRowContext(ctx, unguardedSQL, int64(1), row(w)).Scan(&n)
 		}
+	}
+	prepared, err := db.PrepareContext(b.Context(), unguardedSQL)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { prepared.Close() })
+	unguardedPrepared := func(ctx context.Context, w, i int) error {
+		if d == sqlfence.MySQL {
+			res, err := prepared.ExecContext(ctx, int64(1), own(w))
+			if err == nil {
+				_, err = res.LastInsertId()
+			}
+			return err
+		}
+		var n int64
+		return prepared.QueryRowContext(ctx, int64(1), own(w)).Scan(&n)
 	}
 	guarded := func(row func(int) int) benchpair.Op {
 		return func(ctx context.Context, w, i int) error {
@@ -122,6 +149,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 
 	b.Run("control", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), unguarded(own)) })
 	b.Run("decrement/own-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(own), guarded(own)) })
+	b.Run("decrement/prepared-baseline", func(b *testing.B) { benchpair.Compare(b, next, unguardedPrepared, guarded(own)) })
 	if workers > 1 {
 		b.Run("decrement/hot-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(hot), guarded(hot)) })
 	}

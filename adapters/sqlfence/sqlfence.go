@@ -88,6 +88,8 @@ type Store struct {
 	probeMu sync.Mutex
 	probed  bool  // the check ran to a verdict
 	probeE  error // its verdict: nil, or the refusal
+
+	shapes shapeCache // Decrement's SQL per counter shape; see stmtcache.go
 }
 
 // New returns a Store writing through db in dialect d. The library's fence_tokens
