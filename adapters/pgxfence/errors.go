@@ -16,6 +16,7 @@ import (
 // SQLSTATEs this package tells apart.
 const (
 	codeStale         = "FG001" // raised by fence_raise (migrations/postgres/3_create_fence_raise)
+	codeBadText       = "22P02" // raised on purpose by raiseSQL: see staleMarker
 	codeSerialization = "40001"
 	codeUnique        = "23505"
 	codeNoFunction    = "42883"
@@ -37,6 +38,10 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 		case codeStale:
 			seen, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
 			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
+		case codeBadText:
+			if seen, ok := markedStale(pgErr.Message); ok {
+				return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+			}
 		case codeSerialization:
 			if lookup != nil {
 				if seen, lerr := storedToken(ctx, lookup, g.Resource()); lerr == nil && seen > g.Token() {
@@ -49,6 +54,25 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
+}
+
+// markedStale reads the stored token from the error raiseSQL makes when it refuses:
+// invalid input syntax for type bigint: "fencegate-stale:41". Only the quoted value is
+// taken, since the words around it follow the server's lc_messages.
+func markedStale(msg string) (fence.Token, bool) {
+	_, rest, ok := strings.Cut(msg, staleMarker)
+	if !ok {
+		return 0, false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	seen, err := strconv.ParseInt(rest[:end], 10, 64)
+	if err != nil {
+		return 0, false
+	}
+	return fence.Token(seen), true
 }
 
 // storedToken reads the resource's stored token; 0 when it has none.

@@ -25,6 +25,9 @@ func Example() {
 	var lock fence.Grant = fence.NewGrant("account-42", 34) // a *lockclient.Lock in a real job
 
 	err = fence.Exec(ctx, pgxfence.New(pool), lock, func(tx pgx.Tx) error {
+		// The first statement travels with BEGIN and the fence raise, and never runs
+		// if the raise is refused: it returns the *fence.StaleError instead. Act
+		// outside the database only after it returned.
 		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 200, 42)
 		return err
 	})
@@ -90,30 +93,25 @@ func ExampleNewWithOptions() {
 	}
 }
 
-// A pipelined fence: BEGIN, the fence raise and the UPDATE reach PostgreSQL in one
-// round trip, the COMMIT in a second. The function must not act outside the database
-// before its first statement has returned: that statement is where a stale grant is
-// refused.
-func ExampleWithPipelinedFence() {
+// The fence raised before the function runs: BEGIN and the raise take a round trip of
+// their own, and the function is called only once the fence holds, for functions that
+// act outside the database before their first statement.
+func ExampleWithFenceFirst() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithPipelinedFence())
+	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithFenceFirst())
 	if err != nil {
 		log.Fatal(err)
 	}
 	lock := fence.NewGrant("invoice-42", 34)
 	err = fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
-		// The first statement: sent with BEGIN and the fence raise, never run if the
-		// raise is refused.
-		if _, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 120, 42); err != nil {
-			return err // a *fence.StaleError when a newer holder has written
-		}
-		// From here on the fence row is held to commit: a safe place to act.
-		return nil
+		// Called only after the fence held: the fence row is locked to commit.
+		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 120, 42)
+		return err
 	})
 	if errors.Is(err, fence.ErrStale) {
 		log.Print("a newer holder wrote: stop, do not retry")

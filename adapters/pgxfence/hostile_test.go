@@ -26,12 +26,12 @@ var hostile = []string{
 // every builder before anything is sent.
 func TestStore_builders_hostileNames(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
-		t.Run(map[bool]string{false: "default", true: "pipelined"}[pipelined], func(t *testing.T) {
+		t.Run(map[bool]string{false: "fence-first", true: "pipelined"}[pipelined], func(t *testing.T) {
 			pool := newPool(t)
 			ctx := t.Context()
 			var opts []pgxfence.Option
-			if pipelined {
-				opts = append(opts, pgxfence.WithPipelinedFence())
+			if !pipelined {
+				opts = append(opts, pgxfence.WithFenceFirst())
 			}
 			s, err := pgxfence.NewWithOptions(pool, opts...)
 			if err != nil {

@@ -35,8 +35,8 @@ func waitForLockWaiters(t *testing.T, pool *pgxpool.Pool, n int64) {
 
 // TestStore_Fenced_isolation holds a transaction with token 41 open on the fence row
 // while a stale one (40) and a newer one (42) arrive, at each isolation level, with
-// the fence raised before fn (the default) and with fn's first statement
-// (WithPipelinedFence: the holder has sent its first statement when the others come).
+// the fence raised before fn (WithFenceFirst) and with fn's first statement (the
+// default: the holder has sent its first statement when the others come).
 func TestStore_Fenced_isolation(t *testing.T) {
 	pool := newPool(t)
 	invoicesTable(t, pool)
@@ -53,8 +53,8 @@ func TestStore_Fenced_isolation(t *testing.T) {
 
 func testIsolation(t *testing.T, pool *pgxpool.Pool, iso pgx.TxIsoLevel, pipelined bool) {
 	opts := []pgxfence.Option{pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: iso})}
-	if pipelined {
-		opts = append(opts, pgxfence.WithPipelinedFence())
+	if !pipelined {
+		opts = append(opts, pgxfence.WithFenceFirst())
 	}
 	s, err := pgxfence.NewWithOptions(pool, opts...)
 	if err != nil {

@@ -29,14 +29,14 @@ func (r *writeRecorder) FencedWrite(adapter, op string, res fence.WriteResult) {
 
 func TestStore_WithObserver_WithLogger(t *testing.T) {
 	for _, pipelined := range []bool{false, true} {
-		t.Run(map[bool]string{false: "default", true: "pipelined"}[pipelined], func(t *testing.T) {
+		t.Run(map[bool]string{false: "fence-first", true: "pipelined"}[pipelined], func(t *testing.T) {
 			pool := newPool(t)
 			ctx := t.Context()
 			rec := &writeRecorder{}
 			var logs bytes.Buffer // written only by this goroutine's calls
 			opts := []pgxfence.Option{pgxfence.WithObserver(rec), pgxfence.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil)))}
-			if pipelined {
-				opts = append(opts, pgxfence.WithPipelinedFence())
+			if !pipelined {
+				opts = append(opts, pgxfence.WithFenceFirst())
 			}
 			s, err := pgxfence.NewWithOptions(pool, opts...)
 			if err != nil {

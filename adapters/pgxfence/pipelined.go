@@ -11,34 +11,38 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// raiseSQL raises the fence inside a pgx batch (extended protocol: the statement is
-// prepared once per connection by pgx's statement cache).
-const raiseSQL = "SELECT fence_raise($1, $2)"
+// staleMarker starts the text raiseSQL casts to bigint when it refuses.
+const staleMarker = "fencegate-stale:"
 
-// WithPipelinedFence makes Fenced on a pool or connection send BEGIN and the fence
-// raise together with fn's first statement, in one round trip: a fenced transaction
-// with one write then takes two round trips (this one and COMMIT) where pgx.BeginFunc
-// takes three. The price: fn starts before the fence is known to hold. Its first
-// statement is gated on the fence (PostgreSQL never runs it when the raise is refused),
-// but whatever fn does outside the database before that statement runs even for a
-// stale grant, and a stale transaction is not held back by a newer one that has not
-// sent its first statement yet (the stale one then commits first: tokens still only
-// rise in commit order). See Fenced. A first statement whose first argument is a
-// pgx.QueryExecMode or a result-format option is sent after BEGIN and the raise (one
-// round trip more), and a tracer sees the pipelined first statement as a batch. It is
-// refused with ErrInvalidOption on a Store whose fenced transactions are savepoints of
-// a caller's pgx.Tx.
-func WithPipelinedFence() Option {
+// raiseSQL raises the fence in one statement of the extended protocol (prepared once
+// per connection by pgx's statement cache): it inserts the resource's row or raises
+// it to the token, and locks it to commit. When a higher token is stored, the CASE
+// casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
+// the transaction, so a statement behind it in the same batch never runs; refusal
+// reads the stored token from the message. It needs no function: next to
+// fence_raise (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10
+// x at 1 and 16 workers (BENCHMARKS.md).
+const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " +
+	"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
+	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
+	"updated_at = CURRENT_TIMESTAMP"
+
+// WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
+// BEGIN and the raise go in one simple-protocol message, and fn is called only once
+// the fence holds. A fenced transaction with one write then takes three round trips,
+// as many as pgx.BeginFunc, where the default takes two. Use it when fn does work
+// outside the database before its first statement that must not happen for a stale
+// grant, or when a stale transaction must wait for a newer one that has begun but not
+// yet sent a statement. On a Store whose fenced transactions are savepoints of a
+// caller's pgx.Tx the fence is always raised first, and the option changes nothing.
+func WithFenceFirst() Option {
 	return func(s *Store) error {
-		if s.nested {
-			return fmt.Errorf("%w: pipelined fence on a %T: fenced transactions there are savepoints of the caller's transaction", ErrInvalidOption, s.db)
-		}
-		s.pipelined = true
+		s.fenceFirst = true
 		return nil
 	}
 }
 
-// fencedPipelined is Fenced with WithPipelinedFence: fn gets a lazyTx, which begins
+// fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
 func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
@@ -105,10 +109,9 @@ func (t *lazyTx) batch() *pgx.Batch {
 func (t *lazyTx) begin(ctx context.Context) error {
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
-	_, err := br.Exec()
+	_, err := br.Exec() // BEGIN
 	if err == nil {
-		var stored int64
-		err = br.QueryRow().Scan(&stored)
+		_, err = br.Exec() // the raise
 	}
 	if cerr := br.Close(); err == nil {
 		err = cerr
@@ -157,8 +160,7 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 		}
 		return nil, t.refuse(ctx, err)
 	}
-	var stored int64
-	if err := br.QueryRow().Scan(&stored); err != nil {
+	if _, err := br.Exec(); err != nil { // the raise
 		_ = br.Close()
 		return nil, t.refuse(ctx, err)
 	}

@@ -16,7 +16,7 @@ import (
 
 func pipelinedStore(t testing.TB, db pgxfence.DB, opts ...pgxfence.Option) *pgxfence.Store {
 	t.Helper()
-	s, err := pgxfence.NewWithOptions(db, append(opts, pgxfence.WithPipelinedFence())...)
+	s, err := pgxfence.NewWithOptions(db, opts...) // pipelined is the default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,8 +167,8 @@ func TestStore_Fenced_pipelinedNoStatements(t *testing.T) {
 }
 
 // TestStore_Fenced_pipelinedVariants runs the timeline (33, 34, then 33 late) through
-// each DB that can begin a transaction, and checks that a caller's pgx.Tx is refused
-// the option.
+// each DB that can begin a transaction, and through a caller's pgx.Tx with
+// WithFenceFirst (accepted: savepoints raise the fence first anyway).
 func TestStore_Fenced_pipelinedVariants(t *testing.T) {
 	pool := newPool(t)
 	invoicesTable(t, pool)
@@ -207,8 +207,18 @@ func TestStore_Fenced_pipelinedVariants(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer tx.Rollback(ctx)
-	if s, err := pgxfence.NewWithOptions(tx, pgxfence.WithPipelinedFence()); !errors.Is(err, pgxfence.ErrInvalidOption) || s != nil {
-		t.Fatalf("NewWithOptions(tx, WithPipelinedFence()) = %v, %v; want ErrInvalidOption", s, err)
+	// Inside a caller's transaction the fence is a savepoint raised before fn: the
+	// option asks for what is done anyway.
+	s, err := pgxfence.NewWithOptions(tx, pgxfence.WithFenceFirst())
+	if err != nil {
+		t.Fatalf("NewWithOptions(tx, WithFenceFirst()) = %v", err)
+	}
+	if err := invoice(s, "timeline/tx", 35, 300); err != nil {
+		t.Fatalf("token 35 in a caller's tx: %v", err)
+	}
+	wantStale(t, invoice(s, "timeline/tx", 34, 999), 34, 35)
+	if got := mustInt(t, tx, "SELECT total FROM invoices WHERE account = 42"); got != 300 {
+		t.Fatalf("total in the caller's tx = %d after the refused savepoint, want 300", got)
 	}
 }
 

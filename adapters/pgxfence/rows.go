@@ -25,13 +25,39 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err := s.check(g); err != nil {
 		return err
 	}
-	rw, setNames, err := checkRow(r, set, true)
+	var buf [256]byte
+	key, named := shapeKey(buf[:0], 'u', r, set)
+	q, ok := s.shapes.get(key, named)
+	if !ok {
+		if q, err = updateSQL(r, set); err != nil {
+			return err
+		}
+		s.shapes.put(key, named, q)
+	}
+	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{int64(g.Token())}, set, r.Key)...)
+	if err != nil {
+		return writeError("update", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	rw, _, err := checkRow(r, set, true)
 	if err != nil {
 		return err
 	}
+	return s.explain(ctx, g, r, rw, false)
+}
+
+// updateSQL checks and quotes the names of an Update and builds its statement, whose
+// arguments are the token, the set values and the key values, in that order.
+func updateSQL(r fence.Row, set []fence.Col) (string, error) {
+	rw, setNames, err := checkRow(r, set, true)
+	if err != nil {
+		return "", err
+	}
 	st := stmt{args: make([]any, 0, 1+len(set)+len(rw.keyVals))}
 	st.sql.Grow(64 + len(rw.table) + 16*(len(set)+len(rw.keyNames)))
-	tok := st.arg(int64(g.Token()))
+	tok := st.arg(nil)
 	st.sql.WriteString("UPDATE ")
 	st.sql.WriteString(rw.table)
 	st.sql.WriteString(" SET ")
@@ -41,14 +67,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	st.write(rw.token, " = ", tok, " WHERE ")
 	rw.where(&st, rw.keyArgs(&st))
 	st.write(" AND ", rw.token, " <= ", tok)
-	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
-	if err != nil {
-		return writeError("update", r.Table, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	return s.explain(ctx, g, r, rw, false)
+	return st.sql.String(), nil
 }
 
 // explain tells why a write changed no row: a higher token on the row (or, with
@@ -125,16 +144,48 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err := s.check(g); err != nil {
 		return err
 	}
-	rw, setNames, err := checkRow(r, set, false)
+	var buf [256]byte
+	key, named := shapeKey(buf[:0], 'p', r, set)
+	q, ok := s.shapes.get(key, named)
+	if !ok {
+		if q, err = upsertSQL(r, set); err != nil {
+			return err
+		}
+		s.shapes.put(key, named, q)
+	}
+	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key, set)...)
+	if err != nil {
+		return writeError("upsert", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
+	rw, _, err := checkRow(r, set, false)
 	if err != nil {
 		return err
 	}
+	err = s.explain(ctx, g, r, rw, true)
+	if errors.Is(err, fence.ErrNotFound) {
+		// Nothing higher is stored now, yet the write was refused: it lost a race to
+		// a newer token that has since deleted the row; the database did not say which.
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token()}
+	}
+	return err
+}
+
+// upsertSQL checks and quotes the names of an Upsert and builds its statement, whose
+// arguments are the resource, the token, the key values and the set values.
+func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
+	rw, setNames, err := checkRow(r, set, false)
+	if err != nil {
+		return "", err
+	}
 	var st stmt
-	res, tok := st.arg(g.Resource()), st.arg(int64(g.Token()))
+	res, tok := st.arg(nil), st.arg(nil)
 	keys := rw.keyArgs(&st)
 	vals := make([]string, len(set))
-	for i, c := range set {
-		vals[i] = st.arg(c.Value)
+	for i := range set {
+		vals[i] = st.arg(nil)
 	}
 	// The fence is not raised past a row holding a higher token, so a refused write
 	// leaves the fence row as it was.
@@ -152,20 +203,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		st.sql.WriteString(c + " = EXCLUDED." + c + ", ")
 	}
 	st.sql.WriteString(rw.token + " = EXCLUDED." + rw.token + " WHERE fencegate_target." + rw.token + " <= EXCLUDED." + rw.token)
-	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
-	if err != nil {
-		return writeError("upsert", r.Table, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	err = s.explain(ctx, g, r, rw, true)
-	if errors.Is(err, fence.ErrNotFound) {
-		// Nothing higher is stored now, yet the write was refused: it lost a race to
-		// a newer token that has since deleted the row; the database did not say which.
-		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token()}
-	}
-	return err
+	return st.sql.String(), nil
 }
 
 // Delete removes one row of r.Table if its stored token is <= g.Token() and no
@@ -182,12 +220,38 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err := s.check(g); err != nil {
 		return err
 	}
+	var buf [256]byte
+	key, named := shapeKey(buf[:0], 'd', r, nil)
+	q, ok := s.shapes.get(key, named)
+	if !ok {
+		if q, err = deleteSQL(r); err != nil {
+			return err
+		}
+		s.shapes.put(key, named, q)
+	}
+	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key)...)
+	if err != nil {
+		return writeError("delete", r.Table, err)
+	}
+	if tag.RowsAffected() > 0 {
+		return nil
+	}
 	rw, _, err := checkRow(r, nil, false)
 	if err != nil {
 		return err
 	}
+	return s.explain(ctx, g, r, rw, true)
+}
+
+// deleteSQL checks and quotes the names of a Delete and builds its statement, whose
+// arguments are the resource, the token and the key values.
+func deleteSQL(r fence.Row) (string, error) {
+	rw, _, err := checkRow(r, nil, false)
+	if err != nil {
+		return "", err
+	}
 	var st stmt
-	res, tok := st.arg(g.Resource()), st.arg(int64(g.Token()))
+	res, tok := st.arg(nil), st.arg(nil)
 	keys := rw.keyArgs(&st)
 	var match stmt
 	rw.where(&match, keys)
@@ -198,12 +262,5 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
 		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1")
 	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
-	tag, err := s.db.Exec(ctx, st.sql.String(), st.args...)
-	if err != nil {
-		return writeError("delete", r.Table, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	return s.explain(ctx, g, r, rw, true)
+	return st.sql.String(), nil
 }

@@ -5,14 +5,14 @@
 // Two mechanisms, both needing the tables of the migrations package
 // (migrations.Up(ctx, db, migrations.Postgres)):
 //
-//   - Fenced (and fence.Exec) runs a function in a transaction that first raises the
+//   - Fenced (and fence.Exec) runs a function in a transaction that raises the
 //     resource's row in fence_tokens to the grant's token, refusing with a
 //     *fence.StaleError when a higher token is stored. The row stays locked to
 //     commit, so a stale transaction racing a newer one waits and is then refused.
-//     BEGIN and the raise go in one round trip, before the function runs; with
-//     WithPipelinedFence they go with the function's first statement instead (one
-//     round trip fewer than an unfenced pgx.BeginFunc), and a refused raise stops
-//     that statement in the same round trip: PostgreSQL never runs it.
+//     BEGIN and the raise go with the function's first statement, in one round trip
+//     (one fewer than an unfenced pgx.BeginFunc), and a refused raise stops that
+//     statement in the same round trip: PostgreSQL never runs it. With
+//     WithFenceFirst they go in a round trip of their own, before the function runs.
 //   - Update, Upsert and Delete write one row of a table carrying a fence_token
 //     column in one statement, refused when the row (or, for Upsert and Delete, the
 //     resource's fence row) holds a higher token.
@@ -72,11 +72,12 @@ type Store struct {
 	db       DB
 	beginSQL string // "BEGIN ISOLATION LEVEL ...", without the fence
 	nested   bool   // db is not a pool or connection: savepoints inside it
-	// pipelined: BEGIN and the raise travel with fn's first statement
-	// (WithPipelinedFence).
-	pipelined bool
-	log       *slog.Logger        // refused writes; nil: silent
-	obs       fence.WriteObserver // write results; nil: none
+	// fenceFirst: BEGIN and the raise in one message before fn runs
+	// (WithFenceFirst); otherwise they travel with fn's first statement.
+	fenceFirst bool
+	shapes     *shapes             // statements of single-row writes
+	log        *slog.Logger        // refused writes; nil: silent
+	obs        fence.WriteObserver // write results; nil: none
 }
 
 var (
@@ -143,7 +144,7 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // NewWithOptions is New with options. It returns ErrInvalidOption for an option that
 // cannot be used (and a nil Store).
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
-	s := &Store{db: db, beginSQL: "BEGIN"}
+	s := &Store{db: db, beginSQL: "BEGIN", shapes: &shapes{}}
 	switch db := db.(type) {
 	case *pgxpool.Pool:
 		s.db = nilIfNil(db)
@@ -188,25 +189,30 @@ func (s *Store) check(g fence.Grant) error {
 // g.Token() (creating it if absent), runs fn and commits. The fence row stays locked
 // until commit: a stale transaction racing a newer one waits, then is refused.
 //
-// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn the BEGIN and the fence raise travel
-// in one round trip, so a fenced transaction costs no round trip more than an unfenced
-// one; fn runs only after the fence held.
+// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, fn runs at once with a pgx.Tx
+// whose transaction begins with fn's first Exec, Query or QueryRow: one pgx batch
+// carries BEGIN, the fence raise and that statement, and the raise's result is read
+// before the statement's is given to fn. A fenced transaction with one write takes two
+// round trips (this one and COMMIT) where pgx.BeginFunc takes three. A refused raise
+// can never let that statement land: the raise fails before it in the same batch,
+// PostgreSQL skips every later message of the batch (in the simple protocol, the rest
+// of the query string), and even a statement run after it would meet an aborted
+// transaction. fn gets the *fence.StaleError from that statement (from Exec, from
+// Query and the rows' Err, from QueryRow's Scan), every later call returns it too, and
+// Fenced rolls back and returns it even when fn swallows it. Any other first call
+// (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback, LargeObjects, Conn) begins
+// the transaction first, BEGIN and raise in one round trip; a fn that sends nothing
+// still raises the fence and commits. From its first statement on, the transaction
+// holds the fence row to commit as above; before it, fn holds nothing: work fn does
+// outside the database before its first statement runs even for a stale grant, and a
+// stale transaction is not held back by a newer one that has not sent its first
+// statement yet (the stale one then commits first: tokens still only rise in commit
+// order). A first statement whose first argument is a pgx.QueryExecMode or a
+// result-format option is sent after BEGIN and the raise (one round trip more), and a
+// tracer sees the pipelined first statement as a batch.
 //
-// With WithPipelinedFence, fn runs at once with a pgx.Tx whose transaction begins with
-// fn's first Exec, Query or QueryRow: one pgx batch carries BEGIN, the fence raise and
-// that statement, and the raise's result is read before the statement's is given to
-// fn. A refused raise can never let that statement land: the raise fails before it in
-// the same batch, PostgreSQL skips every later message of the batch (in the simple
-// protocol, the rest of the query string), and even a statement run after it would
-// meet an aborted transaction. fn gets the *fence.StaleError from that statement
-// (from Exec, from Query and the rows' Err, from QueryRow's Scan), every later call
-// returns it too, and Fenced rolls back and returns it even when fn swallows it. Any
-// other first call (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback,
-// LargeObjects, Conn) begins the transaction first, BEGIN and raise in one round
-// trip; a fn that sends nothing still raises the fence and commits. From its first
-// statement on, the transaction holds the fence row to commit as above; before it, fn
-// holds nothing: work fn does outside the database before its first statement runs
-// even for a stale grant.
+// With WithFenceFirst, BEGIN and the fence raise travel in one round trip before fn
+// runs, and fn runs only after the fence held.
 //
 // On a pgx.Tx (the caller's transaction) the fenced transaction is a savepoint of it:
 // a refusal or an error from fn rolls back to the savepoint and leaves the caller's
@@ -215,7 +221,7 @@ func (s *Store) check(g fence.Grant) error {
 //
 // It returns, rolling back first: the grant errors of fence.CheckGrant; a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
-// higher one is stored; fn's error as it is (pipelined, when fn returns an error that
+// higher one is stored; fn's error as it is (when fn returns an error that
 // does not wrap the refusal it was given, the two joined); ErrSchema when the
 // migrations were not applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
 // a serialization failure (40001): it is returned as a *fence.StaleError when a
@@ -252,7 +258,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
-	if s.pipelined {
+	if !s.fenceFirst {
 		return s.fencedPipelined(ctx, conn, g, fn)
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
@@ -277,8 +283,7 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	var stored int64
-	if err := tx.QueryRow(ctx, "SELECT fence_raise($1, $2)", g.Resource(), int64(g.Token())).Scan(&stored); err != nil {
+	if _, err := tx.Exec(ctx, raiseSQL, g.Resource(), int64(g.Token())); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}

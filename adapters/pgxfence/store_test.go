@@ -226,14 +226,23 @@ func TestStore_Fenced_panicRollsBack(t *testing.T) {
 	})
 }
 
-// forEachMode runs body as a subtest for a Store in each mode: "default" (BEGIN, then
-// the fence raise) and "pipelined" (WithPipelinedFence).
+// forEachMode runs body as a subtest for a Store in each mode: "fence-first" (BEGIN
+// and the fence raise, then fn: WithFenceFirst) and "pipelined" (the default).
 func forEachMode(t *testing.T, body func(t *testing.T, store func(pgxfence.DB) *pgxfence.Store)) {
 	t.Helper()
-	t.Run("default", func(t *testing.T) { body(t, pgxfence.New) })
-	t.Run("pipelined", func(t *testing.T) {
-		body(t, func(db pgxfence.DB) *pgxfence.Store { return pipelinedStore(t, db) })
+	t.Run("fence-first", func(t *testing.T) {
+		body(t, func(db pgxfence.DB) *pgxfence.Store { return fenceFirstStore(t, db) })
 	})
+	t.Run("pipelined", func(t *testing.T) { body(t, pgxfence.New) })
+}
+
+func fenceFirstStore(t testing.TB, db pgxfence.DB) *pgxfence.Store {
+	t.Helper()
+	s, err := pgxfence.NewWithOptions(db, pgxfence.WithFenceFirst())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }
 
 // TestStore_Fenced_hostileResources sends resource names that would end or escape a

@@ -11,25 +11,35 @@ import (
 )
 
 // TestSuite runs the adapter-independent suite (GC-pause timeline, 50-writer race,
-// blocked stale transaction, token-column writes, hostile identifiers) on a pool.
+// blocked stale transaction, token-column writes, hostile identifiers) on a pool, with
+// the fence pipelined with fn's first statement (the default) and raised first.
 func TestSuite(t *testing.T) {
 	pool := newPool(t)
-	fencetest.Run(t, fencetest.Harness[pgx.Tx]{
-		Name:  "pgxfence",
-		Store: pgxfence.New(pool),
-		Exec: func(ctx context.Context, q string, args ...any) error {
-			_, err := pool.Exec(ctx, rebind(q), args...)
-			return err
-		},
-		QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
-			return queryInt(ctx, pool, q, args...)
-		},
-		TxExec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
-			_, err := tx.Exec(ctx, rebind(q), args...)
-			return err
-		},
-		TxQueryInt: func(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error) {
-			return queryInt(ctx, tx, q, args...)
-		},
-	})
+	for _, first := range []bool{false, true} {
+		name, store := "pipelined", pgxfence.New(pool)
+		if first {
+			name, store = "fence-first", fenceFirstStore(t, pool)
+		}
+		t.Run(name, func(t *testing.T) {
+			fencetest.Run(t, fencetest.Harness[pgx.Tx]{
+				Name:  "pgxfence/" + name,
+				Store: store,
+				Exec: func(ctx context.Context, q string, args ...any) error {
+					_, err := pool.Exec(ctx, rebind(q), args...)
+					return err
+				},
+				QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
+					return queryInt(ctx, pool, q, args...)
+				},
+				TxExec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
+					_, err := tx.Exec(ctx, rebind(q), args...)
+					return err
+				},
+				TxQueryInt: func(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error) {
+					return queryInt(ctx, tx, q, args...)
+				},
+				FenceFirst: first,
+			})
+		})
+	}
 }

@@ -31,6 +31,7 @@ func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*
 		TxQueryInt: func(ctx context.Context, tx *sql.Tx, q string, args ...any) (int64, error) {
 			return scanInt(ctx, tx, rebind(q), args...)
 		},
+		FenceFirst: true, // Fenced raises the fence between BEGIN and fn
 	}
 }
 

@@ -9,8 +9,18 @@ import (
 )
 
 // testBlockedStale holds a newer transaction open on the fence row while an older
-// token tries to write; the older one must wait and then be refused, not applied.
+// token tries to write; the older one must wait and then be refused, not applied. The
+// newer one waits after its write ("after-write"), where every adapter holds the
+// fence row; with h.FenceFirst also before any statement ("before-any-statement"),
+// where only an adapter that raises the fence before fn runs holds it.
 func testBlockedStale[Tx any](t *testing.T, h Harness[Tx]) {
+	t.Run("after-write", func(t *testing.T) { blockedStale(t, h, false) })
+	if h.FenceFirst {
+		t.Run("before-any-statement", func(t *testing.T) { blockedStale(t, h, true) })
+	}
+}
+
+func blockedStale[Tx any](t *testing.T, h Harness[Tx], waitFirst bool) {
 	ctx := t.Context()
 	tbl, res := table(t, h), resource(t)
 	if err := h.Exec(ctx, "INSERT INTO "+tbl+" (id, val, note) VALUES (?, 0, 'initial')", "row"); err != nil {
@@ -24,9 +34,21 @@ func testBlockedStale[Tx any](t *testing.T, h Harness[Tx]) {
 	newer := make(chan error, 1)
 	go func() {
 		newer <- fence.Exec(ctx, h.Store, fence.NewGrant(res, 41), func(tx Tx) error {
+			write := func() error {
+				return h.TxExec(ctx, tx, "UPDATE "+tbl+" SET val = 41, note = 'newer' WHERE id = ?", "row")
+			}
+			if !waitFirst {
+				if err := write(); err != nil {
+					close(inside)
+					return err
+				}
+			}
 			close(inside)
 			<-finish
-			return h.TxExec(ctx, tx, "UPDATE "+tbl+" SET val = 41, note = 'newer' WHERE id = ?", "row")
+			if waitFirst {
+				return write()
+			}
+			return nil
 		})
 	}()
 	<-inside

@@ -37,6 +37,9 @@ type Harness[Tx any] struct {
 	// TxExec and TxQueryInt do the same inside a fenced transaction.
 	TxExec     func(ctx context.Context, tx Tx, q string, args ...any) error
 	TxQueryInt func(ctx context.Context, tx Tx, q string, args ...any) (int64, error)
+	// FenceFirst says the Store raises the fence before fn runs, so that a fenced
+	// transaction holds the fence row even before its first statement.
+	FenceFirst bool
 }
 
 // Run runs the whole suite as subtests of t.
