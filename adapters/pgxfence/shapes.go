@@ -12,8 +12,9 @@ import (
 // at run time (a table per tenant) cannot grow a Store without bound.
 const maxShapes = 256
 
-// shapes keeps the SQL of single-row writes by their shape: the operation, the table,
-// the token column and the key and set column names, in order. The values are not part
+// shapes keeps the SQL of single-row writes and guarded takes by their shape: the
+// operation, the table, the token (or counter) column and the key and set column
+// names, in order. The values are not part
 // of it; they go as arguments. A write of a kept shape skips checking and quoting its
 // names and building its statement: on a pool at 16 workers, where the client shares
 // the CPU with PostgreSQL, that client-side work cost Update 5-10 % of its throughput

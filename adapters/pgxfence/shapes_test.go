@@ -108,3 +108,26 @@ func TestStore_rows_nulNameAfterKeptStatement(t *testing.T) {
 		})
 	}
 }
+
+// TestStore_Decrement_nulNameAfterKeptStatement is the same for a guarded take.
+func TestStore_Decrement_nulNameAfterKeptStatement(t *testing.T) {
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE nul_stock (id INT PRIMARY KEY, n BIGINT NOT NULL)")
+	mustExec(t, pool, "INSERT INTO nul_stock VALUES (1, 10)")
+	s := pgxfence.New(pool)
+	ctx := t.Context()
+	kept := fence.Counter{Table: "nul_stock", Column: "n", Key: []fence.Col{fence.C("id", 1)}}
+	for range 2 { // the second take runs the kept statement
+		if _, err := s.Decrement(ctx, kept, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Read with NUL as a separator: table "nul_stock", counter "n", key "id".
+	hostile := fence.Counter{Table: "nul_stock\x00n", Column: "id"}
+	if _, err := s.Decrement(ctx, hostile, 1); !errors.Is(err, fence.ErrInvalidIdentifier) {
+		t.Fatalf("Decrement() = %v, want ErrInvalidIdentifier", err)
+	}
+	if got := mustInt(t, pool, "SELECT n FROM nul_stock WHERE id = 1"); got != 8 {
+		t.Fatalf("n = %d, want 8", got)
+	}
+}
