@@ -19,13 +19,15 @@ const staleMarker = "fencegate-stale:"
 // it to the token, and locks it to commit. When a higher token is stored, the CASE
 // casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
 // the transaction, so a statement behind it in the same batch never runs; refusal
-// reads the stored token from the message. It needs no function: next to
-// fence_raise (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10
-// x at 1 and 16 workers (BENCHMARKS.md).
+// reads the stored token from the message. It needs no function: next to fence_raise
+// (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10 x at 1 and
+// 16 workers (BENCHMARKS.md). When the row already holds the token (another
+// transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
+// UPDATE locks the conflicting row even where its WHERE is false.
 const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " +
 	"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
-	"updated_at = CURRENT_TIMESTAMP"
+	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
 // BEGIN and the raise go in one simple-protocol message, and fn is called only once

@@ -269,6 +269,58 @@ func TestStore_Fenced_pipelinedBlockedStale(t *testing.T) {
 	}
 }
 
+// TestStore_Fenced_sameTokenHoldsFence: a second transaction of the same grant finds
+// its token already stored and does not rewrite the fence row, but still locks it to
+// commit: a newer grant arriving meanwhile waits, and its write lands after.
+func TestStore_Fenced_sameTokenHoldsFence(t *testing.T) {
+	forEachMode(t, func(t *testing.T, store func(pgxfence.DB) *pgxfence.Store) {
+		pool := newPool(t)
+		invoicesTable(t, pool)
+		s := store(pool)
+		ctx := context.Background()
+		if err := invoice(s, "held", 41, 1); err != nil {
+			t.Fatal(err)
+		}
+		inside, finish := make(chan struct{}), make(chan struct{})
+		again := make(chan error, 1)
+		go func() {
+			again <- s.Fenced(ctx, fence.NewGrant("held", 41), func(tx pgx.Tx) error {
+				var total int64
+				err := tx.QueryRow(ctx, "SELECT total FROM invoices WHERE account = 42").Scan(&total)
+				close(inside)
+				if err != nil {
+					return err
+				}
+				<-finish
+				_, err = tx.Exec(ctx, "UPDATE invoices SET total = $1, written_by = 41 WHERE account = 42", total+41)
+				return err
+			})
+		}()
+		<-inside
+		newer := make(chan error, 1)
+		go func() { newer <- invoice(s, "held", 42, 100) }()
+		waitForLockWaiters(t, pool, 1)
+		select {
+		case err := <-newer:
+			t.Fatalf("token 42 returned %v while token 41 held the fence row", err)
+		default:
+		}
+		close(finish)
+		if err := <-again; err != nil {
+			t.Fatalf("token 41 again: %v", err)
+		}
+		if err := <-newer; err != nil {
+			t.Fatalf("token 42: %v", err)
+		}
+		if got := mustInt(t, pool, "SELECT total FROM invoices WHERE account = 42"); got != 100 {
+			t.Fatalf("total = %d, want 100 (token 42 wrote last)", got)
+		}
+		if got := stored(t, pool, "held"); got != 42 {
+			t.Fatalf("stored token = %d, want 42", got)
+		}
+	})
+}
+
 // TestStore_Fenced_pipelinedRace: 40 writers with shuffled tokens each increment a
 // counter and log the count they saw, under pipelined fences. Every acknowledged
 // write is counted, refusals leave nothing, and tokens rise in commit order.
