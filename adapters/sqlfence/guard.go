@@ -87,10 +87,7 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		// SQLite, where every allocation shows.
 		left, took, err := s.take(ctx, sh, args)
 		if err != nil && busy(err) {
-			err = s.retry(ctx, func() (err error) {
-				left, took, err = s.take(ctx, sh, args)
-				return err
-			})
+			left, took, err = s.retryTake(ctx, sh, args)
 		}
 		if err != nil {
 			return 0, counterErr("decrement", c.Table, err)
@@ -98,7 +95,7 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		if took {
 			return left, nil
 		}
-		err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, sh.look, keyArgs...).Scan(&left) })
+		left, err = s.look(ctx, sh, keyArgs)
 		switch {
 		case errors.Is(err, sql.ErrNoRows):
 			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeCols(c.Key))
@@ -150,6 +147,23 @@ func counterErr(op, table string, err error) error {
 		return err
 	}
 	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
+}
+
+// retryTake is take retried while SQLite is busy (see retry). It is apart from
+// Decrement so that the closure's variables do not move Decrement's to the heap on
+// every call.
+func (s *Store) retryTake(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
+	err = s.retry(ctx, func() (err error) {
+		left, took, err = s.take(ctx, sh, args)
+		return err
+	})
+	return left, took, err
+}
+
+// look reads the counter after a take that changed nothing.
+func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64, err error) {
+	err = s.retry(ctx, func() error { return s.db.QueryRowContext(ctx, sh.look, keyArgs...).Scan(&left) })
+	return left, err
 }
 
 // take runs the guarded decrement of sh once: took is false when it changed no row.
