@@ -45,15 +45,9 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		return 0, fmt.Errorf("%w: empty counter column name", fence.ErrInvalidIdentifier)
 	}
 	row := fence.Row{Table: c.Table, Key: c.Key, TokenColumn: c.Column}
-	var buf [256]byte
-	key, named := shapeKey(buf[:0], 'n', row, nil)
-	q, ok := s.shapes.get(key, named)
-	if !ok {
-		var err error
-		if q, err = decrementSQL(row); err != nil {
-			return 0, err
-		}
-		s.shapes.put(key, named, q)
+	q, err := s.statement('n', row, nil, func() (string, error) { return decrementSQL(row) })
+	if err != nil {
+		return 0, err
 	}
 	args := make([]any, 0, len(c.Key)+2)
 	args = append(args, n)

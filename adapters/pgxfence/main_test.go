@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
@@ -85,4 +86,22 @@ func queryInt(ctx context.Context, q queryRower, sql string, args ...any) (int64
 		return 0, fmt.Errorf("%s: NULL", sql)
 	}
 	return *v, nil
+}
+
+// suiteExec runs a statement of the shared suites (? placeholders) on db: a pool
+// outside any transaction, or a fenced transaction.
+func suiteExec[DB interface {
+	Exec(context.Context, string, ...any) (pgconn.CommandTag, error)
+}](ctx context.Context, db DB, q string, args ...any) error {
+	_, err := db.Exec(ctx, rebind(q), args...)
+	return err
+}
+
+// onPool returns the shared suites' Exec and QueryInt on pool.
+func onPool(pool *pgxpool.Pool) (exec func(context.Context, string, ...any) error, query func(context.Context, string, ...any) (int64, error)) {
+	exec = func(ctx context.Context, q string, args ...any) error { return suiteExec(ctx, pool, q, args...) }
+	query = func(ctx context.Context, q string, args ...any) (int64, error) {
+		return queryInt(ctx, pool, q, args...)
+	}
+	return exec, query
 }

@@ -1,7 +1,6 @@
 package pgxfence_test
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"strings"
@@ -19,20 +18,13 @@ import (
 )
 
 func noLockHarness(name string, pool *pgxpool.Pool, store fencetest.NoLockStore[pgx.Tx]) fencetest.NoLockHarness[pgx.Tx] {
+	exec, query := onPool(pool)
 	return fencetest.NoLockHarness[pgx.Tx]{
-		Name:  name,
-		Store: store,
-		Exec: func(ctx context.Context, q string, args ...any) error {
-			_, err := pool.Exec(ctx, rebind(q), args...)
-			return err
-		},
-		QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
-			return queryInt(ctx, pool, q, args...)
-		},
-		TxExec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
-			_, err := tx.Exec(ctx, rebind(q), args...)
-			return err
-		},
+		Name:     name,
+		Store:    store,
+		Exec:     exec,
+		QueryInt: query,
+		TxExec:   suiteExec[pgx.Tx],
 	}
 }
 

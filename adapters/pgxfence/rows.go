@@ -25,14 +25,9 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err := s.check(g); err != nil {
 		return err
 	}
-	var buf [256]byte
-	key, named := shapeKey(buf[:0], 'u', r, set)
-	q, ok := s.shapes.get(key, named)
-	if !ok {
-		if q, err = updateSQL(r, set); err != nil {
-			return err
-		}
-		s.shapes.put(key, named, q)
+	q, err := s.statement('u', r, set, func() (string, error) { return updateSQL(r, set) })
+	if err != nil {
+		return err
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{int64(g.Token())}, set, r.Key)...)
 	if err != nil {
@@ -144,14 +139,9 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err := s.check(g); err != nil {
 		return err
 	}
-	var buf [256]byte
-	key, named := shapeKey(buf[:0], 'p', r, set)
-	q, ok := s.shapes.get(key, named)
-	if !ok {
-		if q, err = upsertSQL(r, set); err != nil {
-			return err
-		}
-		s.shapes.put(key, named, q)
+	q, err := s.statement('p', r, set, func() (string, error) { return upsertSQL(r, set) })
+	if err != nil {
+		return err
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key, set)...)
 	if err != nil {
@@ -220,14 +210,9 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err := s.check(g); err != nil {
 		return err
 	}
-	var buf [256]byte
-	key, named := shapeKey(buf[:0], 'd', r, nil)
-	q, ok := s.shapes.get(key, named)
-	if !ok {
-		if q, err = deleteSQL(r); err != nil {
-			return err
-		}
-		s.shapes.put(key, named, q)
+	q, err := s.statement('d', r, nil, func() (string, error) { return deleteSQL(r) })
+	if err != nil {
+		return err
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key)...)
 	if err != nil {

@@ -75,6 +75,21 @@ func (c *shapes) put(key []byte, ok bool, q string) {
 	}
 }
 
+// statement returns the kept statement of a write's shape, or builds it with build
+// (which checks the names) and keeps it.
+func (s *Store) statement(op byte, r fence.Row, set []fence.Col, build func() (string, error)) (string, error) {
+	var buf [256]byte
+	key, named := shapeKey(buf[:0], op, r, set)
+	if q, ok := s.shapes.get(key, named); ok {
+		return q, nil
+	}
+	q, err := build()
+	if err == nil {
+		s.shapes.put(key, named, q)
+	}
+	return q, err
+}
+
 // shapeArgs returns the arguments of a kept statement: first (the token, or the
 // resource and the token), then the key or set values in the order the statement
 // numbers them.

@@ -20,21 +20,14 @@ func TestSuite(t *testing.T) {
 		if first {
 			name, store = "fence-first", fenceFirstStore(t, pool)
 		}
+		exec, query := onPool(pool)
 		t.Run(name, func(t *testing.T) {
 			fencetest.Run(t, fencetest.Harness[pgx.Tx]{
-				Name:  "pgxfence/" + name,
-				Store: store,
-				Exec: func(ctx context.Context, q string, args ...any) error {
-					_, err := pool.Exec(ctx, rebind(q), args...)
-					return err
-				},
-				QueryInt: func(ctx context.Context, q string, args ...any) (int64, error) {
-					return queryInt(ctx, pool, q, args...)
-				},
-				TxExec: func(ctx context.Context, tx pgx.Tx, q string, args ...any) error {
-					_, err := tx.Exec(ctx, rebind(q), args...)
-					return err
-				},
+				Name:     "pgxfence/" + name,
+				Store:    store,
+				Exec:     exec,
+				QueryInt: query,
+				TxExec:   suiteExec[pgx.Tx],
 				TxQueryInt: func(ctx context.Context, tx pgx.Tx, q string, args ...any) (int64, error) {
 					return queryInt(ctx, tx, q, args...)
 				},
