@@ -56,7 +56,8 @@ func (d Dialect) decrementSQL(table, col, where string) string {
 // fence.ErrNotFound. If that read finds enough left (the counter was raised
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
 // and the column must be an integer. A Store checks and builds the SQL of a counter
-// shape (table, column, key column names in order) once, and on SQLite prepares it.
+// shape (table, column, key column names in order) once, and on SQLite and MySQL
+// prepares it.
 //
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
 // (the counter cannot be a key column); fence.ErrInvalidIdentifier; ErrUnknownDialect;
@@ -169,7 +170,13 @@ func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64,
 // take runs the guarded decrement of sh once: took is false when it changed no row.
 func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
 	if s.d == MySQL {
-		res, err := s.db.ExecContext(ctx, sh.take, args...)
+		var res sql.Result
+		if sh.stmt != nil {
+			res, err = sh.stmt.ExecContext(ctx, args...)
+			runtime.KeepAlive(s) // as below
+		} else {
+			res, err = s.db.ExecContext(ctx, sh.take, args...)
+		}
 		if err != nil {
 			return 0, false, err
 		}
