@@ -21,12 +21,9 @@ import (
 //     others: RETURNING), each worker on its own row and all on one hot row; own-row
 //     is the text query a user would write by hand;
 //   - decrement/prepared-baseline: the same unguarded statement as a *sql.Stmt
-//     prepared once, vs Store.Decrement, each worker on its own row. On SQLite
-//     Decrement prepares its take too, so the pair is on one footing; on PostgreSQL
-//     pgx prepares both by text anyway. On MariaDB the baseline is the server-side
-//     binary protocol, which Decrement does not use (interpolated text is one round
-//     trip too, without a prepare per pooled connection): there the ratio also
-//     measures that choice;
+//     prepared once, vs Store.Decrement, each worker on its own row. On SQLite and
+//     MariaDB Decrement prepares its take too, so the pair is on one footing; on
+//     PostgreSQL pgx prepares both by text anyway;
 //   - decrement/tx-select (MariaDB): the alternative to LAST_INSERT_ID, a transaction
 //     with the guarded UPDATE and a SELECT of the new value, against Store.Decrement;
 //   - once: fence.Once on a fresh key, whose fn inserts a charge, vs a transaction
