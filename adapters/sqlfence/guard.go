@@ -57,7 +57,9 @@ func (d Dialect) decrementSQL(table, col, where string) string {
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
 // and the column must be an integer. A Store checks and builds the SQL of a counter
 // shape (table, column, key column names in order) once, and on SQLite and MySQL
-// prepares it.
+// prepares it; database/sql then prepares it once per pooled connection, so under
+// concurrent load keep connections in the pool (SetMaxIdleConns), or every new one
+// pays a prepare.
 //
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
 // (the counter cannot be a key column); fence.ErrInvalidIdentifier; ErrUnknownDialect;
