@@ -1,5 +1,7 @@
 package pgxfence
 
+import "github.com/fencegate/fencegate/internal/shapecache"
+
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.
 var QuoteTable = quoteTable
 
@@ -11,4 +13,4 @@ var QuoteColumn = quoteColumn
 const RaiseSQL = raiseSQL
 
 // MaxShapes is how many single-row statements a Store keeps.
-const MaxShapes = maxShapes
+const MaxShapes = shapecache.Max

@@ -39,6 +39,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/shapecache"
 )
 
 // Errors returned by this package besides fence's sentinels (fence.ErrStale,
@@ -75,9 +76,9 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	shapes     *shapes             // statements of single-row writes
-	log        *slog.Logger        // refused writes; nil: silent
-	obs        fence.WriteObserver // write results; nil: none
+	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
+	log        *slog.Logger           // refused writes; nil: silent
+	obs        fence.WriteObserver    // write results; nil: none
 }
 
 var (
@@ -144,7 +145,7 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // NewWithOptions is New with options. It returns ErrInvalidOption for an option that
 // cannot be used (and a nil Store).
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
-	s := &Store{db: db, beginSQL: "BEGIN", shapes: &shapes{}}
+	s := &Store{db: db, beginSQL: "BEGIN"}
 	switch db := db.(type) {
 	case *pgxpool.Pool:
 		s.db = nilIfNil(db)

@@ -1,5 +1,7 @@
 package sqlfence
 
+import "github.com/fencegate/fencegate/internal/shapecache"
+
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.
 func QuoteTable(d Dialect, name string) (string, error) { return d.table(name) }
 
@@ -7,4 +9,4 @@ func QuoteTable(d Dialect, name string) (string, error) { return d.table(name) }
 func QuoteColumn(d Dialect, name string) (string, error) { return d.ident("column", name) }
 
 // MaxShapes is how many counter shapes a Store keeps built, for the test past it.
-const MaxShapes = maxShapes
+const MaxShapes = shapecache.Max

@@ -150,8 +150,8 @@ type ExpiringKeys struct {
 // with fence.Once in place of the Store. A ttl under one microsecond (the precision
 // stored) returns fence.ErrInvalidArgument.
 func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
-	if ttl < time.Microsecond {
-		return nil, fmt.Errorf("%w: idempotency key time-to-live %v: want at least 1µs", fence.ErrInvalidArgument, ttl)
+	if err := idemkey.CheckTTL(ttl); err != nil {
+		return nil, err
 	}
 	return &ExpiringKeys{s: s, ttl: ttl}, nil
 }

@@ -3,19 +3,12 @@ package sqlfence
 import (
 	"context"
 	"database/sql"
-	"encoding/binary"
-	"maps"
 	"runtime"
 	"sync"
-	"sync/atomic"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/shapecache"
 )
-
-// maxShapes bounds the counter shapes a Store keeps built. Programs name their
-// counters in code, so they have a few; past the bound Decrement builds its SQL on
-// every call and prepares nothing. Nothing is evicted: a caller may be using it.
-const maxShapes = 256
 
 // shape is Decrement's SQL for one counter shape (table, counter column, key columns
 // in order), checked and built once: the guarded take and the look-up that explains a
@@ -39,16 +32,15 @@ type shape struct {
 // statements prepared per connection by their text.
 func (d Dialect) preparesTake() bool { return d == SQLite || d == MySQL }
 
-// shapeCache maps a shape key (appendShapeKey) to its shape. Readers load an
-// immutable map and take no lock; a writer copies it, at most maxShapes times per
-// Store.
+// shapeCache is a Store's shapes (shapecache.Map, keyed by appendShapeKey) and the
+// statements prepared for them.
 //
 // Statements are closed by a cleanup once the Store is unreachable, or with their
 // connections by db.Close; a take on a closed *sql.DB fails with database/sql's
 // "sql: database is closed", prepared or not. Store has no Close of its own.
 type shapeCache struct {
-	m     atomic.Pointer[map[string]*shape]
-	mu    sync.Mutex // writers
+	m     shapecache.Map[*shape]
+	mu    sync.Mutex // guards stmts
 	stmts *stmtList  // nil until the first statement is prepared
 }
 
@@ -69,20 +61,15 @@ func (l *stmtList) close() {
 	l.list = nil
 }
 
-// appendShapeKey appends c's shape to buf, each name as its length and its bytes.
-// The lookup runs before any check, so the key must be unambiguous for any names:
-// with plain separators an invalid name holding one could find a valid shape.
+// appendShapeKey appends c's shape to buf: the table, the counter column and the key
+// columns, each by shapecache.AppendName.
 func appendShapeKey(buf []byte, c fence.Counter) []byte {
-	buf = appendName(buf, c.Table)
-	buf = appendName(buf, c.Column)
+	buf = shapecache.AppendName(buf, c.Table)
+	buf = shapecache.AppendName(buf, c.Column)
 	for _, k := range c.Key {
-		buf = appendName(buf, k.Name)
+		buf = shapecache.AppendName(buf, k.Name)
 	}
 	return buf
-}
-
-func appendName(buf []byte, name string) []byte {
-	return append(binary.AppendUvarint(buf, uint64(len(name))), name...)
 }
 
 // shapeOf returns c's shape: the cached one, or checked and built now and cached
@@ -91,10 +78,7 @@ func appendName(buf []byte, name string) []byte {
 func (s *Store) shapeOf(ctx context.Context, c fence.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length
 	key := appendShapeKey(buf[:0], c)
-	var sh *shape
-	if m := s.shapes.m.Load(); m != nil {
-		sh = (*m)[string(key)] // indexing with string(bytes) does not allocate
-	}
+	sh, _ := s.shapes.m.Load(key)
 	if sh != nil && (sh.stmt != nil || !s.d.preparesTake()) {
 		return sh, nil
 	}
@@ -108,53 +92,49 @@ func (s *Store) shapeOf(ctx context.Context, c fence.Counter) (*shape, error) {
 			look: s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where),
 		}
 	}
-	return s.remember(ctx, string(key), sh), nil
+	return s.remember(ctx, key, sh), nil
 }
 
 // remember caches sh under key, first preparing its take where the dialect prepares
-// takes (Dialect.preparesTake), and returns the
-// shape to use: sh, or the one another caller cached first. A cached shape whose
-// prepare failed is replaced once a prepare succeeds. A full cache keeps nothing new.
-func (s *Store) remember(ctx context.Context, key string, sh *shape) *shape {
+// takes (Dialect.preparesTake), and returns the shape to use: the one cached, or sh
+// when the cache is full. A cached shape whose prepare failed is replaced once a
+// prepare succeeds.
+func (s *Store) remember(ctx context.Context, key []byte, sh *shape) *shape {
 	c := &s.shapes
-	if m := c.m.Load(); m != nil && len(*m) >= maxShapes && (*m)[key] == nil {
-		return sh
+	if _, ok := c.m.Load(key); !ok && c.m.Full() {
+		return sh // nothing would be kept: do not prepare
 	}
-	var st *sql.Stmt
+	v := sh
 	if s.d.preparesTake() {
-		// Outside c.mu: preparing may wait for a pooled connection. A failure is
-		// not kept: the take runs as text and reports it, the next call tries again.
-		st, _ = s.db.PrepareContext(ctx, sh.take)
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	var old map[string]*shape
-	if m := c.m.Load(); m != nil {
-		old = *m
-	}
-	have := old[key]
-	if (have != nil && (have.stmt != nil || st == nil)) || (have == nil && len(old) >= maxShapes) {
-		if st != nil {
-			st.Close() // never handed out
+		// A failure is not kept: the take runs as text and reports it, the next
+		// call tries again.
+		if st, err := s.db.PrepareContext(ctx, sh.take); err == nil {
+			v = &shape{take: sh.take, look: sh.look, stmt: st} // sh may be shared: copy
 		}
-		if have != nil {
-			return have
+	}
+	kept, ok := c.m.Store(string(key), v, func(old *shape) bool { return old.stmt == nil && v.stmt != nil })
+	if v.stmt != nil {
+		if !ok || kept != v {
+			v.stmt.Close() // never handed out
+		} else {
+			c.keep(s, v.stmt)
 		}
+	}
+	if !ok {
 		return sh
 	}
-	if st != nil {
-		sh = &shape{take: sh.take, look: sh.look, stmt: st} // sh may be shared: copy
-		if c.stmts == nil {
-			c.stmts = &stmtList{}
-			runtime.AddCleanup(s, (*stmtList).close, c.stmts)
-		}
-		c.stmts.mu.Lock()
-		c.stmts.list = append(c.stmts.list, st)
-		c.stmts.mu.Unlock()
+	return kept
+}
+
+// keep adds st to the statements closed once s is unreachable.
+func (c *shapeCache) keep(s *Store, st *sql.Stmt) {
+	c.mu.Lock()
+	if c.stmts == nil {
+		c.stmts = &stmtList{}
+		runtime.AddCleanup(s, (*stmtList).close, c.stmts)
 	}
-	next := make(map[string]*shape, len(old)+1)
-	maps.Copy(next, old)
-	next[key] = sh
-	c.m.Store(&next)
-	return sh
+	c.mu.Unlock()
+	c.stmts.mu.Lock()
+	c.stmts.list = append(c.stmts.list, st)
+	c.stmts.mu.Unlock()
 }

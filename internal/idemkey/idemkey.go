@@ -6,6 +6,7 @@ package idemkey
 import (
 	"fmt"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fence"
@@ -30,6 +31,15 @@ func Check(key, fingerprint string) error {
 		return fmt.Errorf("%w: fingerprint %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, fingerprint)
 	case utf8.RuneCountInString(fingerprint) > MaxFingerprintLen:
 		return fmt.Errorf("%w: fingerprint is %d characters, the limit is %d (store a hash of the request)", fence.ErrInvalidArgument, utf8.RuneCountInString(fingerprint), MaxFingerprintLen)
+	}
+	return nil
+}
+
+// CheckTTL refuses, with fence.ErrInvalidArgument, a time-to-live for idempotency keys
+// under one microsecond, the precision the expiry is stored with.
+func CheckTTL(ttl time.Duration) error {
+	if ttl < time.Microsecond {
+		return fmt.Errorf("%w: idempotency key time-to-live %v: want at least 1µs", fence.ErrInvalidArgument, ttl)
 	}
 	return nil
 }

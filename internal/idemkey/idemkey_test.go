@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/idemkey"
@@ -32,5 +33,27 @@ func TestCheck(t *testing.T) {
 				t.Fatalf("Check(%q, %q) = %v, want ok=%v or ErrInvalidArgument", tt.key, tt.fingerprint, err, tt.ok)
 			}
 		})
+	}
+}
+
+func TestCheckTTL(t *testing.T) {
+	tests := []struct {
+		ttl  time.Duration
+		want bool // accepted
+	}{
+		{-time.Second, false},
+		{0, false},
+		{time.Microsecond - 1, false},
+		{time.Microsecond, true},
+		{24 * time.Hour, true},
+	}
+	for _, tt := range tests {
+		err := idemkey.CheckTTL(tt.ttl)
+		if got := err == nil; got != tt.want {
+			t.Errorf("CheckTTL(%v) = %v, want accepted %v", tt.ttl, err, tt.want)
+		}
+		if err != nil && !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Errorf("CheckTTL(%v) = %v, want fence.ErrInvalidArgument", tt.ttl, err)
+		}
 	}
 }

@@ -1,0 +1,81 @@
+// Package shapecache keeps what an adapter builds for the shape of a statement: the
+// operation and the table and column names it names, in order, without the values
+// (they go as arguments). A repeated shape then skips checking and quoting its names
+// and building its SQL. pgxfence keeps the SQL of its single-row writes and guarded
+// takes; sqlfence keeps its guarded takes with their prepared statements.
+package shapecache
+
+import (
+	"encoding/binary"
+	"maps"
+	"sync"
+	"sync/atomic"
+)
+
+// Max bounds how many shapes a Map keeps. Past it, a shape not yet kept is built on
+// every call, as if there were no cache: names made at run time (a table per tenant)
+// cannot grow an adapter's Store without bound. Nothing is evicted: a caller may be
+// using it.
+const Max = 256
+
+// AppendLen appends a count to a key, such as the number of key columns before the set
+// columns, so that (k1, k2 | s1) and (k1 | k2, s1) differ.
+func AppendLen(key []byte, n int) []byte { return binary.AppendUvarint(key, uint64(n)) }
+
+// AppendName appends one name to a key: its length, then its bytes. A key is looked up
+// before the names are checked, so it must be unambiguous for any names, even those
+// the check will refuse: with a separator byte, table "a\x00b" would spell the key of
+// table "a" and column "b".
+func AppendName(key []byte, name string) []byte {
+	return append(AppendLen(key, len(name)), name...)
+}
+
+// Map is a bounded map from shape keys to what is kept for them. Readers load an
+// immutable map and take no lock; a writer copies it, at most Max times. The zero Map
+// is empty and ready; it is safe for concurrent use.
+type Map[V any] struct {
+	m  atomic.Pointer[map[string]V]
+	mu sync.Mutex // writers
+}
+
+// Load returns the value kept for key. Indexing with string(key) does not allocate,
+// so a lookup with a key built in a stack buffer allocates nothing.
+func (c *Map[V]) Load(key []byte) (V, bool) {
+	if m := c.m.Load(); m != nil {
+		v, ok := (*m)[string(key)]
+		return v, ok
+	}
+	var zero V
+	return zero, false
+}
+
+// Full reports whether the map keeps Max shapes.
+func (c *Map[V]) Full() bool {
+	m := c.m.Load()
+	return m != nil && len(*m) >= Max
+}
+
+// Store keeps v under key and returns it with true. When a value is kept under key
+// already, that value is kept and returned instead, unless replace (nil: never)
+// says v should replace it. When the map is full and holds nothing under key, v is
+// returned with false: nothing is kept.
+func (c *Map[V]) Store(key string, v V, replace func(old V) bool) (V, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var old map[string]V
+	if m := c.m.Load(); m != nil {
+		old = *m
+	}
+	if have, ok := old[key]; ok {
+		if replace == nil || !replace(have) {
+			return have, true
+		}
+	} else if len(old) >= Max {
+		return v, false
+	}
+	next := make(map[string]V, len(old)+1)
+	maps.Copy(next, old)
+	next[key] = v
+	c.m.Store(&next)
+	return v, true
+}
