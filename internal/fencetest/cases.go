@@ -37,13 +37,14 @@ func blockedStale[Tx any](t *testing.T, h Harness[Tx], waitFirst bool) {
 			write := func() error {
 				return h.TxExec(ctx, tx, "UPDATE "+tbl+" SET val = 41, note = 'newer' WHERE id = ?", "row")
 			}
+			var err error
 			if !waitFirst {
-				if err := write(); err != nil {
-					close(inside)
-					return err
-				}
+				err = write()
 			}
 			close(inside)
+			if err != nil {
+				return err
+			}
 			<-finish
 			if waitFirst {
 				return write()
