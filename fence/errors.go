@@ -15,6 +15,11 @@ var (
 	// ErrLost means the grant's lock is known to be lost (its Done channel closed);
 	// the write was refused before any I/O.
 	ErrLost = errors.New("fence: lock lost")
+	// ErrCommitUnknown means the connection failed after COMMIT was sent (or while
+	// it was being sent), so the fenced write may or may not have landed. It is
+	// distinct from a refusal (ErrStale), a rollback (fn's error) and a lost lock
+	// (ErrLost). Adapters never retry such a write; read the data to learn its fate.
+	ErrCommitUnknown = errors.New("fence: commit outcome unknown")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")
 	// ErrInvalidToken means a token <= 0 was presented.
