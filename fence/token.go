@@ -25,6 +25,17 @@ type Grant interface {
 	Token() Token
 }
 
+// Set is implemented by a grant that covers several resources under one token, such as
+// a lock taken on a set of names all-or-nothing (every key created in one etcd Txn has
+// the same create revision). Resources returns every resource of the set, each once;
+// Resource returns one of them. Fenced transactions raise every resource's high-water
+// mark; a write form that cannot honour a whole set refuses such a grant with
+// ErrInvalidArgument rather than fence one resource of it.
+type Set interface {
+	Grant
+	Resources() []string
+}
+
 // Watched is implemented by grants that know when they are lost (*lockclient.Lock
 // does). Exec refuses a grant whose Done channel is already closed before any I/O.
 type Watched interface {
