@@ -191,7 +191,12 @@ func isOneOf(v []byte, vals [][]byte) bool {
 // register records a granted lock. If the session ended meanwhile, the key is
 // deleted again and the session's error returned.
 func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID, sent time.Time, lo lockOptions) (*Lock, error) {
-	l := newLock(c, name, token, lease, lo)
+	return c.registerLock(newLock(c, name, token, lease, lo), sent, lo)
+}
+
+// registerLock records l, a single lock or a set, under each of its names.
+func (c *Client) registerLock(l *Lock, sent time.Time, lo lockOptions) (*Lock, error) {
+	name, lease := l.name, l.lease
 	c.mu.Lock()
 	if c.state != live || c.lease != lease {
 		st := c.state
@@ -203,16 +208,12 @@ func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 		defer cancel()
-		c.deleteKey(ctx, name, token)
+		c.deleteLock(ctx, l)
 		return nil, ErrClosed
 	}
-	// A lock of ours still registered under this name cannot hold the key we
-	// just created: it was released by token elsewhere or expired. It is lost.
-	old := c.locks[name]
-	if old != nil {
-		c.unregisterLocked(old)
-	}
-	c.locks[name] = l
+	// A lock of ours still registered under one of these names cannot hold the
+	// key we just created: it was released by token elsewhere or expired. It is lost.
+	olds := c.replaceLocked(l)
 	poke := false
 	if lo.manual {
 		l.deadline = sent.Add(lo.lease)
@@ -220,7 +221,7 @@ func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID
 		poke = c.manual[0] == l
 	}
 	c.mu.Unlock()
-	if old != nil {
+	for _, old := range olds {
 		old.lose(EndKeyDeleted)
 	}
 	if poke {
@@ -235,6 +236,11 @@ func (c *Client) unregisterLocked(l *Lock) bool {
 		return false
 	}
 	delete(c.locks, l.name)
+	for _, n := range l.names { // a set's other names (its first is l.name)
+		if c.locks[n] == l {
+			delete(c.locks, n)
+		}
+	}
 	if l.index >= 0 {
 		c.manual.remove(l)
 	}

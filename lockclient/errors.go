@@ -18,7 +18,8 @@ import (
 // *fence.LostError (errors.Is(err, fence.ErrLost)), and a token <= 0 with a
 // *fence.InvalidTokenError (errors.Is(err, fence.ErrInvalidToken)).
 var (
-	// ErrHeld means TryAcquire found the lock held; *HeldError names the holder.
+	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
+	// names the holder.
 	ErrHeld = errors.New("lockclient: lock held")
 	// ErrNotHeld means a release or renewal named a lock that does not carry the
 	// given token any more (it expired, was released, or passed to a successor).
@@ -35,6 +36,10 @@ var (
 	ErrInvalidOption = errors.New("lockclient: invalid option")
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lockclient: lock released")
+	// ErrInvalidSet means AcquireSet or TryAcquireSet was given no names, a name
+	// more than once, or more than MaxSetSize names. A bad name in a set is
+	// reported with ErrInvalidName instead.
+	ErrInvalidSet = errors.New("lockclient: invalid lock set")
 )
 
 // MaxNameLen is the longest lock name, in bytes: a lock name is the resource of

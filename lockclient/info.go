@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -22,6 +23,10 @@ type Info struct {
 	ClientID   string        // the holder Client's ID (WithIdentity, or host-pid-random)
 	AcquiredAt time.Time     // when the holder sent its acquire, by its own clock
 	LeaseLeft  time.Duration // time left on the holder's session lease, as etcd counts it (whole seconds)
+	// Set lists, sorted, the names held with this one under the same token when
+	// the lock was taken by AcquireSet (this name included; names whose keys are
+	// gone are not listed); nil for a lock taken alone.
+	Set []string
 }
 
 // holderValue is what a lock key stores. Seq makes every acquire attempt's value
@@ -32,6 +37,7 @@ type holderValue struct {
 	ClientID   string    `json:"client_id"`
 	AcquiredAt time.Time `json:"acquired_at"`
 	Seq        uint64    `json:"seq"`
+	SetSize    int       `json:"set_size,omitempty"` // the names of its set (AcquireSet); 0 alone
 }
 
 // encode returns the value of one acquire attempt: holderValue's JSON, built from
@@ -74,7 +80,8 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 }
 
 // Holder returns who holds the lock name, with its token and the time left on
-// its session lease (a second etcd call). ctx governs both calls. It returns a
+// its session lease (a second etcd call), and, when name is held as part of a
+// set, the set's names (a third). ctx governs every call. It returns a
 // *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, ErrInvalidName for
 // a bad name, ErrClosed on a closed Client, or etcd's error.
 //
@@ -95,6 +102,11 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 		return Info{}, &NotHeldError{Name: name}
 	}
 	info := decodeInfo(name, resp.Kvs[0])
+	if inSet(resp.Kvs[0]) {
+		if info.Set, err = c.setNames(ctx, info.Token); err != nil {
+			return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
+		}
+	}
 	left, err := c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
 	if err != nil {
 		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
@@ -104,8 +116,8 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 }
 
 // List returns every held lock under the Client's prefix, by name, with one etcd
-// read for the keys and one lease lookup per distinct holder session. ctx governs
-// all of them. It returns ErrClosed on a closed Client, or etcd's error.
+// read for the keys and one lease lookup per distinct holder session; the names
+// of a set carry the set's names in Info.Set. ctx governs all of them. It returns ErrClosed on a closed Client, or etcd's error.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -116,18 +128,37 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	}
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
+	sets := make(map[fence.Token][]string) // a set's names: its keys share a create revision
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), c.prefix)
 		if CheckName(name) != nil {
 			continue // not a lock key of this package (a deeper path under the prefix)
 		}
 		info := decodeInfo(name, kv)
+		if inSet(kv) {
+			sets[info.Token] = append(sets[info.Token], name)
+			info.Set = sets[info.Token][:0] // filled in below, once the set is complete
+		}
 		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
 			return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
 		}
 		infos = append(infos, info)
 	}
+	for i := range infos {
+		if infos[i].Set != nil {
+			infos[i].Set = slices.Clone(sets[infos[i].Token])
+		}
+	}
 	return infos, nil
+}
+
+// inSet reports whether kv's value says it was created by AcquireSet.
+func inSet(kv *mvccpb.KeyValue) bool {
+	var v struct {
+		SetSize int `json:"set_size"`
+	}
+	_ = json.Unmarshal(kv.Value, &v)
+	return v.SetSize > 0
 }
 
 func (c *Client) leaseLeft(ctx context.Context, id clientv3.LeaseID, cache map[clientv3.LeaseID]time.Duration) (time.Duration, error) {

@@ -22,7 +22,8 @@ import (
 // else) or the Client's Close (ErrClosed). Nothing revives an ended Lock.
 type Lock struct {
 	c       *Client
-	name    string
+	name    string   // for a set, its first name
+	names   []string // a set's names, sorted (AcquireSet); nil for a single lock
 	token   fence.Token
 	lease   clientv3.LeaseID
 	manual  bool
@@ -64,6 +65,9 @@ func (l *Lock) Context() context.Context { return l.ctx }
 // lose ends the lock as lost.
 func (l *Lock) lose(reason EndReason) {
 	l.end(reason, &fence.LostError{Resource: l.name, Token: l.token})
+	if l.names != nil {
+		l.c.dropSet(l) // the members whose keys are still ours go too
+	}
 }
 
 // end ends the lock with cause; only the first end of a lock counts, as only
@@ -110,18 +114,17 @@ func (l *Lock) Renew(ctx context.Context) error {
 	}
 	c := l.c
 	sent := time.Now()
-	resp, err := c.cli.Get(ctx, c.key(l.name))
+	held, err := c.carries(ctx, l)
 	if err != nil {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.denied(err))
 	}
-	kvs := resp.Kvs
 	c.mu.Lock()
 	registered := c.locks[l.name] == l
 	if !registered {
 		c.mu.Unlock()
 		return l.endedErr()
 	}
-	if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
+	if !held {
 		c.unregisterLocked(l)
 		c.mu.Unlock()
 		l.lose(EndKeyDeleted)
@@ -160,11 +163,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.endedErr()
 	}
 	l.end(EndReleased, ErrReleased)
-	err := c.deleteKey(ctx, l.name, l.token)
+	err := c.deleteLock(ctx, l)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {
-		key := c.key(l.name)
-		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+		c.pendDeletes(l)
 	}
 	return err
 }

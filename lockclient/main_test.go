@@ -15,7 +15,7 @@ import (
 )
 
 // The holder process: this test binary run again with helperEnv set. It takes
-// one lock, prints "token N", and prints "lost ..." when the lock's Done closes.
+// one lock (or a set), prints "token N", and prints "lost ..." when the lock's Done closes.
 const helperEnv = "LOCKCLIENT_TEST_HOLDER"
 
 func TestMain(m *testing.M) {
@@ -40,7 +40,17 @@ func runHolder(spec string) int {
 	// Bounded, so that a holder the test forgot cannot outlive it for long.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
-	l, err := c.Acquire(ctx, name)
+	// A comma-separated name is a set (AcquireSet).
+	var l interface {
+		fence.Grant
+		Done() <-chan struct{}
+		Context() context.Context
+	}
+	if strings.Contains(name, ",") {
+		l, err = c.AcquireSet(ctx, strings.Split(name, ","))
+	} else {
+		l, err = c.Acquire(ctx, name)
+	}
 	if err != nil {
 		fmt.Println("error", err)
 		return 1

@@ -1,0 +1,318 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxSetSize is the most names one AcquireSet takes. Its Txn has one compare and
+// one put per name, and etcd refuses a Txn with more operations in one branch
+// than its --max-txn-ops (default 128). A cluster run with a lower limit refuses
+// larger sets with etcd's rpctypes.ErrTooManyOps.
+const MaxSetSize = 128
+
+// LockSet is a lock on several names taken all-or-nothing by AcquireSet or
+// TryAcquireSet. Every key of the set is created in one etcd Txn, so they share
+// one create revision: the whole set has one fencing token, higher than every
+// token granted before for any name.
+//
+// It satisfies fence.Set (Resources: every name, sorted, each once), and so
+// fence.Grant, and fence.Watched: adapters that support fence.Set raise the
+// stored token of every name of the set in the fenced transaction. Resource
+// returns the first name in sorted order, so a write path that knows only
+// fence.Grant fences the same one member every time; it never names a resource
+// that is not in the set.
+//
+// It ends as a Lock does, as a whole: Release (ErrReleased), loss (a
+// *fence.LostError: the session lease ran out, a manual-renewal set was not
+// renewed in time, or the key of any one of its names was deleted by someone
+// else, which Renew, Release or a new grant of that name finds) or the Client's
+// Close (ErrClosed). When it ends by loss, the client deletes the keys of its
+// other names that still carry its token.
+type LockSet struct {
+	l *Lock
+}
+
+var (
+	_ fence.Set     = (*LockSet)(nil)
+	_ fence.Watched = (*LockSet)(nil)
+)
+
+// Resource returns the set's first name in sorted order (see LockSet); "" for a
+// nil *LockSet, which fence.CheckGrant refuses.
+func (s *LockSet) Resource() string {
+	if s == nil || s.l == nil {
+		return ""
+	}
+	return s.l.name
+}
+
+// Resources returns every name of the set, sorted, each once, in a new slice.
+func (s *LockSet) Resources() []string {
+	if s == nil || s.l == nil {
+		return nil
+	}
+	return slices.Clone(s.l.names)
+}
+
+// Token returns the set's fencing token: the create revision of all its keys.
+func (s *LockSet) Token() fence.Token {
+	if s == nil || s.l == nil {
+		return 0
+	}
+	return s.l.token
+}
+
+// Done is closed when the set ends: released, lost, or its Client closed.
+func (s *LockSet) Done() <-chan struct{} {
+	if s == nil || s.l == nil {
+		return closedChan
+	}
+	return s.l.Done()
+}
+
+// Context returns a context that is cancelled when the set ends; its
+// context.Cause is ErrReleased, a *fence.LostError or ErrClosed.
+func (s *LockSet) Context() context.Context {
+	if s == nil || s.l == nil {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errNilSet)
+		return ctx
+	}
+	return s.l.ctx
+}
+
+// Renew confirms with etcd (one linearizable read of every key, in one Txn) that
+// every key of the set still carries its token, as Lock.Renew does for one key;
+// for a set taken WithManualRenewal it also restarts the set's lease. If any key
+// lost the token, the whole set is lost. Errors are those of Lock.Renew.
+func (s *LockSet) Renew(ctx context.Context) error {
+	if s == nil || s.l == nil {
+		return errNilSet
+	}
+	return s.l.Renew(ctx)
+}
+
+// Release releases the set: one etcd Txn that deletes every key of the set only
+// if every key still carries the set's token, so it never deletes a successor's
+// key. The set ends before the Txn is sent. If some key no longer carries the
+// token, Release returns a *NotHeldError naming the first such name, and the
+// Client deletes the keys that still carry it in the background.
+// Other errors, and the background retry when etcd cannot be reached, are those
+// of Lock.Release.
+func (s *LockSet) Release(ctx context.Context) error {
+	if s == nil || s.l == nil {
+		return errNilSet
+	}
+	return s.l.Release(ctx)
+}
+
+var (
+	errNilSet  = fmt.Errorf("%w: nil *LockSet", ErrNotHeld)
+	closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+)
+
+// AcquireSet takes the locks on every one of names all-or-nothing, waiting while
+// any of them is held, until the set is granted or ctx ends; ctx governs the wait
+// and every etcd call. Each attempt is one etcd Txn that creates every key under
+// the session lease only if none exists; the set's token is their shared create
+// revision. While any name is held, AcquireSet watches the keys that blocked it
+// until each was deleted, and writes nothing; then it tries again.
+//
+// It cannot deadlock, in whatever order callers list the names: a waiting
+// AcquireSet holds none of its names, so no cycle of waiters each holding what
+// the next one wants can form (provided the caller itself holds no other lock
+// while it waits). It is not fair: a set may wait while single locks on its
+// names come and go. A set of one name is the same lock as Acquire takes.
+//
+// Holder and List show the other names of a set (Info.Set). A Client's Release of
+// any one name of a set it holds, with the set's token, releases the whole set.
+// The Observer and the log see the set under its Resource (its first name).
+//
+// Before any I/O it returns ErrInvalidSet for no names, a name listed twice or
+// more than MaxSetSize names, ErrInvalidName for a bad name and ErrInvalidOption
+// for a bad option. Other errors are those of Acquire.
+func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
+	return c.acquireSetObserved(ctx, names, opts, true)
+}
+
+// TryAcquireSet takes the locks on every one of names if none of them is held,
+// and otherwise returns at once a *HeldError (errors.Is(err, ErrHeld)) naming the
+// first held name (in sorted order), its holder and token. It is one etcd Txn and
+// writes nothing when any name is held. ctx governs the call. Other errors are
+// those of AcquireSet; a transient etcd error is returned, not retried.
+func (c *Client) TryAcquireSet(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
+	return c.acquireSetObserved(ctx, names, opts, false)
+}
+
+func (c *Client) acquireSetObserved(ctx context.Context, names []string, opts []LockOption, wait bool) (*LockSet, error) {
+	var start time.Time
+	if c.obs != nil || c.log != nil {
+		start = time.Now()
+	}
+	l, err := c.acquireSet(ctx, names, opts, wait)
+	if c.obs != nil || c.log != nil {
+		first := ""
+		if l != nil {
+			first = l.name
+		} else if len(names) > 0 {
+			first = slices.Min(names)
+		}
+		c.acquired(ctx, first, start, l, err, wait)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return &LockSet{l: l}, nil
+}
+
+// checkSet returns names sorted in a new slice, or why they cannot form a set.
+func checkSet(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, fmt.Errorf("%w: no names", ErrInvalidSet)
+	case len(names) > MaxSetSize:
+		return nil, fmt.Errorf("%w: %d names, the limit is %d (etcd's default --max-txn-ops)", ErrInvalidSet, len(names), MaxSetSize)
+	}
+	for _, n := range names {
+		if err := CheckName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, fmt.Errorf("%w: %q listed more than once", ErrInvalidSet, sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOption, wait bool) (*Lock, error) {
+	names, err := checkSet(names)
+	if err != nil {
+		return nil, err
+	}
+	lo, err := buildLockOptions(c.ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	lease, err := c.session(ctx)
+	if err != nil {
+		return nil, err
+	}
+	keys := make([]string, len(names))
+	cmps := make([]clientv3.Cmp, len(names))
+	gets := make([]clientv3.Op, len(names))
+	puts := make([]clientv3.Op, len(names))
+	for i, n := range names {
+		keys[i] = c.key(n)
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0)
+		gets[i] = clientv3.OpGet(keys[i])
+	}
+	var unknown [][]byte // values of attempts whose outcome is unknown, as in acquire
+	for {
+		sent := time.Now()
+		val := c.encodeSet(sent, len(names))
+		for i, k := range keys {
+			puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
+		}
+		resp, err := c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		switch {
+		case err == nil:
+		case errors.Is(err, rpctypes.ErrLeaseNotFound):
+			c.loseSession("etcd no longer has the session lease")
+			return nil, fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, setLabel(names))
+		case transient(ctx, err) && wait:
+			unknown = append(unknown, val)
+			if err := c.sleep(ctx, retryDelay); err != nil {
+				c.forgetSet(keys, unknown)
+				return nil, err
+			}
+			continue
+		default:
+			c.forgetSet(keys, append(unknown, val))
+			return nil, fmt.Errorf("lockclient: acquire %s: %w", setLabel(names), c.denied(err))
+		}
+		if resp.Succeeded {
+			l := newLock(c, names[0], fence.Token(resp.Header.Revision), lease, lo)
+			l.names = names
+			return c.registerLock(l, sent, lo)
+		}
+		held, ours := blockers(resp, lease, unknown)
+		if len(ours) == len(names) {
+			// An earlier attempt whose answer was lost took the whole set.
+			info := decodeInfo(names[0], ours[0])
+			l := newLock(c, names[0], info.Token, lease, lo)
+			l.names = names
+			return c.registerLock(l, info.AcquiredAt, lo)
+		}
+		if len(ours) > 0 {
+			// Part of an earlier attempt's set is left (someone deleted the rest):
+			// give it up, and wait for those keys like any other.
+			c.forgetSet(keys, unknown)
+			held = append(held, ours...)
+		}
+		if len(held) == 0 {
+			continue // cannot happen: the compare failed, so a key existed in this Txn
+		}
+		if !wait {
+			info := decodeInfo(nameOf(c, held[0]), held[0])
+			return nil, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+		}
+		c.waiting(ctx, nameOf(c, held[0]), held[0])
+		for _, kv := range held {
+			if err := c.waitDelete(ctx, string(kv.Key), resp.Header.Revision); err != nil {
+				c.forgetSet(keys, unknown)
+				return nil, err
+			}
+		}
+	}
+}
+
+// blockers sorts the keys a failed set Txn found into those held by others and
+// those an earlier attempt of this call created (this session's lease, one of
+// the unknown values).
+func blockers(resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (held, ours []*mvccpb.KeyValue) {
+	for _, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue
+		}
+		if clientv3.LeaseID(kvs[0].Lease) == lease && isOneOf(kvs[0].Value, unknown) {
+			ours = append(ours, kvs[0])
+		} else {
+			held = append(held, kvs[0])
+		}
+	}
+	return held, ours
+}
+
+func nameOf(c *Client, kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
+
+// forgetSet queues deletes of every key an attempt with an unknown outcome may
+// have created, each conditioned on the exact value that attempt wrote.
+func (c *Client) forgetSet(keys []string, vals [][]byte) {
+	for _, k := range keys {
+		c.forget(k, vals)
+	}
+}
+
+// encodeSet is encode for one attempt on a set of n names: holderValue with
+// set_size, which tells Holder to look up the set's other names.
+func (c *Client) encodeSet(at time.Time, n int) []byte {
+	b := c.encode(at)
+	b = append(b[:len(b)-1], `,"set_size":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, '}')
+}

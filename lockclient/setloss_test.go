@@ -1,0 +1,105 @@
+package lockclient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+// TestLockSet_keyDeleted: a key of the set deleted by someone else (an operator's
+// release) ends the whole set when Renew finds it, and the client deletes the
+// set's other keys, so their names pass on at once.
+func TestLockSet_keyDeleted(t *testing.T) {
+	srv := locktest.Start(t)
+	cli := srv.Client(t)
+	a := newClient(t, cli, lockclient.WithTTL(30*time.Second))
+	b := newClient(t, srv.Client(t))
+	s := mustAcquireSet(t, a, []string{"x", "y", "z"})
+	if err := b.Release(t.Context(), "y", s.Token()); err != nil {
+		t.Fatalf("operator release of y: %v", err)
+	}
+	err := s.Renew(t.Context())
+	var lost *fence.LostError
+	if !errors.As(err, &lost) || lost.Token != s.Token() || !isClosed(s.Done()) {
+		t.Fatalf("Renew after a member's key was deleted = %v, want *fence.LostError for token %d", err, s.Token())
+	}
+	if err := fence.CheckGrant(s); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("CheckGrant(lost set) = %v", err)
+	}
+	// x and z go within the session's life: Acquire returns long before 30 s.
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	next, err := b.AcquireSet(ctx, []string{"x", "z"})
+	if err != nil || next.Token() <= s.Token() {
+		t.Fatalf("x and z after the set's loss: %v, %v", next, err)
+	}
+	if err := s.Release(t.Context()); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("Release of the lost set = %v, want ErrLost", err)
+	}
+}
+
+// TestLockSet_manualRenewal_expires: a set taken WithManualRenewal and not
+// renewed within its lease is lost as a whole, and all its keys are deleted.
+func TestLockSet_manualRenewal_expires(t *testing.T) {
+	srv := locktest.Start(t)
+	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
+	b := newClient(t, srv.Client(t))
+	s := mustAcquireSet(t, a, []string{"p", "q"}, lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	if err := s.Renew(t.Context()); err != nil {
+		t.Fatalf("Renew of a live manual set: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	next, err := b.AcquireSet(ctx, []string{"q", "p"})
+	if err != nil || next.Token() <= s.Token() {
+		t.Fatalf("p and q after the unrenewed set: %v, %v", next, err)
+	}
+	waitClosed(t, s.Done(), "the unrenewed set's Done")
+	var lost *fence.LostError
+	if !errors.As(context.Cause(s.Context()), &lost) {
+		t.Fatalf("cause = %v, want *fence.LostError", context.Cause(s.Context()))
+	}
+	if isClosed(a.Done()) {
+		t.Fatal("the session ended with one manual set")
+	}
+}
+
+// TestLockSet_close: closing the Client ends its sets with ErrClosed and frees
+// every name.
+func TestLockSet_close(t *testing.T) {
+	srv := locktest.Start(t)
+	a := newClient(t, srv.Client(t))
+	b := newClient(t, srv.Client(t))
+	s := mustAcquireSet(t, a, []string{"k", "l"})
+	if err := a.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if !isClosed(s.Done()) || !errors.Is(context.Cause(s.Context()), lockclient.ErrClosed) {
+		t.Fatalf("after Close: cause %v", context.Cause(s.Context()))
+	}
+	if _, err := b.TryAcquireSet(t.Context(), []string{"k", "l"}); err != nil {
+		t.Fatalf("k and l after Close: %v", err)
+	}
+}
+
+// TestClient_Release_setMember: the Client's Release of one name of a set it
+// holds, with the set's token, releases the whole set.
+func TestClient_Release_setMember(t *testing.T) {
+	srv := locktest.Start(t)
+	a := newClient(t, srv.Client(t))
+	s := mustAcquireSet(t, a, []string{"u", "v"})
+	if err := a.Release(t.Context(), "v", s.Token()); err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(context.Cause(s.Context()), lockclient.ErrReleased) {
+		t.Fatalf("cause %v, want ErrReleased", context.Cause(s.Context()))
+	}
+	if _, err := a.TryAcquireSet(t.Context(), []string{"u", "v"}); err != nil {
+		t.Fatalf("u and v after the release: %v", err)
+	}
+}

@@ -1,0 +1,45 @@
+//go:build unix
+
+package lockclient_test
+
+import (
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+// TestLockSet_frozenHolder freezes a process holding the set {a,b} with SIGSTOP
+// past its session lease: a single lock on a and another on b are granted with
+// higher tokens, and the thawed holder finds its whole set lost.
+func TestLockSet_frozenHolder(t *testing.T) {
+	srv := locktest.Start(t)
+	h := startHolder(t, srv, "set-b,set-a")
+	other := newClient(t, srv.Client(t))
+	if _, err := other.TryAcquire(t.Context(), "set-b"); err == nil {
+		t.Fatal("b free while the set holder runs")
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []string{"set-a", "set-b"} {
+		l := mustAcquire(t, other, n)
+		if l.Token() <= h.token {
+			t.Fatalf("%s: token %d after the frozen set's %d", n, l.Token(), h.token)
+		}
+	}
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	line := h.next(t)
+	// The set's Resource is its first name in sorted order.
+	want := "checkgrant: " + (&fence.LostError{Resource: "set-a", Token: h.token}).Error()
+	if !strings.HasPrefix(line, "lost") || !strings.Contains(line, want) {
+		t.Fatalf("thawed holder said %q, want its set lost and refused by CheckGrant", line)
+	}
+	for h.lines.Scan() {
+	}
+	h.cmd.Wait()
+}
