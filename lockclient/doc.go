@@ -27,6 +27,24 @@
 // token is lower than one it has already stored for the resource. That, not the
 // lease, is what stops a holder that woke after its lock passed on.
 //
+// # Sets
+//
+// AcquireSet takes several names all-or-nothing in one Txn (create every key
+// only if none exists), so the whole set has one token: every key put in one Txn
+// has the Txn's revision as its create revision. A waiting AcquireSet watches the
+// keys that blocked it and writes nothing; it holds none of its names while it
+// waits, so sets listed in any order cannot deadlock. A *LockSet is a fence.Set:
+// adapters raise the stored token of every name. It is released in one Txn and
+// lost as a whole. A set has at most MaxSetSize names (etcd's default
+// --max-txn-ops).
+//
+// # Cutting off a holder
+//
+// NextToken returns etcd's current revision + 1: above every token granted so
+// far, and not above any token granted later. Raising a resource's stored token
+// to it (package adapters/fencemark, or fencectl fence) refuses every earlier
+// holder's fenced write at once, whether or not anyone holds the lock.
+//
 // # Loss
 //
 // The Client keeps a conservative deadline: the time it SENT the last renewal

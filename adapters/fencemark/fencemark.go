@@ -1,0 +1,147 @@
+// Package fencemark reads and raises the high-water tokens the adapters store in
+// the library's fence_tokens table, for operators: the fence that cuts off a
+// stuck or runaway lock holder at once, whether or not anyone holds its lock.
+//
+//	next, err := locks.NextToken(ctx) // etcd's revision + 1: above every token granted so far
+//	before, after, err := fencemark.Raise(ctx, db, sqlfence.Postgres, "account-42", next)
+//
+// From then on the database refuses, with fence.ErrStale, every fenced write
+// (fence.Exec, and the adapters' Upsert and Delete, which raise the same row)
+// that presents a token below next: every holder granted before NextToken was
+// read. A holder granted later has a token of at least next and writes as usual.
+// A fenced transaction that holds the resource's row when Raise runs finishes
+// first (Raise waits for its row lock) and is the last write of the old holders.
+//
+// The classic one-statement Update on a token column compares against the row's
+// own column, not fence_tokens, so Raise does not cut it off; Upsert and Delete
+// do check fence_tokens.
+//
+// It works through database/sql on PostgreSQL (pgx's stdlib driver; a pgxpool
+// user can pass stdlib.OpenDBFromPool(pool)), MySQL/MariaDB and SQLite, named by
+// an sqlfence.Dialect. Errors are the fence package's and sqlfence's sentinels,
+// or the driver's error wrapped; this package defines none of its own.
+package fencemark
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+// statements is the SQL of one dialect, with ? placeholders already rewritten.
+type statements struct {
+	read, lock, raise string
+}
+
+func sqlOf(d sqlfence.Dialect) (statements, error) {
+	switch d {
+	case sqlfence.Postgres:
+		return statements{
+			read: "SELECT token FROM fence_tokens WHERE resource = $1",
+			lock: "SELECT token FROM fence_tokens WHERE resource = $1 FOR UPDATE",
+			raise: "INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE " +
+				"SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE f.token < EXCLUDED.token",
+		}, nil
+	case sqlfence.MySQL:
+		// Assignments run left to right, each seeing the ones before: updated_at
+		// is decided on the old token.
+		return statements{
+			read: "SELECT token FROM fence_tokens WHERE resource = ?",
+			lock: "SELECT token FROM fence_tokens WHERE resource = ? FOR UPDATE",
+			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
+				"updated_at = IF(token < VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
+				"token = IF(token < VALUES(token), VALUES(token), token)",
+		}, nil
+	case sqlfence.SQLite:
+		// A transaction on a pool from sqlfence.OpenSQLite begins IMMEDIATE: it
+		// holds the write lock from its first read.
+		return statements{
+			read: "SELECT token FROM fence_tokens WHERE resource = ?",
+			lock: "SELECT token FROM fence_tokens WHERE resource = ?",
+			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE " +
+				"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token < excluded.token",
+		}, nil
+	}
+	return statements{}, fmt.Errorf("%w: %d: want sqlfence.Postgres, MySQL or SQLite", sqlfence.ErrUnknownDialect, int(d))
+}
+
+func check(db *sql.DB, d sqlfence.Dialect, resource string) (statements, error) {
+	if db == nil {
+		return statements{}, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
+	}
+	if err := fence.CheckResource(resource); err != nil {
+		return statements{}, err
+	}
+	return sqlOf(d)
+}
+
+// Read returns the high-water token stored for resource, or 0 when none is
+// (no fenced write for it has reached this database). ctx governs the query.
+//
+// It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
+// a bad resource and sqlfence.ErrUnknownDialect before any I/O, or the driver's
+// error wrapped (a missing fence_tokens table: apply the migrations).
+func Read(ctx context.Context, db *sql.DB, d sqlfence.Dialect, resource string) (fence.Token, error) {
+	st, err := check(db, d, resource)
+	if err != nil {
+		return 0, err
+	}
+	return scan(db.QueryRowContext(ctx, st.read, resource), resource)
+}
+
+// Raise raises the high-water token stored for resource to token, unless a token
+// at least as high is stored: it never lowers a mark. It returns the stored
+// token before and after (0 before when there was none). It is one transaction:
+// read the row and lock it (PostgreSQL, MySQL: FOR UPDATE; SQLite: the database's
+// write lock, with sqlfence.OpenSQLite's pools), a conditional upsert (INSERT ...
+// ON CONFLICT / ON DUPLICATE KEY that updates only where the stored token is
+// lower), and a read of the result. ctx governs the transaction.
+//
+// It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
+// a bad resource, a *fence.InvalidTokenError for a token <= 0 and
+// sqlfence.ErrUnknownDialect, all before any I/O; or the driver's error wrapped,
+// after which nothing was changed.
+func Raise(ctx context.Context, db *sql.DB, d sqlfence.Dialect, resource string, token fence.Token) (before, after fence.Token, err error) {
+	st, err := check(db, d, resource)
+	if err != nil {
+		return 0, 0, err
+	}
+	if !token.Valid() {
+		return 0, 0, &fence.InvalidTokenError{Resource: resource, Token: token}
+	}
+	tx, err := db.BeginTx(ctx, nil)
+	if err != nil {
+		return 0, 0, fmt.Errorf("fencemark: begin: %w", err)
+	}
+	defer tx.Rollback() // after Commit, a no-op
+	if before, err = scan(tx.QueryRowContext(ctx, st.lock, resource), resource); err != nil {
+		return 0, 0, err
+	}
+	if before < token {
+		if _, err := tx.ExecContext(ctx, st.raise, resource, int64(token)); err != nil {
+			return 0, 0, fmt.Errorf("fencemark: raise the mark of %q to %d: %w", resource, token, err)
+		}
+	}
+	if after, err = scan(tx.QueryRowContext(ctx, st.lock, resource), resource); err != nil {
+		return 0, 0, err
+	}
+	if err := tx.Commit(); err != nil {
+		return 0, 0, fmt.Errorf("fencemark: commit the mark of %q: %w", resource, err)
+	}
+	return before, after, nil
+}
+
+func scan(row *sql.Row, resource string) (fence.Token, error) {
+	var t int64
+	switch err := row.Scan(&t); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, nil
+	case err != nil:
+		return 0, fmt.Errorf("fencemark: read the mark of %q (are fencegate's migrations applied?): %w", resource, err)
+	}
+	return fence.Token(t), nil
+}
