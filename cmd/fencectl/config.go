@@ -27,6 +27,7 @@ type config struct {
 	dsn       string
 	timeout   time.Duration
 	json      bool
+	release   bool
 }
 
 func defaultConfig() config {
@@ -64,6 +65,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.StringVar(&c.dsn, "dsn", c.dsn, "database for tokens: postgres://..., a MySQL DSN or a SQLite file [FENCECTL_DSN]")
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the command's I/O")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON")
+	fs.BoolVar(&c.release, "release", c.release, "fence: also release the lock key, conditioned on the holder's token")
 	return fs
 }
 

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"text/tabwriter"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 
+	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 )
@@ -56,26 +58,83 @@ type lockJSON struct {
 	PID              int         `json:"pid"`
 	AcquiredAt       time.Time   `json:"acquired_at"`
 	LeaseLeftSeconds float64     `json:"lease_left_seconds"`
+	Set              []string    `json:"set,omitempty"`   // the names taken with it (AcquireSet)
+	Mark             *int64      `json:"mark,omitempty"`  // -dsn: the stored high-water token, 0 for none
+	Diff             *int64      `json:"diff,omitempty"`  // -dsn: token - mark
+	State            string      `json:"state,omitempty"` // -dsn: unwritten, written or fenced
 }
 
-func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info) error {
+// fenceState says what a holder's token against the stored mark means: its
+// writes are accepted and it has not written yet (unwritten), the mark is its
+// own (written), or the mark is above it and every write of its is refused
+// (fenced: a successor wrote, or an operator fenced the resource).
+func fenceState(token, mark fence.Token) string {
+	switch {
+	case token < mark:
+		return "fenced"
+	case token == mark:
+		return "written"
+	}
+	return "unwritten"
+}
+
+// printLocks prints infos; marks (nil without -dsn) adds the stored marks.
+func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[string]fence.Token) error {
 	if asJSON {
 		list := make([]lockJSON, len(infos))
 		for i, in := range infos {
-			list[i] = lockJSON{in.Name, in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt, in.LeaseLeft.Seconds()}
+			list[i] = lockJSON{Name: in.Name, Token: in.Token, ClientID: in.ClientID, Host: in.Host, PID: in.PID,
+				AcquiredAt: in.AcquiredAt, LeaseLeftSeconds: in.LeaseLeft.Seconds(), Set: in.Set}
+			if marks != nil {
+				m, d := int64(marks[in.Name]), int64(in.Token-marks[in.Name])
+				list[i].Mark, list[i].Diff, list[i].State = &m, &d, fenceState(in.Token, marks[in.Name])
+			}
 		}
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(list)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "NAME\tTOKEN\tHOLDER\tHOST\tPID\tACQUIRED\tLEASE LEFT")
+	fmt.Fprint(tw, "NAME\tTOKEN\tHOLDER\tHOST\tPID\tACQUIRED\tLEASE LEFT\tSET")
+	if marks != nil {
+		fmt.Fprint(tw, "\tMARK\tDIFF\tSTATE")
+	}
+	fmt.Fprintln(tw)
 	for _, in := range infos {
+		set := "-"
+		if in.Set != nil {
+			set = strings.Join(in.Set, ",")
+		}
 		// Names hold no control characters (CheckName), so they print as they are.
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\n", in.Name,
-			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\t%s", in.Name,
+			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft, set)
+		if marks != nil {
+			m := marks[in.Name]
+			fmt.Fprintf(tw, "\t%d\t%+d\t%s", m, in.Token-m, fenceState(in.Token, m))
+		}
+		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// marks reads the stored mark of each lock's name from -dsn's fence_tokens, one
+// query per lock; nil without -dsn.
+func (c *config) marks(ctx context.Context, infos []lockclient.Info) (map[string]fence.Token, error) {
+	if c.dsn == "" {
+		return nil, nil
+	}
+	driver, db, err := openDSN(ctx, c.dsn, false)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	marks := make(map[string]fence.Token, len(infos))
+	for _, in := range infos {
+		if marks[in.Name], err = fencemark.Read(ctx, db, dialect(driver), in.Name); err != nil {
+			return nil, err
+		}
+	}
+	return marks, nil
 }
 
 func cmdList(ctx context.Context, cfg *config, _ []string, out io.Writer) error {
@@ -92,7 +151,11 @@ func cmdList(ctx context.Context, cfg *config, _ []string, out io.Writer) error 
 		fmt.Fprintf(out, "no locks held under %q\n", cfg.prefix)
 		return nil
 	}
-	return printLocks(out, cfg.json, infos)
+	marks, err := cfg.marks(ctx, infos)
+	if err != nil {
+		return err
+	}
+	return printLocks(out, cfg.json, infos, marks)
 }
 
 func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) error {
@@ -112,7 +175,11 @@ func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) err
 	if err != nil {
 		return cfg.etcdErr(err)
 	}
-	return printLocks(out, cfg.json, []lockclient.Info{info})
+	marks, err := cfg.marks(ctx, []lockclient.Info{info})
+	if err != nil {
+		return err
+	}
+	return printLocks(out, cfg.json, []lockclient.Info{info}, marks)
 }
 
 func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) error {

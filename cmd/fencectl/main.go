@@ -5,6 +5,11 @@
 //	fencectl [flags] show NAME             one lock
 //	fencectl [flags] release NAME TOKEN    release NAME only if it still carries TOKEN
 //	fencectl [flags] tokens [RESOURCE]     stored tokens in fence_tokens (all, or one resource)
+//	fencectl [flags] fence RESOURCE...     raise each resource's stored token to etcd's next
+//	                                       token: every holder granted so far is refused
+//
+// With -dsn, list and show add each lock's stored mark (MARK), its token minus
+// the mark (DIFF) and what that means (STATE: unwritten, written, fenced).
 //
 // Flags (also accepted after the command; environment in brackets):
 //
@@ -17,6 +22,7 @@
 //	                  path (optionally prefixed sqlite:)
 //	-timeout D        bound on each command's I/O (default 5s)
 //	-json             print JSON instead of a table
+//	-release          fence: also release each lock key, conditioned on its holder's token
 //
 // Exit status: 0 success, 1 failure (etcd or the database unreachable, an unknown
 // lock, a token that does not hold the lock), 2 bad usage.
@@ -66,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c = command{nargs: 2, usage: "NAME TOKEN (the holder's token: fencectl show NAME)", run: cmdRelease}
 	case "tokens":
 		c = command{nargs: -1, usage: "[RESOURCE]", run: cmdTokens}
+	case "fence":
+		c = command{nargs: -2, usage: "[-release] RESOURCE...", run: cmdFence}
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -74,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs < 0 && len(args) > 1) {
+	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0) {
 		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] %s %s\n", cmd, c.usage)
 		return 2
 	}
@@ -91,7 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type command struct {
-	nargs int // -1: zero or one
+	nargs int // -1: zero or one; -2: one or more
 	usage string
 	run   func(ctx context.Context, cfg *config, args []string, out io.Writer) error
 }
@@ -109,9 +117,13 @@ commands:
   show NAME            one lock
   release NAME TOKEN   release NAME if it still carries TOKEN
   tokens [RESOURCE]    high-water tokens stored in the database's fence_tokens (-dsn)
+  fence RESOURCE...    raise each stored token to etcd's next token (-dsn): every
+                       holder granted so far is refused; -release also frees the lock
+
+With -dsn, list and show add the stored mark, token - mark and the state.
 
 flags (also after the command): -endpoints, -prefix, -cacert, -cert, -key, -user,
--password, -dsn, -timeout, -json; environment FENCECTL_ENDPOINTS, FENCECTL_PREFIX,
+-password, -dsn, -timeout, -json, -release; environment FENCECTL_ENDPOINTS, FENCECTL_PREFIX,
 FENCECTL_USER, FENCECTL_PASSWORD, FENCECTL_DSN.
 `)
 }

@@ -16,13 +16,16 @@ import (
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	_ "modernc.org/sqlite"             // registers "sqlite"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
 )
 
 // openDSN opens the database dsn names: postgres:// or postgresql:// through
 // pgx's database/sql driver; a DSN with "@" or "tcp(" or "unix(" as MySQL; else
-// a SQLite file (an optional "sqlite:" prefix is dropped), which must exist. It
-// returns the driver's name and a pool, checked with a ping.
-func openDSN(ctx context.Context, dsn string) (string, *sql.DB, error) {
+// a SQLite file (an optional "sqlite:" prefix is dropped), which must exist and
+// is opened read-only unless write is set. It returns the driver's name and a
+// pool, checked with a ping.
+func openDSN(ctx context.Context, dsn string, write bool) (string, *sql.DB, error) {
 	var driver, conn string
 	switch {
 	case dsn == "":
@@ -43,16 +46,45 @@ func openDSN(ctx context.Context, dsn string) (string, *sql.DB, error) {
 			return "", nil, fmt.Errorf("SQLite database %q: %w (a DSN not starting with postgres:// and without @ or tcp( is read as a SQLite file)", path, err)
 		}
 		driver, conn = "sqlite", "file:"+path+"?mode=ro"
+		if write {
+			db, err := sqlfence.OpenSQLite(path) // WAL, a busy timeout, BEGIN IMMEDIATE
+			if err != nil {
+				return "", nil, fmt.Errorf("open sqlite database: %w", err)
+			}
+			if err := ping(ctx, driver, db); err != nil {
+				return "", nil, err
+			}
+			return driver, db, nil
+		}
 	}
 	db, err := sql.Open(driver, conn)
 	if err != nil {
 		return "", nil, fmt.Errorf("open %s database: %w", driver, err)
 	}
-	if err := db.PingContext(ctx); err != nil {
-		db.Close()
-		return "", nil, fmt.Errorf("cannot reach the %s database: %w", driver, err)
+	if err := ping(ctx, driver, db); err != nil {
+		return "", nil, err
 	}
 	return driver, db, nil
+}
+
+// ping checks db, and closes it if it cannot be reached.
+func ping(ctx context.Context, driver string, db *sql.DB) error {
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return fmt.Errorf("cannot reach the %s database: %w", driver, err)
+	}
+	return nil
+}
+
+// dialect is the sqlfence dialect of an openDSN driver name.
+func dialect(driver string) sqlfence.Dialect {
+	switch driver {
+	case "pgx":
+		return sqlfence.Postgres
+	case "mysql":
+		return sqlfence.MySQL
+	}
+	return sqlfence.SQLite
 }
 
 type tokenRow struct {
@@ -62,7 +94,7 @@ type tokenRow struct {
 }
 
 func cmdTokens(ctx context.Context, cfg *config, args []string, out io.Writer) error {
-	driver, db, err := openDSN(ctx, cfg.dsn)
+	driver, db, err := openDSN(ctx, cfg.dsn, false)
 	if err != nil {
 		return err
 	}
