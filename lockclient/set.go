@@ -207,10 +207,6 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 	if err != nil {
 		return nil, err
 	}
-	lease, err := c.session(ctx)
-	if err != nil {
-		return nil, err
-	}
 	keys := make([]string, len(names))
 	cmps := make([]clientv3.Cmp, len(names))
 	gets := make([]clientv3.Op, len(names))
@@ -220,8 +216,17 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 		cmps[i] = clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0)
 		gets[i] = clientv3.OpGet(keys[i])
 	}
+	var lease clientv3.LeaseID
 	var unknown [][]byte // values of attempts whose outcome is unknown, as in acquire
 	for {
+		cur, err := c.session(ctx) // per attempt, as acquire: the session may change
+		if err != nil {
+			c.forgetSet(keys, unknown)
+			return nil, err
+		}
+		if cur != lease {
+			lease, unknown = cur, nil // an old lease takes its keys with it
+		}
 		sent := time.Now()
 		val := c.encodeSet(sent, len(names))
 		for i, k := range keys {
@@ -231,8 +236,15 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 		switch {
 		case err == nil:
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			c.loseSession("etcd no longer has the session lease")
-			return nil, fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, setLabel(names))
+			// The Client's renewal finds the session gone within its interval;
+			// the next attempt then runs under what session() says.
+			if !wait {
+				return nil, fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, setLabel(names))
+			}
+			if err := c.sleep(ctx, retryDelay); err != nil {
+				return nil, err
+			}
+			continue
 		case transient(ctx, err) && wait:
 			unknown = append(unknown, val)
 			if err := c.sleep(ctx, retryDelay); err != nil {
@@ -247,7 +259,11 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 		if resp.Succeeded {
 			l := newLock(c, names[0], fence.Token(resp.Header.Revision), lease, lo)
 			l.names = names
-			return c.registerLock(l, sent, lo)
+			got, err := c.registerLock(l, sent, lo)
+			if wait && err != nil && errors.Is(err, ErrSessionLost) {
+				continue // the keys went with the lease; session() decides what next
+			}
+			return got, err
 		}
 		held, ours := blockers(resp, lease, unknown)
 		if len(ours) == len(names) {
