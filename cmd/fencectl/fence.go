@@ -104,6 +104,8 @@ func fenceOne(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.D
 func printFence(out io.Writer, r fenceJSON) {
 	fmt.Fprintf(out, "fenced %q: mark %d -> %d: every write with a token below %d is refused\n", r.Resource, r.Before, r.After, r.After)
 	switch {
+	case lockclient.CheckName(r.Resource) != nil:
+		fmt.Fprintf(out, "  not a lock name: no holder looked up\n")
 	case r.HolderToken == 0:
 		fmt.Fprintf(out, "  nobody holds the lock\n")
 	default:
