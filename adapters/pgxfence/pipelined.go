@@ -76,6 +76,9 @@ func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Gra
 		}
 	}
 	if err := t.tx.Commit(ctx); err != nil {
+		if u := unknownOutcome("commit", g, err); u != nil {
+			return u
+		}
 		return refusal(ctx, g, err, conn)
 	}
 	return nil

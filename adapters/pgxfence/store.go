@@ -229,7 +229,12 @@ func (s *Store) check(g fence.Grant) error {
 // higher token is stored by the time it is looked at (retrying could never succeed),
 // otherwise wrapped with ErrSerialization, for the caller to retry the whole
 // transaction. Inside a caller's pgx.Tx the 40001 is always ErrSerialization: only
-// the caller can restart its transaction.
+// the caller can restart its transaction. When the reply to COMMIT is lost (the
+// connection broke or closed, the backend was terminated: a FATAL reply, ctx ended
+// while the reply was awaited) it returns a *fence.CommitUnknownError
+// (fence.ErrCommitUnknown) wrapping pgx's error: the transaction may have committed.
+// It is never retried; a pool discards the connection and serves the next call with
+// another.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
@@ -309,6 +314,12 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.T
 		return err
 	}
 	if err := tx.Commit(ctx); err != nil {
+		if !s.nested {
+			// A savepoint's release decides nothing durable: only the caller's commit does.
+			if u := unknownOutcome("commit", g, err); u != nil {
+				return u
+			}
+		}
 		return refusal(ctx, g, err, lookup)
 	}
 	return nil
