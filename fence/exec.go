@@ -25,13 +25,14 @@ type Store[Tx any] interface {
 // higher token than g.Token() has been stored for g.Resource(), and then the stored
 // token becomes g.Token(). ctx governs the whole transaction.
 //
-// A grant that is nil, has an empty resource or a token <= 0 is refused with
+// A nil store (a nil interface or a typed nil pointer), a nil fn, or a grant that is
+// nil (typed nil included), has an empty resource or a token <= 0 is refused with
 // ErrInvalidArgument, ErrInvalidResource or ErrInvalidToken, and a Watched grant
 // whose Done channel is closed with ErrLost, all before any I/O. A newer holder's
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
-	if s == nil {
+	if IsNil(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	}
 	if fn == nil {

@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"reflect"
 	"strconv"
 )
 
@@ -62,11 +63,12 @@ func (g staticGrant) Token() Token     { return g.token }
 const MaxResourceLen = 200
 
 // CheckGrant reports why g cannot be presented, or nil when it can. It returns an error
-// wrapping ErrInvalidArgument for a nil grant, ErrInvalidResource for an empty, overlong
+// wrapping ErrInvalidArgument for a nil grant (a nil interface, or a nil pointer of a
+// grant type, such as the *lockclient.Lock a failed Acquire leaves), ErrInvalidResource for an empty, overlong
 // or non-UTF-8 resource, ErrInvalidToken for a token <= 0, and ErrLost when g is a
 // Watched grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
-	if g == nil {
+	if IsNil(g) {
 		return errNilGrant
 	}
 	if err := CheckResource(g.Resource()); err != nil {
@@ -85,4 +87,19 @@ func CheckGrant(g Grant) error {
 		}
 	}
 	return nil
+}
+
+// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
+// function: a typed nil that satisfies an interface but whose methods would
+// dereference it. Exec, Once and the adapters refuse such grants, stores and
+// connections with ErrInvalidArgument instead of calling them.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -146,13 +146,13 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // cannot be used (and a nil Store).
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db, beginSQL: "BEGIN"}
-	switch db := db.(type) {
-	case *pgxpool.Pool:
-		s.db = nilIfNil(db)
-	case *pgxpool.Conn:
-		s.db = nilIfNil(db)
-	case *pgx.Conn:
-		s.db = nilIfNil(db)
+	if fence.IsNil(db) {
+		// A typed nil (a failed pgxpool.New's pool) is refused by every method
+		// rather than dereferenced.
+		s.db = nil
+	}
+	switch db.(type) {
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
 	default:
 		s.nested = true
 	}
@@ -165,15 +165,6 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// nilIfNil turns a typed nil pointer into a nil DB, so that it is refused rather
-// than dereferenced.
-func nilIfNil[P *pgxpool.Pool | *pgxpool.Conn | *pgx.Conn](p P) DB {
-	if p == nil {
-		return nil
-	}
-	return any(p).(DB)
 }
 
 func (s *Store) check(g fence.Grant) error {
