@@ -17,7 +17,9 @@ type Store[Tx any] interface {
 	// sent but its reply was lost (the connection broke or closed, the session was
 	// terminated, ctx ended mid-commit), Fenced returns a *CommitUnknownError
 	// (errors.Is ErrCommitUnknown) wrapping the driver's error: the transaction may
-	// or may not have committed, and it is never retried.
+	// or may not have committed, and it is never retried. A Watched grant whose
+	// Done channel has closed by the time fn returns is not committed: Fenced rolls
+	// back and returns a *LostError (ErrLost).
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 

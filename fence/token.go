@@ -38,7 +38,9 @@ type Set interface {
 }
 
 // Watched is implemented by grants that know when they are lost (*lockclient.Lock
-// does). Exec refuses a grant whose Done channel is already closed before any I/O.
+// does). Exec refuses a grant whose Done channel is already closed before any I/O,
+// and a fenced transaction whose grant's Done channel has closed by the time fn
+// returns is rolled back with a *LostError instead of committed.
 type Watched interface {
 	Done() <-chan struct{}
 }
@@ -77,13 +79,23 @@ func CheckGrant(g Grant) error {
 	if t := g.Token(); !t.Valid() {
 		return &InvalidTokenError{Resource: g.Resource(), Token: t}
 	}
-	if w, ok := g.(Watched); ok {
-		if d := w.Done(); d != nil {
-			select {
-			case <-d:
-				return &LostError{Resource: g.Resource(), Token: g.Token()}
-			default:
-			}
+	return CheckLost(g)
+}
+
+// CheckLost returns a *LostError (ErrLost) when g is a Watched grant whose Done
+// channel is closed, and nil otherwise. Adapters call it before any I/O (through
+// CheckGrant) and again immediately before COMMIT, so that a fenced transaction
+// whose grant is known lost by the time fn returns rolls back instead of committing.
+func CheckLost(g Grant) error {
+	w, ok := g.(Watched)
+	if !ok || IsNil(g) {
+		return nil
+	}
+	if d := w.Done(); d != nil {
+		select {
+		case <-d:
+			return &LostError{Resource: g.Resource(), Token: g.Token()}
+		default:
 		}
 	}
 	return nil

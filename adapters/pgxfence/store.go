@@ -212,6 +212,8 @@ func (s *Store) check(g fence.Grant) error {
 // durable before the caller commits.
 //
 // It returns, rolling back first: the grant errors of fence.CheckGrant; a
+// *fence.LostError when g is a fence.Watched grant whose Done channel closed by the
+// time fn returned (checked immediately before COMMIT, which is then never sent); a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
 // higher one is stored; fn's error as it is (when fn returns an error that
 // does not wrap the refusal it was given, the two joined); ErrSchema when the
@@ -303,6 +305,9 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.T
 	}()
 	if err := fn(tx); err != nil {
 		return err
+	}
+	if err := fence.CheckLost(g); err != nil {
+		return err // rolled back by the deferred function
 	}
 	if err := tx.Commit(ctx); err != nil {
 		if !s.nested {

@@ -110,7 +110,9 @@ func (s *Store) Dialect() Dialect { return s.d }
 // transaction, including waits for locks.
 //
 // Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
-// fence.ErrInvalidToken, fence.ErrLost (all before any I/O), ErrUnknownDialect,
+// fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
+// *fence.LostError, also when the grant's Done channel closed by the time fn returned:
+// checked immediately before COMMIT, the transaction then rolls back), ErrUnknownDialect,
 // ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
@@ -151,6 +153,10 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*
 		return err
 	}
 	done = true
+	if err := fence.CheckLost(g); err != nil {
+		tx.Rollback()
+		return err
+	}
 	if err := tx.Commit(); err != nil {
 		if u := unknownOutcome("commit", g, err, true); u != nil {
 			return u
