@@ -63,7 +63,8 @@ func TestStore_Put_gcPause(t *testing.T) {
 			if err := child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
-			locks, err := lockclient.New(etcd.Client(t), lockclient.WithTTL(pauseTTL))
+			// Holder 2 keeps the default TTL: only holder 1's lease is meant to run out.
+			locks, err := lockclient.New(etcd.Client(t))
 			if err != nil {
 				t.Fatal(err)
 			}
