@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"syscall"
 
 	"github.com/fencegate/fencegate/internal/testserver"
 )
@@ -38,8 +39,8 @@ const EnvBinary = "FENCEGATE_VERSITYGW"
 // Binary returns the path of a versitygw binary: the one EnvBinary names, or one
 // built from the Go module proxy with the go command on PATH, cached under the
 // user's cache directory (keyed by the pinned go.mod, go.sum and Go version), so
-// that only the first run on a machine builds it (about a minute). Concurrent
-// builds are harmless: each writes its own file and renames it into place.
+// that only the first run on a machine builds it (about a minute with a warm Go
+// build cache). Processes that need it at once wait for one build (a file lock).
 func Binary(ctx context.Context) (string, error) {
 	if p := os.Getenv(EnvBinary); p != "" {
 		if _, err := os.Stat(p); err != nil {
@@ -58,7 +59,24 @@ func Binary(ctx context.Context) (string, error) {
 	}
 	dir := filepath.Join(cache, "fencegate", "versitygw-"+Version+"-"+hex.EncodeToString(sum.Sum(nil))[:16])
 	bin := filepath.Join(dir, "versitygw")
-	if fi, err := os.Stat(bin); err == nil && fi.Mode().IsRegular() {
+	if built(bin) {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// One build at a time across processes (test binaries of several packages
+	// start together): the others wait for it and use its binary.
+	lock, err := os.OpenFile(filepath.Join(dir, "build.lock"), os.O_CREATE|os.O_RDWR, 0o644)
+	if err != nil {
+		return "", err
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX); err != nil {
+		return "", fmt.Errorf("s3test: lock %s: %w", lock.Name(), err)
+	}
+	defer syscall.Flock(int(lock.Fd()), syscall.LOCK_UN)
+	if built(bin) {
 		return bin, nil
 	}
 	if err := build(ctx, dir, bin); err != nil {
@@ -67,14 +85,16 @@ func Binary(ctx context.Context) (string, error) {
 	return bin, nil
 }
 
+func built(bin string) bool {
+	fi, err := os.Stat(bin)
+	return err == nil && fi.Mode().IsRegular()
+}
+
 // build compiles versitygw into bin from a scratch module in dir.
 func build(ctx context.Context, dir, bin string) error {
 	goCmd, err := exec.LookPath("go")
 	if err != nil {
 		return fmt.Errorf("s3test: building versitygw needs the go command: %w", err)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return err
 	}
 	mod, err := os.MkdirTemp(dir, "build-")
 	if err != nil {
