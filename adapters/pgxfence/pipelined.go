@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -28,6 +29,46 @@ const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VAL
 	"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
 	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
+
+// raiseSetSQL is raiseSQL for a fence.Set grant: one statement raises every resource's
+// row, inserting the missing ones, in byte order of the resource names (the order
+// fence.Resources gives), so that transactions over overlapping sets lock their rows
+// in one order. A refusal names the resource whose stored token is higher:
+// 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
+// (a varchar[]) and the token; fenceFirstSQL writes them as literals.
+func raiseSetSQL(resources, token string) string {
+	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
+		"::bigint FROM unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
+		"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
+		"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
+		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
+}
+
+// raiseSetParams is raiseSetSQL for the extended protocol.
+var raiseSetParams = raiseSetSQL("$1", "$2")
+
+// raiseFor returns the fence raise of g and its arguments: raiseSQL for one resource,
+// raiseSetParams for a fence.Set.
+func raiseFor(g fence.Grant) (string, []any) {
+	if _, ok := g.(fence.Set); ok {
+		return raiseSetParams, []any{fence.Resources(g), int64(g.Token())}
+	}
+	return raiseSQL, []any{g.Resource(), int64(g.Token())}
+}
+
+// fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
+// literal), for the message that carries BEGIN and the raise.
+func fenceFirstSQL(g fence.Grant) string {
+	if _, ok := g.(fence.Set); !ok {
+		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
+	}
+	res := fence.Resources(g)
+	lits := make([]string, len(res))
+	for i, r := range res {
+		lits[i] = literal(r)
+	}
+	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", g.Token().String())
+}
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
 // BEGIN and the raise go in one simple-protocol message, and fn is called only once
@@ -108,7 +149,8 @@ var _ pgx.Tx = (*lazyTx)(nil)
 func (t *lazyTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
-	b.Queue(raiseSQL, t.g.Resource(), int64(t.g.Token()))
+	q, args := raiseFor(t.g)
+	b.Queue(q, args...)
 	return b
 }
 

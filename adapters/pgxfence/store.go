@@ -167,6 +167,14 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// checkSingle is check for a single-row write: a fence.Set grant is refused.
+func (s *Store) checkSingle(g fence.Grant) error {
+	if err := s.check(g); err != nil {
+		return err
+	}
+	return fence.CheckSingle(g)
+}
+
 func (s *Store) check(g fence.Grant) error {
 	if err := fence.CheckGrant(g); err != nil {
 		return err
@@ -262,7 +270,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
+	begin := s.beginSQL + "; " + fenceFirstSQL(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		// A refused raise leaves the transaction open and aborted; pgx hands back
@@ -282,7 +290,8 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	if _, err := tx.Exec(ctx, raiseSQL, g.Resource(), int64(g.Token())); err != nil {
+	q, args := raiseFor(g)
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}

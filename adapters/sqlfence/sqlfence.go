@@ -221,6 +221,9 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
 // the upsert of Dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
+	if _, ok := g.(fence.Set); ok {
+		return s.raiseSet(ctx, tx, g)
+	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(s.d.bumpSQL()), int64(g.Token()), g.Resource(), int64(g.Token()))
 	if err != nil {
 		return raiseErr(g, err)
