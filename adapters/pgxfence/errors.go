@@ -22,6 +22,7 @@ const (
 	codeNoFunction    = "42883"
 	codeNoTable       = "42P01"
 	codeNoConstraint  = "42P10" // ON CONFLICT names no unique index
+	codeIdleTimeout   = "25P03" // idle_in_transaction_session_timeout ended the session
 )
 
 type querier interface {
@@ -54,6 +55,8 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 			return fmt.Errorf("%w: fence %q at token %d: %w", ErrSerialization, g.Resource(), g.Token(), err)
 		case codeNoFunction, codeNoTable:
 			return fmt.Errorf("%w: %w", ErrSchema, err)
+		case codeIdleTimeout:
+			return fmt.Errorf("%w: fence %q at token %d: %w", ErrIdleTimeout, g.Resource(), g.Token(), err)
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)

@@ -33,6 +33,7 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -52,6 +53,12 @@ var (
 	ErrSerialization = errors.New("pgxfence: serialization failure, retry the transaction")
 	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
 	ErrInvalidOption = errors.New("pgxfence: invalid option")
+	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
+	// idle longer than its idle timeout (WithIdleTimeout; by default the grant's
+	// lease): the client stopped inside fn, a frozen process. Nothing of it was
+	// committed, and the grant has most likely passed on: stop, do not retry. It
+	// wraps the *pgconn.PgError (SQLSTATE 25P03).
+	ErrIdleTimeout = errors.New("pgxfence: fenced transaction ended by the server: idle past its timeout")
 	// ErrSchema means fence_tokens or fence_raise is missing: apply the migrations
 	// package's migrations (migrations.Up with migrations.Postgres).
 	ErrSchema = errors.New("pgxfence: fencegate schema missing, run migrations.Up")
@@ -76,6 +83,7 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
+	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
@@ -270,7 +278,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; " + fenceFirstSQL(g)
+	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.idleMS(g) + "; " + fenceFirstSQL(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		// A refused raise leaves the transaction open and aborted; pgx hands back
