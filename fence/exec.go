@@ -11,9 +11,17 @@ import (
 type Store[Tx any] interface {
 	// Fenced begins a transaction, raises the resource's stored high-water token to
 	// g.Token() (refusing with a *StaleError if a higher one is stored), runs fn and
-	// commits. The fence row stays locked until commit, so a stale transaction that
-	// races a newer one waits and is then refused; it cannot interleave. Any error
-	// from fn, and any refusal, rolls the whole transaction back. When COMMIT was
+	// commits. Any error from fn, and any refusal, rolls the whole transaction back;
+	// a refused transaction writes nothing. Once raised, the fence row stays locked
+	// until commit: a transaction with another token that reaches it meanwhile waits,
+	// and is then refused if its token is lower. When the fence is raised is the
+	// adapter's documented choice: before fn runs (sqlfence; pgxfence
+	// WithFenceFirst), or, by default in pgxfence, together with fn's first
+	// statement, which then never runs for a stale grant. In that default mode fn
+	// holds nothing before its first statement: work fn does outside the database
+	// before it runs even for a stale grant, and a stale transaction whose first
+	// statement reaches the fence row before a newer one's commits first (tokens
+	// still rise in commit order; the newer one then raises past it). When COMMIT was
 	// sent but its reply was lost (the connection broke or closed, the session was
 	// terminated, ctx ended mid-commit), Fenced returns a *CommitUnknownError
 	// (errors.Is ErrCommitUnknown) wrapping the driver's error: the transaction may

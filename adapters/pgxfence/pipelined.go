@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetx"
 )
 
 // staleMarker starts the text raiseSQL casts to bigint when it refuses.
@@ -87,45 +88,29 @@ func WithFenceFirst() Option {
 
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
-func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) error {
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
-	defer func() {
-		if p := recover(); p != nil {
-			t.rollback(ctx)
-			panic(p)
-		}
-		if err != nil {
-			t.rollback(ctx)
-		}
-	}()
-	if err := fn(t); err != nil {
-		if t.refused != nil && !errors.Is(err, t.refused) {
-			// fn swallowed the refusal and failed otherwise: keep both.
-			return errors.Join(t.refused, err)
-		}
-		return err
-	}
-	if t.refused != nil {
-		// fn swallowed the refusal: its first statement never ran, and nothing commits.
-		return t.refused
-	}
-	if err := fence.CheckLost(g); err != nil {
-		return err // rolled back by the deferred function; never begun if fn sent nothing
-	}
-	if t.tx == nil {
-		// fn sent nothing: the fence is raised all the same, so that the stored token
-		// moves up to the grant's.
-		if err := t.begin(ctx); err != nil {
-			return err
-		}
-	}
-	if err := t.tx.Commit(ctx); err != nil {
-		if u := unknownOutcome("commit", g, err); u != nil {
-			return u
-		}
-		return refusal(ctx, g, err, conn)
-	}
-	return nil
+	return fencetx.Run(g, func() error { return fn(t) }, fencetx.Ops{
+		Rollback: func() { t.rollback(ctx) },
+		Refused:  func() error { return t.refused },
+		Commit: func() error {
+			if t.tx == nil {
+				// fn sent nothing: the fence is raised all the same, so that the
+				// stored token moves up to the grant's.
+				if err := t.begin(ctx); err != nil {
+					return err
+				}
+			}
+			err := t.tx.Commit(ctx)
+			if err == nil {
+				return nil
+			}
+			if u := unknownOutcome("commit", g, err); u != nil {
+				return u
+			}
+			return refusal(ctx, g, err, conn)
+		},
+	})
 }
 
 // lazyTx is the pgx.Tx that a pipelined Fenced hands fn. Its transaction begins with

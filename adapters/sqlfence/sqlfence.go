@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetx"
 )
 
 var (
@@ -147,30 +148,20 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	return s.finish(ctx, tx, g, fn)
 }
 
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) (err error) {
-	done := false
-	defer func() {
-		if !done {
-			tx.Rollback() // fn panicked; the panic continues
-		}
-	}()
-	if err := fn(tx); err != nil {
-		done = true
-		tx.Rollback()
-		return err
-	}
-	done = true
-	if err := fence.CheckLost(g); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		if u := unknownOutcome("commit", g, err, true); u != nil {
-			return u
-		}
-		return s.commitErr(ctx, err)
-	}
-	return nil
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
+	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
+		Rollback: func() { _ = tx.Rollback() }, // after Commit, ErrTxDone
+		Commit: func() error {
+			err := tx.Commit()
+			if err == nil {
+				return nil
+			}
+			if u := unknownOutcome("commit", g, err, true); u != nil {
+				return u
+			}
+			return s.commitErr(ctx, err)
+		},
+	})
 }
 
 func (s *Store) commitErr(ctx context.Context, err error) error {
