@@ -178,3 +178,41 @@ func resumeChild(t *testing.T, c *frozenChild, out *bufio.Scanner) string {
 	}
 	return last
 }
+
+// TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the
+// option's, else the grant's lease, else fence.DefaultIdleTimeout, in both raise modes;
+// and that a timeout under a millisecond is refused.
+func TestStore_WithIdleTimeout(t *testing.T) {
+	pool := newPool(t)
+	opt, err := pgxfence.NewWithOptions(pool, pgxfence.WithIdleTimeout(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain := pgxfence.New(pool)
+	leased := leasedGrant{fence.NewGrant("idle-leased", 1), 3 * time.Second}
+	tests := []struct {
+		name  string
+		store *pgxfence.Store
+		g     fence.Grant
+		want  string
+	}{
+		{"option", opt, leased, "1500ms"},
+		{"lease", plain, leased, "3s"},
+		{"default", plain, fence.NewGrant("idle-default", 1), "10s"},
+		{"fence-first lease", fenceFirstStore(t, pool), leasedGrant{fence.NewGrant("idle-ff", 1), 4 * time.Second}, "4s"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var got string
+			err := fence.Exec(t.Context(), tt.store, tt.g, func(tx pgx.Tx) error {
+				return tx.QueryRow(t.Context(), "SHOW idle_in_transaction_session_timeout").Scan(&got)
+			})
+			if err != nil || got != tt.want {
+				t.Fatalf("idle timeout = %q, %v; want %q", got, err, tt.want)
+			}
+		})
+	}
+	if _, err := pgxfence.NewWithOptions(pool, pgxfence.WithIdleTimeout(0)); !errors.Is(err, pgxfence.ErrInvalidOption) {
+		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
+	}
+}

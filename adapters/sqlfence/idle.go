@@ -27,9 +27,10 @@ import (
 //     the server's default after it ends: two round trips more per transaction.
 //     MySQL, which lacks it, gets wait_timeout the same way.
 //   - SQLite: nothing to set. Writers are one host's processes and the lock is the
-//     database file's: a frozen writer holds it until it wakes or dies, and a waiter
-//     gets ErrBusy (wrapping SQLITE_BUSY) once its ctx ends (the driver's busy
-//     timeout, SQLiteBusyTimeoutMS, bounds each wait; the Store retries until ctx).
+//     database file's: a frozen writer holds it until it wakes or dies, and a
+//     waiter's call ends with its ctx's error, wrapped in ErrBusy where the Store
+//     was retrying (the driver's busy timeout, SQLiteBusyTimeoutMS, bounds each
+//     wait; the Store retries until ctx ends).
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
