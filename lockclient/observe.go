@@ -12,7 +12,7 @@ import (
 )
 
 // Observer is told what a Client does, for metrics. Its methods are called
-// synchronously from the Client's calls and its one renewal goroutine, so they
+// synchronously from the Client's calls and its session goroutine, so they
 // must be cheap and must not block or call back into the Client; they may be
 // called concurrently. The lockmetrics package implements it with Prometheus.
 type Observer interface {

@@ -6,7 +6,9 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // serverSide tells the embedded etcd members' code (server, raft, storage,
@@ -89,4 +91,13 @@ func startProfile(b *testing.B, path string) (stop func()) {
 		pprof.StopCPUProfile()
 		f.Close()
 	}
+}
+
+// processCPU is the CPU time the process has used, user and system.
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
