@@ -29,6 +29,9 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err := s.check(g); err != nil {
 		return nil, err
 	}
+	if err := fence.CheckSingle(g); err != nil {
+		return nil, err
+	}
 	st := &rowStmt{table: r.Table}
 	var err error
 	if st.qtable, err = s.d.table(r.Table); err != nil {
@@ -89,58 +92,6 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	return st, nil
 }
 
-// Update sets the columns on the row if its token column is <= g.Token(), storing
-// g.Token() there, in one statement (outside any transaction):
-//
-//	UPDATE t SET c = ?, ..., fence_token = ? WHERE key = ? AND fence_token <= ?
-//
-// When it changes no row it reads the row's token once to return a *fence.StaleError
-// (Seen = the stored token) or an error matching fence.ErrNotFound. Writing the values
-// the row already has is a success (on MySQL that needs clientFoundRows, which the
-// Store checks). r.Key must pick at most one row (a primary or unique key).
-//
-// Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice),
-// fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant, ErrFoundRows,
-// ErrUnknownDialect, ErrSchema (Upsert and Delete, and the MySQL check: no
-// fence_tokens), a *fence.DuplicateError when a set column hits a unique key,
-// ErrBusy, or the driver's error wrapped.
-func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "update", g, &err)
-	st, err := s.prepare(g, r, set, true)
-	if err != nil {
-		return err
-	}
-	if err := s.probe(ctx); err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("UPDATE " + st.qtable + " SET ")
-	for _, c := range st.set {
-		b.WriteString(c + " = ?, ")
-	}
-	b.WriteString(st.tok + " = ? WHERE " + st.where + " AND " + st.tok + " <= ?")
-	q := s.d.rebind(b.String())
-	tok := int64(g.Token())
-	args := append(append(append(append([]any{}, st.setArgs...), tok), st.keyArgs...), tok)
-
-	var n int64
-	err = s.retry(ctx, func() error {
-		res, err := s.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return st.failed("update", err)
-	}
-	if n > 0 {
-		return nil
-	}
-	return s.refused(ctx, s.db, g, st)
-}
-
 // Upsert inserts the row (key, set columns and g.Token() in the token column), or
 // updates it as Update does if its stored token is <= g.Token(). In the same
 // transaction it raises the fence_tokens row of g.Resource() to g.Token(), so once a
@@ -167,7 +118,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		s.d.upsertTail(st.qtable, st.keys, st.set, st.tok))
 	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
 
-	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "upsert", g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -214,7 +165,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	}
 	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
 	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
-	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "delete", g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -239,7 +190,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // writeTx runs fn in a transaction that first raises g's fence row, and commits; it
 // tries the whole transaction again while the database is busy (every statement in
 // it is the Store's own).
-func (s *Store) writeTx(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
+func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -252,7 +203,13 @@ func (s *Store) writeTx(ctx context.Context, g fence.Grant, fn func(*sql.Tx) err
 		if err := fn(tx); err != nil {
 			return err
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			if u := unknownOutcome(op, g, err, true); u != nil {
+				return u
+			}
+			return err
+		}
+		return nil
 	})
 }
 
@@ -303,6 +260,7 @@ func (st *rowStmt) failed(op string, err error) error {
 	)
 	switch {
 	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),
+		errors.Is(err, fence.ErrCommitUnknown),
 		errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, ErrBusy),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err

@@ -50,11 +50,14 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	t.Run("BlockedStaleTx", func(t *testing.T) { testBlockedStale(t, h) })
 	t.Run("RollbackOnError", func(t *testing.T) { testRollback(t, h) })
 	t.Run("BadGrant", func(t *testing.T) { testBadGrant(t, h) })
+	t.Run("LostBeforeCommit", func(t *testing.T) { testLostBeforeCommit(t, h) })
 	t.Run("RowUpdate", func(t *testing.T) { testRowUpdate(t, h) })
 	t.Run("RowUpsert", func(t *testing.T) { testRowUpsert(t, h) })
 	t.Run("RowDeleteStaleReinsert", func(t *testing.T) { testRowDelete(t, h) })
 	t.Run("RowBadInput", func(t *testing.T) { testRowBadInput(t, h) })
 	t.Run("HostileIdentifiers", func(t *testing.T) { testHostile(t, h) })
+	t.Run("OneMarkPerResource", func(t *testing.T) { testOneMark(t, h) })
+	t.Run("GrantSets", func(t *testing.T) { testSets(t, h) })
 }
 
 var seq atomic.Int64
