@@ -5,16 +5,12 @@
 //	next, err := locks.NextToken(ctx) // etcd's revision + 1: above every token granted so far
 //	before, after, err := fencemark.Raise(ctx, db, sqlfence.Postgres, "account-42", next)
 //
-// From then on the database refuses, with fence.ErrStale, every fenced write
-// (fence.Exec, and the adapters' Upsert and Delete, which raise the same row)
-// that presents a token below next: every holder granted before NextToken was
-// read. A holder granted later has a token of at least next and writes as usual.
+// From then on the database refuses, with fence.ErrStale, every fenced write of
+// the adapters (fence.Exec, Update, Upsert, Delete: each checks the resource's
+// mark) that presents a token below next: every holder granted before NextToken
+// was read, and a set holding the resource among others. A holder granted later has a token of at least next and writes as usual.
 // A fenced transaction that holds the resource's row when Raise runs finishes
 // first (Raise waits for its row lock) and is the last write of the old holders.
-//
-// The classic one-statement Update on a token column compares against the row's
-// own column, not fence_tokens, so Raise does not cut it off; Upsert and Delete
-// do check fence_tokens.
 //
 // It works through database/sql on PostgreSQL (pgx's stdlib driver; a pgxpool
 // user can pass stdlib.OpenDBFromPool(pool)), MySQL/MariaDB and SQLite, named by

@@ -17,8 +17,8 @@ import (
 
 // TestRaise_liveHolder: a holder that still holds its lock in etcd has written
 // once; the operator raises the mark to NextToken; the holder's next fenced
-// writes (fence.Exec, Upsert, and pgxfence on PostgreSQL) are refused at once,
-// and the next holder's are accepted.
+// writes (fence.Exec, Update and Upsert on a token column, and pgxfence on
+// PostgreSQL) are refused at once, and the next holder's are accepted.
 func TestRaise_liveHolder(t *testing.T) {
 	srv := locktest.Start(t)
 	for _, o := range backends() {
@@ -79,6 +79,9 @@ func TestRaise_liveHolder(t *testing.T) {
 			if err := credit(holder); !errors.As(err, &stale) || stale.Seen != next {
 				t.Fatalf("the holder's write after the fence = %v, want *fence.StaleError seeing %d", err, next)
 			}
+			if err := store.Update(ctx, holder, row, fence.C("cents", 0)); !errors.Is(err, fence.ErrStale) {
+				t.Fatalf("the holder's Update after the fence = %v, want ErrStale", err)
+			}
 			if err := store.Upsert(ctx, holder, row, fence.C("cents", 0)); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("the holder's Upsert after the fence = %v, want ErrStale", err)
 			}
@@ -107,6 +110,26 @@ func TestRaise_liveHolder(t *testing.T) {
 				t.Fatalf("the successor's write: %v", err)
 			}
 			successor.Release(ctx)
+
+			// A set holding the resource among others is cut off by its mark too.
+			set, err := locks.AcquireSet(ctx, []string{"account-42", "account-7"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := credit(set); err != nil {
+				t.Fatalf("the set's first write: %v", err)
+			}
+			next, err = locks.NextToken(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, after, err := fencemark.Raise(ctx, b.db, b.d, "account-7", next); err != nil || after != next {
+				t.Fatalf("Raise(account-7) = %d, %v", after, err)
+			}
+			if err := credit(set); !errors.Is(err, fence.ErrStale) {
+				t.Fatalf("the set's write after account-7 was fenced = %v, want ErrStale", err)
+			}
+			set.Release(ctx)
 		})
 	}
 }
