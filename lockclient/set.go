@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -207,15 +204,8 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 	if err != nil {
 		return nil, err
 	}
-	keys := make([]string, len(names))
-	cmps := make([]clientv3.Cmp, len(names))
-	gets := make([]clientv3.Op, len(names))
-	puts := make([]clientv3.Op, len(names))
-	for i, n := range names {
-		keys[i] = c.key(n)
-		cmps[i] = clientv3.Compare(clientv3.CreateRevision(keys[i]), "=", 0)
-		gets[i] = clientv3.OpGet(keys[i])
-	}
+	txn := c.newSetTxn(names)
+	keys := txn.keys
 	var lease clientv3.LeaseID
 	var unknown [][]byte // values of attempts whose outcome is unknown, as in acquire
 	for {
@@ -229,37 +219,19 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 		}
 		sent := time.Now()
 		val := c.encodeSet(sent, len(names))
-		for i, k := range keys {
-			puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
-		}
-		resp, err := c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
-		switch {
-		case err == nil:
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			// The Client's renewal finds the session gone within its interval;
-			// the next attempt then runs under what session() says.
-			if !wait {
-				return nil, fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, setLabel(names))
+		resp, err := txn.commit(ctx, c, lease, val)
+		if err != nil {
+			if transient(ctx, err) {
+				unknown = append(unknown, val) // it may have taken the set
 			}
-			if err := c.sleep(ctx, retryDelay); err != nil {
+			if retry, err := c.retrySet(ctx, err, wait, names); !retry {
+				c.forgetSet(keys, append(unknown, val)) // ctx may have ended on a Txn that landed
 				return nil, err
 			}
 			continue
-		case transient(ctx, err) && wait:
-			unknown = append(unknown, val)
-			if err := c.sleep(ctx, retryDelay); err != nil {
-				c.forgetSet(keys, unknown)
-				return nil, err
-			}
-			continue
-		default:
-			c.forgetSet(keys, append(unknown, val))
-			return nil, fmt.Errorf("lockclient: acquire %s: %w", setLabel(names), c.denied(err))
 		}
 		if resp.Succeeded {
-			l := newLock(c, names[0], fence.Token(resp.Header.Revision), lease, lo)
-			l.names = names
-			got, err := c.registerLock(l, sent, lo)
+			got, err := c.registerLock(c.newSetLock(names, fence.Token(resp.Header.Revision), lease, lo), sent, lo)
 			if wait && err != nil && errors.Is(err, ErrSessionLost) {
 				continue // the keys went with the lease; session() decides what next
 			}
@@ -269,9 +241,7 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 		if len(ours) == len(names) {
 			// An earlier attempt whose answer was lost took the whole set.
 			info := decodeInfo(names[0], ours[0])
-			l := newLock(c, names[0], info.Token, lease, lo)
-			l.names = names
-			return c.registerLock(l, info.AcquiredAt, lo)
+			return c.registerLock(c.newSetLock(names, info.Token, lease, lo), info.AcquiredAt, lo)
 		}
 		if len(ours) > 0 {
 			// Part of an earlier attempt's set is left (someone deleted the rest):
@@ -286,49 +256,9 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 			info := decodeInfo(nameOf(c, held[0]), held[0])
 			return nil, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
 		}
-		c.waiting(ctx, nameOf(c, held[0]), held[0])
-		for _, kv := range held {
-			if err := c.waitDelete(ctx, string(kv.Key), resp.Header.Revision); err != nil {
-				c.forgetSet(keys, unknown)
-				return nil, err
-			}
+		if err := c.waitSet(ctx, held, resp.Header.Revision); err != nil {
+			c.forgetSet(keys, unknown)
+			return nil, err
 		}
 	}
-}
-
-// blockers sorts the keys a failed set Txn found into those held by others and
-// those an earlier attempt of this call created (this session's lease, one of
-// the unknown values).
-func blockers(resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (held, ours []*mvccpb.KeyValue) {
-	for _, r := range resp.Responses {
-		kvs := r.GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			continue
-		}
-		if clientv3.LeaseID(kvs[0].Lease) == lease && isOneOf(kvs[0].Value, unknown) {
-			ours = append(ours, kvs[0])
-		} else {
-			held = append(held, kvs[0])
-		}
-	}
-	return held, ours
-}
-
-func nameOf(c *Client, kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
-
-// forgetSet queues deletes of every key an attempt with an unknown outcome may
-// have created, each conditioned on the exact value that attempt wrote.
-func (c *Client) forgetSet(keys []string, vals [][]byte) {
-	for _, k := range keys {
-		c.forget(k, vals)
-	}
-}
-
-// encodeSet is encode for one attempt on a set of n names: holderValue with
-// set_size, which tells Holder to look up the set's other names.
-func (c *Client) encodeSet(at time.Time, n int) []byte {
-	b := c.encode(at)
-	b = append(b[:len(b)-1], `,"set_size":`...)
-	b = strconv.AppendInt(b, int64(n), 10)
-	return append(b, '}')
 }

@@ -2,9 +2,14 @@ package lockclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"strconv"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -161,4 +166,110 @@ func (c *Client) setNames(ctx context.Context, tok fence.Token) ([]string, error
 		}
 	}
 	return names, nil
+}
+
+// retrySet decides what a failed set Txn means: try again after a pause, or
+// give up with the error to return.
+func (c *Client) retrySet(ctx context.Context, err error, wait bool, names []string) (bool, error) {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		// The Client's renewal finds the session gone within its interval; the
+		// next attempt then runs under what session() says.
+		if !wait {
+			return false, fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, setLabel(names))
+		}
+	case transient(ctx, err) && wait:
+	default:
+		return false, fmt.Errorf("lockclient: acquire %s: %w", setLabel(names), c.denied(err))
+	}
+	if err := c.sleep(ctx, retryDelay); err != nil {
+		return false, err
+	}
+	return true, nil
+}
+
+// setTxn is a set's acquire Txn: create every key if none exists, else read them.
+type setTxn struct {
+	keys       []string
+	cmps       []clientv3.Cmp
+	gets, puts []clientv3.Op
+}
+
+func (c *Client) newSetTxn(names []string) *setTxn {
+	t := &setTxn{
+		keys: make([]string, len(names)),
+		cmps: make([]clientv3.Cmp, len(names)),
+		gets: make([]clientv3.Op, len(names)),
+		puts: make([]clientv3.Op, len(names)),
+	}
+	for i, n := range names {
+		t.keys[i] = c.key(n)
+		t.cmps[i] = clientv3.Compare(clientv3.CreateRevision(t.keys[i]), "=", 0)
+		t.gets[i] = clientv3.OpGet(t.keys[i])
+	}
+	return t
+}
+
+// commit sends one attempt: every key put with val under lease.
+func (t *setTxn) commit(ctx context.Context, c *Client, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
+	for i, k := range t.keys {
+		t.puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
+	}
+	return c.cli.Txn(ctx).If(t.cmps...).Then(t.puts...).Else(t.gets...).Commit()
+}
+
+func (c *Client) newSetLock(names []string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
+	l := newLock(c, names[0], token, lease, lo)
+	l.names = names
+	return l
+}
+
+// waitSet waits until every key that blocked an attempt at revision rev has
+// been deleted since (or a watch broke, which the next attempt answers). It
+// writes nothing.
+func (c *Client) waitSet(ctx context.Context, held []*mvccpb.KeyValue, rev int64) error {
+	c.waiting(ctx, nameOf(c, held[0]), held[0])
+	for _, kv := range held {
+		if err := c.waitDelete(ctx, string(kv.Key), rev); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// blockers sorts the keys a failed set Txn found into those held by others and
+// those an earlier attempt of this call created (this session's lease, one of
+// the unknown values).
+func blockers(resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (held, ours []*mvccpb.KeyValue) {
+	for _, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 {
+			continue
+		}
+		if clientv3.LeaseID(kvs[0].Lease) == lease && isOneOf(kvs[0].Value, unknown) {
+			ours = append(ours, kvs[0])
+		} else {
+			held = append(held, kvs[0])
+		}
+	}
+	return held, ours
+}
+
+func nameOf(c *Client, kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
+
+// forgetSet queues deletes of every key an attempt with an unknown outcome may
+// have created, each conditioned on the exact value that attempt wrote.
+func (c *Client) forgetSet(keys []string, vals [][]byte) {
+	for _, k := range keys {
+		c.forget(k, vals)
+	}
+}
+
+// encodeSet is encode for one attempt on a set of n names: holderValue with
+// set_size, which tells Holder to look up the set's other names.
+func (c *Client) encodeSet(at time.Time, n int) []byte {
+	b := c.encode(at)
+	b = append(b[:len(b)-1], `,"set_size":`...)
+	b = strconv.AppendInt(b, int64(n), 10)
+	return append(b, '}')
 }
