@@ -91,8 +91,8 @@ func TestClient_badLockOptions(t *testing.T) {
 		opts []lockclient.LockOption
 		msg  string
 	}{
-		{"lease under minimum", []lockclient.LockOption{lockclient.WithManualRenewal(), lockclient.WithLease(time.Second)}, "minimum"},
-		{"lease without manual renewal", []lockclient.LockOption{lockclient.WithLease(5 * time.Second)}, "WithManualRenewal"},
+		{"lease under minimum", []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, "minimum"},
+		{"negative lease", []lockclient.LockOption{lockclient.WithManualRenewal(-time.Second)}, "minimum"},
 		{"nil option", []lockclient.LockOption{nil}, "nil"},
 	}
 	for _, tt := range tests {

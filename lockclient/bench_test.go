@@ -353,7 +353,7 @@ func BenchmarkLockclient(b *testing.B) {
 					for i := w; i < n; i += benchWorkers {
 						var opts []lockclient.LockOption
 						if i%2 == 1 {
-							opts = append(opts, lockclient.WithManualRenewal(), lockclient.WithLease(time.Hour))
+							opts = append(opts, lockclient.WithManualRenewal(time.Hour))
 						}
 						l, err := c.Acquire(b.Context(), fmt.Sprintf("hold-%d", i), opts...)
 						if err != nil {

@@ -72,8 +72,8 @@
 // is stopped but, on Linux, not while the whole machine is suspended; fencing
 // covers that case too.)
 //
-// A lock taken WithManualRenewal must also be Renewed at least once per its lease
-// duration (WithLease, default the TTL). If it is not, the Client deletes its key
+// A lock taken WithManualRenewal(lease) must also be Renewed at least once per
+// lease (0: the TTL). If it is not, the Client deletes its key
 // itself (a Txn on the create revision) and ends it as lost, so a stuck job in a
 // live process loses its lock too.
 //

@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ func TestLock_manualRenewal_expires(t *testing.T) {
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
 
-	stuck := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	stuck := mustAcquire(t, a, "report", lockclient.WithManualRenewal(2*time.Second))
 	got := make(chan *lockclient.Lock, 1)
 	go func() {
 		l, err := b.Acquire(t.Context(), "report")
@@ -54,7 +55,7 @@ func TestLock_manualRenewal_renewKeepsIt(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
-	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(), lockclient.WithLease(3*time.Second))
+	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(3*time.Second))
 	// Renew across several lease durations; the lock must stay.
 	for range 14 {
 		time.Sleep(500 * time.Millisecond)
@@ -81,7 +82,7 @@ func TestClient_abandoned(t *testing.T) {
 	a := newClient(t, cli, lockclient.WithTTL(testTTL))
 	b := newClient(t, srv.Client(t))
 	la := mustAcquire(t, a, "account-9")
-	mustAcquire(t, a, "account-10", lockclient.WithManualRenewal())
+	mustAcquire(t, a, "account-10", lockclient.WithManualRenewal(0))
 	cli.Close()
 
 	lb := mustAcquire(t, b, "account-9") // waits for etcd to expire a's lease
@@ -110,7 +111,7 @@ func TestLock_Renew_detectsLoss(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t))
 	admin := newClient(t, srv.Client(t))
-	l := mustAcquire(t, a, "job", lockclient.WithManualRenewal())
+	l := mustAcquire(t, a, "job", lockclient.WithManualRenewal(0))
 	if err := l.Renew(t.Context()); err != nil {
 		t.Fatalf("Renew of a held lock: %v", err)
 	}
@@ -125,5 +126,43 @@ func TestLock_Renew_detectsLoss(t *testing.T) {
 	}
 	if isClosed(a.Done()) {
 		t.Fatal("one lost lock ended the session")
+	}
+}
+
+// TestLock_Lease checks the lease a Lock reports to the adapters (fence.Leased),
+// which bound a frozen holder's idle transaction by it.
+func TestLock_Lease(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(7*time.Second))
+	tests := []struct {
+		name string
+		opts []lockclient.LockOption
+		want time.Duration
+	}{
+		{"session", nil, 7 * time.Second},
+		{"manual, session's lease", []lockclient.LockOption{lockclient.WithManualRenewal(0)}, 7 * time.Second},
+		{"manual, own lease", []lockclient.LockOption{lockclient.WithManualRenewal(3 * time.Second)}, 3 * time.Second},
+	}
+	for i, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := mustAcquire(t, c, fmt.Sprintf("lease-%d", i), tt.opts...)
+			if got := l.Lease(); got != tt.want {
+				t.Fatalf("Lease() = %v, want %v", got, tt.want)
+			}
+			if got := fence.IdleTimeout(l, 0); got != tt.want {
+				t.Fatalf("fence.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
+			}
+		})
+	}
+	set, err := c.AcquireSet(t.Context(), []string{"lease-a", "lease-b"}, lockclient.WithManualRenewal(4*time.Second))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := set.Lease(); got != 4*time.Second {
+		t.Fatalf("LockSet.Lease() = %v, want 4s", got)
+	}
+	var nilLock *lockclient.Lock
+	if got := nilLock.Lease(); got != 0 {
+		t.Fatalf("nil Lock's Lease() = %v, want 0", got)
 	}
 }

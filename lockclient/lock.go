@@ -38,6 +38,12 @@ type Lock struct {
 	index    int       // position in c.manual, -1 when not there
 }
 
+var (
+	_ fence.Grant   = (*Lock)(nil)
+	_ fence.Watched = (*Lock)(nil)
+	_ fence.Leased  = (*Lock)(nil)
+)
+
 func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: name, token: token, lease: lease, manual: lo.manual, dur: lo.lease, ctx: ctx, cancel: cancel, index: -1}
@@ -52,6 +58,20 @@ func (l *Lock) Resource() string { return l.name }
 
 // Token returns the lock's fencing token: its key's etcd create revision.
 func (l *Lock) Token() fence.Token { return l.token }
+
+// Lease returns how long the lock outlives its holder's silence: the lease given to
+// WithManualRenewal, otherwise the session TTL; 0 for a nil Lock. It satisfies
+// fence.Leased, so the adapters end a fenced transaction of this lock that sits
+// idle on the database for longer (a holder frozen inside it).
+func (l *Lock) Lease() time.Duration {
+	if l == nil {
+		return 0
+	}
+	if l.manual {
+		return l.dur
+	}
+	return l.c.ttl
+}
 
 // Done is closed when the lock ends: released, lost, or its Client closed. Work
 // protected by the lock must stop; fenced writes are refused from then on.

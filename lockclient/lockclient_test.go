@@ -244,7 +244,7 @@ func TestClient_Close(t *testing.T) {
 	c := newClient(t, srv.Client(t))
 	watcher := newClient(t, srv.Client(t))
 	l1 := mustAcquire(t, c, "a")
-	l2 := mustAcquire(t, c, "b", lockclient.WithManualRenewal())
+	l2 := mustAcquire(t, c, "b", lockclient.WithManualRenewal(0))
 	if err := c.Close(); err != nil {
 		t.Fatalf("Close: %v", err)
 	}
@@ -281,7 +281,7 @@ func TestClient_manyLocks_noGoroutinePerLock(t *testing.T) {
 	for i := range n {
 		var opts []lockclient.LockOption
 		if i%2 == 1 {
-			opts = append(opts, lockclient.WithManualRenewal(), lockclient.WithLease(time.Minute))
+			opts = append(opts, lockclient.WithManualRenewal(time.Minute))
 		}
 		locks = append(locks, mustAcquire(t, c, fmt.Sprintf("job-%d", i), opts...))
 	}

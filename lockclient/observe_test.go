@@ -156,7 +156,7 @@ func TestClient_WithObserver_events(t *testing.T) {
 	}()
 	lb := mustAcquire(t, c, "b")
 	// not renewed in time
-	lm := mustAcquire(t, c, "m", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	lm := mustAcquire(t, c, "m", lockclient.WithManualRenewal(2*time.Second))
 	waitClosed(t, lm.Done(), "unrenewed lock's Done")
 	// key deleted by someone else, found by Renew
 	lk := mustAcquire(t, c, "k")

@@ -133,25 +133,17 @@ type lockOptions struct {
 }
 
 // WithManualRenewal makes the lock live only while the caller renews it: a lock
-// not Renewed within its lease duration (WithLease, default the session TTL) is
-// deleted by the client itself and reported lost, so a stuck job in a live
-// process loses its lock too. Without it the lock lives as long as the session.
-func WithManualRenewal() LockOption {
+// not Renewed within lease is deleted by the client itself and reported lost, so a
+// stuck job in a live process loses its lock too. A lease of 0 means the session
+// TTL; otherwise it must be at least MinTTL (a negative or shorter lease is
+// ErrInvalidOption). Without this option the lock lives as long as the session.
+func WithManualRenewal(lease time.Duration) LockOption {
 	return func(o *lockOptions) error {
-		o.manual = true
-		return nil
-	}
-}
-
-// WithLease sets the lease duration of a lock taken WithManualRenewal: the longest
-// time between Renew calls. It must be at least MinTTL; it is refused without
-// WithManualRenewal, where the lock lives as long as the session.
-func WithLease(d time.Duration) LockOption {
-	return func(o *lockOptions) error {
-		if d < MinTTL {
-			return fmt.Errorf("%w: lock lease %v is under the minimum %v", ErrInvalidOption, d, MinTTL)
+		if lease < 0 || (lease > 0 && lease < MinTTL) {
+			return fmt.Errorf("%w: lock lease %v is under the minimum %v", ErrInvalidOption, lease, MinTTL)
 		}
-		o.lease = d
+		o.manual = true
+		o.lease = lease
 		return nil
 	}
 }
@@ -165,9 +157,6 @@ func buildLockOptions(sessionTTL time.Duration, opts []LockOption) (lockOptions,
 		if err := opt(&o); err != nil {
 			return o, err
 		}
-	}
-	if o.lease != 0 && !o.manual {
-		return o, fmt.Errorf("%w: WithLease needs WithManualRenewal (an automatically renewed lock lives as long as the session)", ErrInvalidOption)
 	}
 	if o.manual && o.lease == 0 {
 		o.lease = sessionTTL

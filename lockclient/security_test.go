@@ -113,7 +113,7 @@ func TestClient_TLSAndAuth_rolePrefix(t *testing.T) {
 	if infos, err := c.List(ctx); err != nil || len(infos) != 1 {
 		t.Fatalf("List: %v, %v", infos, err)
 	}
-	m := mustAcquire(t, c, "manual", lockclient.WithManualRenewal())
+	m := mustAcquire(t, c, "manual", lockclient.WithManualRenewal(0))
 	if err := m.Renew(ctx); err != nil {
 		t.Fatalf("Renew: %v", err)
 	}

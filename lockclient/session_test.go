@@ -33,7 +33,7 @@ func TestClient_sessionLost_nextAcquire(t *testing.T) {
 	rec := &recorder{}
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
-	m := mustAcquire(t, c, "m", lockclient.WithManualRenewal())
+	m := mustAcquire(t, c, "m", lockclient.WithManualRenewal(0))
 	revokeSession(t, admin, "a")
 
 	for _, l := range []*lockclient.Lock{a, m} {

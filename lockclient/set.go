@@ -42,6 +42,7 @@ type LockSet struct {
 var (
 	_ fence.Set     = (*LockSet)(nil)
 	_ fence.Watched = (*LockSet)(nil)
+	_ fence.Leased  = (*LockSet)(nil)
 )
 
 // Resource returns the set's first name in sorted order (see LockSet); "" for a
@@ -67,6 +68,14 @@ func (s *LockSet) Token() fence.Token {
 		return 0
 	}
 	return s.l.token
+}
+
+// Lease returns the set's lease, as Lock.Lease does; 0 for a nil *LockSet.
+func (s *LockSet) Lease() time.Duration {
+	if s == nil || s.l == nil {
+		return 0
+	}
+	return s.l.Lease()
 }
 
 // Done is closed when the set ends: released, lost, or its Client closed.

@@ -272,7 +272,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 		{"slash", []string{"a", "b/c"}, nil, lockclient.ErrInvalidName, "slash"},
 		{"long name", []string{strings.Repeat("x", lockclient.MaxNameLen+1)}, nil, lockclient.ErrInvalidName, "limit"},
 		{"nil option", []string{"a"}, []lockclient.LockOption{nil}, lockclient.ErrInvalidOption, "nil"},
-		{"lease without manual", []string{"a"}, []lockclient.LockOption{lockclient.WithLease(3 * time.Second)}, lockclient.ErrInvalidOption, "WithManualRenewal"},
+		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, lockclient.ErrInvalidOption, "minimum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

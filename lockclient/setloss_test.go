@@ -49,7 +49,7 @@ func TestLockSet_manualRenewal_expires(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
-	s := mustAcquireSet(t, a, []string{"p", "q"}, lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	s := mustAcquireSet(t, a, []string{"p", "q"}, lockclient.WithManualRenewal(2*time.Second))
 	if err := s.Renew(t.Context()); err != nil {
 		t.Fatalf("Renew of a live manual set: %v", err)
 	}

@@ -122,7 +122,7 @@ func (s *server) handle(ctx context.Context, c command) error {
 			// The lock lives for one lease from each Renew, as in the timeline. The
 			// session lease under it is kept alive by the client every third of its TTL
 			// while the process runs; a frozen process keeps neither alive.
-			opts = append(opts, lockclient.WithManualRenewal(), lockclient.WithLease(s.cfg.lease))
+			opts = append(opts, lockclient.WithManualRenewal(s.cfg.lease))
 		}
 		lock, err := s.locks.Acquire(ctx, s.cfg.resource, opts...)
 		if err != nil {

@@ -197,7 +197,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	}
 
 	// A job that forgets to renew its manual-renewal lock.
-	forgot, err := locks.Acquire(ctx, "report", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	forgot, err := locks.Acquire(ctx, "report", lockclient.WithManualRenewal(2*time.Second))
 	if err != nil {
 		return err
 	}

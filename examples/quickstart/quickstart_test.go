@@ -63,7 +63,7 @@ func Example_databaseSQL() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	lock, err := locks.Acquire(ctx, "account-42", lockclient.WithLease(30*time.Second), lockclient.WithManualRenewal())
+	lock, err := locks.Acquire(ctx, "account-42", lockclient.WithManualRenewal(30*time.Second))
 	if err != nil {
 		log.Fatal(err)
 	}

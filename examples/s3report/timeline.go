@@ -59,7 +59,7 @@ func (tl *timeline) play(ctx context.Context, h1, h2 *lockclient.Client) (*resul
 	if _, err := tl.client.DeleteObject(ctx, &s3.DeleteObjectInput{Bucket: aws.String(tl.bucket), Key: aws.String(prefix + "manifest.json")}); err != nil {
 		return nil, fmt.Errorf("reset: %w", err)
 	}
-	lock1, err := h1.Acquire(ctx, resource, lockclient.WithManualRenewal(), lockclient.WithLease(tl.lease))
+	lock1, err := h1.Acquire(ctx, resource, lockclient.WithManualRenewal(tl.lease))
 	if err != nil {
 		return nil, err
 	}

@@ -81,7 +81,7 @@ func TestMetrics_lockclient(t *testing.T) {
 	if _, err := c.Acquire(cctx, "b"); err == nil {
 		t.Fatal("Acquire with a cancelled context succeeded")
 	}
-	manual, err := c.Acquire(ctx, "m", lockclient.WithManualRenewal(), lockclient.WithLease(2*time.Second))
+	manual, err := c.Acquire(ctx, "m", lockclient.WithManualRenewal(2*time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}
