@@ -220,6 +220,14 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	l := mustAcquire(t, c, "s")
 	cl.Stop(0) // no more confirmed renewals
 	waitClosed(t, l.Done(), "lock's Done after the session deadline")
+	// Done closes first; the observer and the log hear of the end right after.
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		_, ended, _ := rec.snapshot()
+		_, lost := rec.sessionCounts()
+		if len(ended) > 0 && len(lost) > 0 && find(logs.records(t), "lock lost", "s") != nil && logs.contains("session lost") {
+			break
+		}
+	}
 
 	_, ended, _ := rec.snapshot()
 	if !slices.Equal(ended, []string{"s lease_expired"}) {

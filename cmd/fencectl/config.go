@@ -83,7 +83,7 @@ func (c *config) etcd() (*clientv3.Client, error) {
 	}
 	cc := clientv3.Config{
 		Endpoints:   eps,
-		DialTimeout: min(c.timeout, 3*time.Second),
+		DialTimeout: c.timeout, // with auth, the dial also logs in: one bound for it all
 		Username:    c.user,
 		Password:    c.password,
 		Logger:      zap.NewNop(),
