@@ -47,14 +47,15 @@ type Report struct {
 	RefusedDB     int // writes the database refused (stale token)
 	RefusedCli    int // writes refused before any I/O (lock known lost)
 	Aborted       int // writes that failed and were rolled back (cancelled, connection lost)
+	AbortedLate   int // of those, the ones that failed after their writes were made (in or around COMMIT)
 	Unknown       int // writes whose COMMIT outcome the worker could not know (fence.ErrCommitUnknown)
 	UnknownLanded int // of those, the ones the database holds
 	Violations    []string
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("jobs (lock grants) %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, failed and rolled back %d, commit outcome unknown %d (landed %d, not landed %d), violations %d",
-		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.Unknown, r.UnknownLanded, r.Unknown-r.UnknownLanded, len(r.Violations))
+	return fmt.Sprintf("jobs (lock grants) %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, failed and rolled back %d (%d after their writes), commit outcome unknown %d (landed %d, not landed %d), violations %d",
+		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.AbortedLate, r.Unknown, r.UnknownLanded, r.Unknown-r.UnknownLanded, len(r.Violations))
 }
 
 // LoadHistory reads the database state the checker needs. tokens is the SQL
@@ -180,6 +181,9 @@ func (c *checker) readEvents() {
 			c.refused[k] = ev
 		case "aborted":
 			c.r.Aborted++
+			if ev.Reason == "after its writes" {
+				c.r.AbortedLate++
+			}
 			c.aborted[k] = ev
 		case "unknown":
 			c.r.Unknown++
