@@ -89,6 +89,31 @@ func (e *InvalidTokenError) Error() string {
 // Is reports whether target is ErrInvalidToken.
 func (e *InvalidTokenError) Is(target error) bool { return target == ErrInvalidToken }
 
+// CommitUnknownError is returned when a fenced write's outcome cannot be known: its
+// COMMIT (or, for a single-row write outside a transaction, its one autocommit
+// statement) was sent, or may have been, and its reply was lost: the connection
+// closed or broke, the server terminated the session, or ctx ended while waiting for
+// the reply. The write may or may not have landed. It matches ErrCommitUnknown and
+// unwraps to the driver's error. No adapter retries such a write; read the data (or
+// the resource's stored token) to learn its fate. The connection is discarded, so a
+// pool serves the next call with a fresh one.
+type CommitUnknownError struct {
+	Resource string // the grant's resource
+	Token    Token  // the grant's token
+	Op       string // "commit", or the single-row write ("update", "upsert", "delete")
+	Err      error  // the driver's error
+}
+
+func (e *CommitUnknownError) Error() string {
+	return fmt.Sprintf("fence: %s for %q at token %d: outcome unknown: %v", e.Op, e.Resource, e.Token, e.Err)
+}
+
+// Is reports whether target is ErrCommitUnknown.
+func (e *CommitUnknownError) Is(target error) bool { return target == ErrCommitUnknown }
+
+// Unwrap returns the driver's error.
+func (e *CommitUnknownError) Unwrap() error { return e.Err }
+
 // DuplicateError is returned when an insert hits a unique key. It matches
 // ErrDuplicate and unwraps to the driver's error.
 type DuplicateError struct {

@@ -13,7 +13,13 @@ type Store[Tx any] interface {
 	// g.Token() (refusing with a *StaleError if a higher one is stored), runs fn and
 	// commits. The fence row stays locked until commit, so a stale transaction that
 	// races a newer one waits and is then refused; it cannot interleave. Any error
-	// from fn, and any refusal, rolls the whole transaction back.
+	// from fn, and any refusal, rolls the whole transaction back. When COMMIT was
+	// sent but its reply was lost (the connection broke or closed, the session was
+	// terminated, ctx ended mid-commit), Fenced returns a *CommitUnknownError
+	// (errors.Is ErrCommitUnknown) wrapping the driver's error: the transaction may
+	// or may not have committed, and it is never retried. A Watched grant whose
+	// Done channel has closed by the time fn returns is not committed: Fenced rolls
+	// back and returns a *LostError (ErrLost).
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 
@@ -21,13 +27,14 @@ type Store[Tx any] interface {
 // higher token than g.Token() has been stored for g.Resource(), and then the stored
 // token becomes g.Token(). ctx governs the whole transaction.
 //
-// A grant that is nil, has an empty resource or a token <= 0 is refused with
+// A nil store (a nil interface or a typed nil pointer), a nil fn, or a grant that is
+// nil (typed nil included), has an empty resource or a token <= 0 is refused with
 // ErrInvalidArgument, ErrInvalidResource or ErrInvalidToken, and a Watched grant
 // whose Done channel is closed with ErrLost, all before any I/O. A newer holder's
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
-	if s == nil {
+	if IsNil(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	}
 	if fn == nil {
@@ -65,7 +72,12 @@ type Row struct {
 // RowWriter is implemented by every adapter's Store: fenced single-row writes on a
 // table with a token column. Each is one statement in the common case; when it changes
 // no row the adapter looks once more to tell a *StaleError (with the stored token)
-// from ErrNotFound.
+// from ErrNotFound. A write whose durable step was sent but whose reply was lost (its
+// autocommit statement, or the COMMIT of the adapter's own transaction) returns a
+// *CommitUnknownError (ErrCommitUnknown), exactly as a fenced transaction does: it may
+// have landed, and it is never retried. On a caller's transaction (pgxfence on a
+// pgx.Tx) nothing is durable before the caller commits, so a lost reply there is the
+// driver's error.
 type RowWriter interface {
 	// Update sets cols on the row if its stored token is <= g.Token(), storing
 	// g.Token(). It returns a *StaleError or ErrNotFound when it changed nothing.

@@ -16,9 +16,13 @@ const (
 	// WriteFailed: another error (bad input, the database's error, the caller's
 	// function failed).
 	WriteFailed
+	// WriteUnknown: the reply to COMMIT (or to a single-row write's one statement)
+	// was lost; the write may or may not have landed (ErrCommitUnknown).
+	WriteUnknown
 )
 
-// String returns "accepted", "stale", "lost" or "error": metric label values.
+// String returns "accepted", "stale", "lost", "error" or "commit_unknown": metric
+// label values.
 func (r WriteResult) String() string {
 	switch r {
 	case WriteAccepted:
@@ -29,6 +33,8 @@ func (r WriteResult) String() string {
 		return "lost"
 	case WriteFailed:
 		return "error"
+	case WriteUnknown:
+		return "commit_unknown"
 	}
 	return "unknown"
 }
@@ -42,6 +48,8 @@ func WriteResultOf(err error) WriteResult {
 		return WriteStale
 	case errors.Is(err, ErrLost):
 		return WriteLost
+	case errors.Is(err, ErrCommitUnknown):
+		return WriteUnknown
 	}
 	return WriteFailed
 }

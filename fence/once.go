@@ -32,12 +32,13 @@ const MaxKeyLen = 200
 // rolled back. ctx governs the transaction and the wait.
 //
 // It returns ErrKeyReused when key is stored with a different fingerprint (nothing
-// runs), ErrInvalidArgument for an empty or overlong key, a nil store or a nil fn, and
+// runs), ErrInvalidArgument for an empty or overlong key, a nil store (typed nil
+// included) or a nil fn, and
 // fn's own error, after rolling back both fn's writes and the key so that a retry
 // runs again.
 func Once[Tx any](ctx context.Context, s KeyStore[Tx], key, fingerprint string, fn func(Tx) ([]byte, error)) (Result, error) {
 	switch {
-	case s == nil:
+	case IsNil(s):
 		return Result{}, fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	case fn == nil:
 		return Result{}, fmt.Errorf("%w: nil function", ErrInvalidArgument)

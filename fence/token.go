@@ -1,6 +1,7 @@
 package fence
 
 import (
+	"reflect"
 	"strconv"
 )
 
@@ -37,7 +38,9 @@ type Set interface {
 }
 
 // Watched is implemented by grants that know when they are lost (*lockclient.Lock
-// does). Exec refuses a grant whose Done channel is already closed before any I/O.
+// does). Exec refuses a grant whose Done channel is already closed before any I/O,
+// and a fenced transaction whose grant's Done channel has closed by the time fn
+// returns is rolled back with a *LostError instead of committed.
 type Watched interface {
 	Done() <-chan struct{}
 }
@@ -62,11 +65,12 @@ func (g staticGrant) Token() Token     { return g.token }
 const MaxResourceLen = 200
 
 // CheckGrant reports why g cannot be presented, or nil when it can. It returns an error
-// wrapping ErrInvalidArgument for a nil grant, ErrInvalidResource for an empty, overlong
+// wrapping ErrInvalidArgument for a nil grant (a nil interface, or a nil pointer of a
+// grant type, such as the *lockclient.Lock a failed Acquire leaves), ErrInvalidResource for an empty, overlong
 // or non-UTF-8 resource, ErrInvalidToken for a token <= 0, and ErrLost when g is a
 // Watched grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
-	if g == nil {
+	if IsNil(g) {
 		return errNilGrant
 	}
 	if err := CheckResource(g.Resource()); err != nil {
@@ -75,14 +79,39 @@ func CheckGrant(g Grant) error {
 	if t := g.Token(); !t.Valid() {
 		return &InvalidTokenError{Resource: g.Resource(), Token: t}
 	}
-	if w, ok := g.(Watched); ok {
-		if d := w.Done(); d != nil {
-			select {
-			case <-d:
-				return &LostError{Resource: g.Resource(), Token: g.Token()}
-			default:
-			}
+	return CheckLost(g)
+}
+
+// CheckLost returns a *LostError (ErrLost) when g is a Watched grant whose Done
+// channel is closed, and nil otherwise. Adapters call it before any I/O (through
+// CheckGrant) and again immediately before COMMIT, so that a fenced transaction
+// whose grant is known lost by the time fn returns rolls back instead of committing.
+func CheckLost(g Grant) error {
+	w, ok := g.(Watched)
+	if !ok || IsNil(g) {
+		return nil
+	}
+	if d := w.Done(); d != nil {
+		select {
+		case <-d:
+			return &LostError{Resource: g.Resource(), Token: g.Token()}
+		default:
 		}
 	}
 	return nil
+}
+
+// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
+// function: a typed nil that satisfies an interface but whose methods would
+// dereference it. Exec, Once and the adapters refuse such grants, stores and
+// connections with ErrInvalidArgument instead of calling them.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -149,10 +149,14 @@ func TestGenerateTokenColumn_applied(t *testing.T) {
 			ctx := t.Context()
 			db, again := dd.open(t)
 			const table = `Odd "Invoices"`
-			if _, err := db.ExecContext(ctx, `CREATE TABLE "Odd ""Invoices""" (account BIGINT PRIMARY KEY, total BIGINT NOT NULL)`); err != nil {
+			quoted := `"Odd ""Invoices"""`
+			if dd.d == migrations.MySQL {
+				quoted = "`Odd \"Invoices\"`"
+			}
+			if _, err := db.ExecContext(ctx, "CREATE TABLE "+quoted+" (account BIGINT PRIMARY KEY, total BIGINT NOT NULL)"); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := db.ExecContext(ctx, `INSERT INTO "Odd ""Invoices""" VALUES (1, 10), (2, 20)`); err != nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+quoted+" VALUES (1, 10), (2, 20)"); err != nil {
 				t.Fatal(err)
 			}
 			dir := t.TempDir()
@@ -164,19 +168,19 @@ func TestGenerateTokenColumn_applied(t *testing.T) {
 				t.Fatalf("golang-migrate up: %v", err)
 			}
 			var sum, n int64
-			if err := db.QueryRowContext(ctx, `SELECT COALESCE(SUM(fence_token), -1), COUNT(*) FROM "Odd ""Invoices"""`).Scan(&sum, &n); err != nil || sum != 0 || n != 2 {
+			if err := db.QueryRowContext(ctx, "SELECT COALESCE(SUM(fence_token), -1), COUNT(*) FROM "+quoted).Scan(&sum, &n); err != nil || sum != 0 || n != 2 {
 				t.Fatalf("after up: sum(fence_token) = %d over %d rows (%v), want 0 over 2", sum, n, err)
 			}
-			if _, err := db.ExecContext(ctx, `INSERT INTO "Odd ""Invoices""" (account, total) VALUES (3, 30)`); err != nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+quoted+" (account, total) VALUES (3, 30)"); err != nil {
 				t.Fatalf("insert without a token after up: %v", err)
 			}
-			if _, err := db.ExecContext(ctx, `INSERT INTO "Odd ""Invoices""" (account, total, fence_token) VALUES (4, 40, NULL)`); err == nil {
+			if _, err := db.ExecContext(ctx, "INSERT INTO "+quoted+" (account, total, fence_token) VALUES (4, 40, NULL)"); err == nil {
 				t.Fatal("fence_token accepted NULL")
 			}
 			if err := m.Down(); err != nil {
 				t.Fatalf("golang-migrate down: %v", err)
 			}
-			if _, err := db.ExecContext(ctx, `SELECT fence_token FROM "Odd ""Invoices"""`); err == nil {
+			if _, err := db.ExecContext(ctx, "SELECT fence_token FROM "+quoted); err == nil {
 				t.Fatal("fence_token still there after down")
 			}
 		})

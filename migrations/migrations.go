@@ -1,17 +1,17 @@
 // Package migrations creates and drops fencegate's own tables (fence_tokens and
-// idempotency_keys, and on PostgreSQL the fence_raise function pgxfence calls) with
-// golang-migrate, and writes the migration that adds a token column to a table of
-// the application's.
+// idempotency_keys, and on PostgreSQL the fence_raise function pgxfence calls), and
+// writes the migration that adds a token column to a table of the application's.
 //
 // The SQL lives in one folder per dialect (postgres, mysql, sqlite), embedded in the
-// binary. Up records its version in its own table, fencegate_schema_migrations, so it
-// never collides with the application's schema_migrations: the application keeps
-// running its own golang-migrate folder as before.
+// binary. Up records its version in its own table, fencegate_schema_migrations, the
+// way golang-migrate does, so it never collides with the application's
+// schema_migrations: the application keeps running its own golang-migrate folder as
+// before, and an application that prefers to run fencegate's folder with golang-migrate
+// itself gets it from FS.
 //
 //	if err := migrations.Up(ctx, db, migrations.Postgres); err != nil { ... }
 //
-// Importing this package links golang-migrate's pgx v5, MySQL and SQLite (modernc)
-// database drivers, which register themselves with database/sql and golang-migrate.
+// It imports no SQL driver and not golang-migrate: the caller's *sql.DB brings its own.
 package migrations
 
 import (
@@ -21,17 +21,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-
-	"github.com/golang-migrate/migrate/v4"
-	"github.com/golang-migrate/migrate/v4/database"
-	"github.com/golang-migrate/migrate/v4/database/mysql"
-	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
-	"github.com/golang-migrate/migrate/v4/database/sqlite"
-	"github.com/golang-migrate/migrate/v4/source/iofs"
 )
 
-// Errors returned by this package. Errors from golang-migrate and the database are
-// wrapped with %w.
+// Errors returned by this package. Errors from the database are wrapped with %w.
 var (
 	// ErrUnknownDialect means a Dialect value is none of Postgres, MySQL, SQLite.
 	ErrUnknownDialect = errors.New("migrations: unknown dialect")
@@ -44,14 +36,15 @@ var (
 	// adding the token column to the table is already in the folder.
 	ErrExists = errors.New("migrations: migration already exists")
 	// ErrDirty means an earlier run of fencegate's migrations failed half way and
-	// golang-migrate marked the schema dirty; fix the database by hand, then Force.
+	// left the schema marked dirty (MySQL, or golang-migrate); fix the database by
+	// hand, then set the version with golang-migrate's force.
 	ErrDirty = errors.New("migrations: schema is dirty")
 )
 
 // MigrationsTable is the table in which Up and Down record fencegate's schema version.
 const MigrationsTable = "fencegate_schema_migrations"
 
-// Dialect selects the SQL folder and the golang-migrate database driver.
+// Dialect selects the SQL folder and how the version is recorded.
 type Dialect int
 
 // The supported dialects. The zero Dialect is none of them.
@@ -108,16 +101,21 @@ func FS(d Dialect) (fs.FS, error) {
 }
 
 // Up applies every fencegate migration not yet applied to db. A database that is
-// already up to date is success. ctx bounds the wait for a connection and stops Up
-// between two migrations when it ends; a statement already sent runs to its end.
+// already up to date is success. ctx bounds the wait for a connection and the lock,
+// and stops Up between two migrations when it ends; a statement already sent runs to
+// its end.
 //
-// Up borrows one connection of db for its whole run (golang-migrate's lock is tied to
-// a connection) and never closes db. An in-memory SQLite database is a separate
-// database per connection: give it a *sql.DB limited to one (SetMaxOpenConns(1)). It returns ErrInvalidArgument for a nil db,
+// Up borrows one connection of db for its whole run and never closes db. It takes
+// the lock golang-migrate takes for MigrationsTable (PostgreSQL: an advisory lock;
+// MySQL: GET_LOCK), so concurrent runs wait for each other. On PostgreSQL and SQLite
+// each migration and its version commit together; on MySQL, whose DDL commits as it
+// runs, the version is marked dirty around each migration. An in-memory SQLite
+// database is a separate database per connection: give it a *sql.DB limited to one
+// (SetMaxOpenConns(1)). It returns ErrInvalidArgument for a nil db,
 // ErrUnknownDialect, ErrDirty when an earlier run failed half way, ctx's error, or the
-// wrapped error of golang-migrate or the database.
+// wrapped error of the database.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
-	return run(ctx, db, d, (*migrate.Migrate).Up)
+	return run(ctx, db, d, true)
 }
 
 // Down rolls back every fencegate migration, dropping fence_tokens and
@@ -125,14 +123,18 @@ func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 // accepted again. A database without fencegate's tables is success. Errors and ctx
 // are as for Up.
 func Down(ctx context.Context, db *sql.DB, d Dialect) error {
-	return run(ctx, db, d, (*migrate.Migrate).Down)
+	return run(ctx, db, d, false)
 }
 
-func run(ctx context.Context, db *sql.DB, d Dialect, step func(*migrate.Migrate) error) error {
+func run(ctx context.Context, db *sql.DB, d Dialect, up bool) error {
 	if db == nil {
 		return fmt.Errorf("%w: nil *sql.DB", ErrInvalidArgument)
 	}
 	if err := d.check(); err != nil {
+		return err
+	}
+	fsys, err := FS(d)
+	if err != nil {
 		return err
 	}
 	conn, err := db.Conn(ctx)
@@ -140,65 +142,11 @@ func run(ctx context.Context, db *sql.DB, d Dialect, step func(*migrate.Migrate)
 		return fmt.Errorf("migrations: %s: borrow a connection: %w", d, err)
 	}
 	defer conn.Close()
-	return conn.Raw(func(driverConn any) error {
-		// golang-migrate's drivers close the *sql.DB they are given; give them one
-		// that lives on the borrowed connection only.
-		shadow, err := borrow(driverConn)
-		if err != nil {
+	m := &migrator{d: d, conn: conn, fsys: fsys}
+	if err := m.run(ctx, up); err != nil {
+		if errors.Is(err, ErrDirty) {
 			return err
 		}
-		defer shadow.Close()
-		return migrateOn(ctx, shadow, d, step)
-	})
-}
-
-func migrateOn(ctx context.Context, db *sql.DB, d Dialect, step func(*migrate.Migrate) error) error {
-	fsys, err := FS(d)
-	if err != nil {
-		return err
-	}
-	src, err := iofs.New(fsys, ".")
-	if err != nil {
-		return fmt.Errorf("migrations: %s: read embedded migrations: %w", d, err)
-	}
-	var drv database.Driver
-	switch d {
-	case Postgres:
-		drv, err = pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: MigrationsTable})
-	case MySQL:
-		drv, err = mysql.WithInstance(db, &mysql.Config{MigrationsTable: MigrationsTable})
-	case SQLite:
-		drv, err = sqlite.WithInstance(db, &sqlite.Config{MigrationsTable: MigrationsTable})
-	}
-	if err != nil {
-		src.Close()
-		return fmt.Errorf("migrations: %s: open golang-migrate driver: %w", d, err)
-	}
-	m, err := migrate.NewWithInstance("iofs", src, d.String(), drv)
-	if err != nil {
-		src.Close()
-		drv.Close()
-		return fmt.Errorf("migrations: %s: %w", d, err)
-	}
-	defer m.Close()
-	stop := context.AfterFunc(ctx, func() {
-		select {
-		case m.GracefulStop <- true:
-		default:
-		}
-	})
-	defer stop()
-
-	err = step(m)
-	var dirty migrate.ErrDirty
-	switch {
-	case errors.As(err, &dirty):
-		return fmt.Errorf("%w: %s version %d in %s", ErrDirty, d, dirty.Version, MigrationsTable)
-	case err != nil && !errors.Is(err, migrate.ErrNoChange):
-		return fmt.Errorf("migrations: %s: %w", d, err)
-	}
-	// A graceful stop returns nil from golang-migrate with work left undone.
-	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("migrations: %s: %w", d, err)
 	}
 	return nil

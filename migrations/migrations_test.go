@@ -11,21 +11,29 @@ import (
 
 	"github.com/golang-migrate/migrate/v4"
 	"github.com/golang-migrate/migrate/v4/database"
+	mysqlmigrate "github.com/golang-migrate/migrate/v4/database/mysql"
 	pgxmigrate "github.com/golang-migrate/migrate/v4/database/pgx/v5"
 	"github.com/golang-migrate/migrate/v4/database/sqlite"
 	_ "github.com/golang-migrate/migrate/v4/source/file"
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
+	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 
-var postgres = pgtest.New()
+var (
+	postgres = pgtest.New()
+	mariadb  = mysqltest.New()
+)
 
 func TestMain(m *testing.M) {
 	code := m.Run()
 	if err := postgres.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	if err := mariadb.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
 	os.Exit(code)
@@ -39,8 +47,9 @@ type dialectDB struct {
 	open func(t *testing.T) (*sql.DB, func(t *testing.T) *sql.DB)
 	// tables lists the library's tables and functions present, by name.
 	objects func(t *testing.T, db *sql.DB) map[string]bool
-	// driver is golang-migrate's driver for an application's own migrations.
-	driver func(t *testing.T, db *sql.DB) database.Driver
+	// driver is golang-migrate's driver keeping its version in table
+	// ("": golang-migrate's default, schema_migrations).
+	driver func(t *testing.T, db *sql.DB, table string) database.Driver
 }
 
 func opener(driver, dsn string) func(t *testing.T) *sql.DB {
@@ -57,6 +66,11 @@ func opener(driver, dsn string) func(t *testing.T) *sql.DB {
 
 func openPostgres(t *testing.T) (*sql.DB, func(t *testing.T) *sql.DB) {
 	again := opener("pgx", postgres.DSN(t))
+	return again(t), again
+}
+
+func openMySQL(t *testing.T) (*sql.DB, func(t *testing.T) *sql.DB) {
+	again := opener("mysql", mariadb.DSN(t))
 	return again(t), again
 }
 
@@ -94,8 +108,22 @@ var dialects = []dialectDB{
 			return names(t, db, `SELECT tablename FROM pg_tables WHERE schemaname = current_schema()
 				UNION ALL SELECT proname || '()' FROM pg_proc WHERE pronamespace = current_schema()::regnamespace`)
 		},
-		driver: func(t *testing.T, db *sql.DB) database.Driver {
-			drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{})
+		driver: func(t *testing.T, db *sql.DB, table string) database.Driver {
+			drv, err := pgxmigrate.WithInstance(db, &pgxmigrate.Config{MigrationsTable: table})
+			if err != nil {
+				t.Fatal(err)
+			}
+			return drv
+		},
+	},
+	{
+		d:    migrations.MySQL,
+		open: openMySQL,
+		objects: func(t *testing.T, db *sql.DB) map[string]bool {
+			return names(t, db, `SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE()`)
+		},
+		driver: func(t *testing.T, db *sql.DB, table string) database.Driver {
+			drv, err := mysqlmigrate.WithInstance(db, &mysqlmigrate.Config{MigrationsTable: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -108,8 +136,8 @@ var dialects = []dialectDB{
 		objects: func(t *testing.T, db *sql.DB) map[string]bool {
 			return names(t, db, `SELECT name FROM sqlite_master WHERE type = 'table'`)
 		},
-		driver: func(t *testing.T, db *sql.DB) database.Driver {
-			drv, err := sqlite.WithInstance(db, &sqlite.Config{})
+		driver: func(t *testing.T, db *sql.DB, table string) database.Driver {
+			drv, err := sqlite.WithInstance(db, &sqlite.Config{MigrationsTable: table})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -279,7 +307,7 @@ func TestFS(t *testing.T) {
 // (schema_migrations), on a handle of its own: golang-migrate closes it.
 func appMigrate(t *testing.T, dd dialectDB, own *sql.DB, dir string) *migrate.Migrate {
 	t.Helper()
-	m, err := migrate.NewWithDatabaseInstance("file://"+dir, dd.d.String(), dd.driver(t, own))
+	m, err := migrate.NewWithDatabaseInstance("file://"+dir, dd.d.String(), dd.driver(t, own, ""))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,9 @@ func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Gra
 		// fn swallowed the refusal: its first statement never ran, and nothing commits.
 		return t.refused
 	}
+	if err := fence.CheckLost(g); err != nil {
+		return err // rolled back by the deferred function; never begun if fn sent nothing
+	}
 	if t.tx == nil {
 		// fn sent nothing: the fence is raised all the same, so that the stored token
 		// moves up to the grant's.
@@ -76,6 +79,9 @@ func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Gra
 		}
 	}
 	if err := t.tx.Commit(ctx); err != nil {
+		if u := unknownOutcome("commit", g, err); u != nil {
+			return u
+		}
 		return refusal(ctx, g, err, conn)
 	}
 	return nil

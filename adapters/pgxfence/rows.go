@@ -31,6 +31,9 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{int64(g.Token())}, set, r.Key)...)
 	if err != nil {
+		if u := s.unknownOutcome("update", g, err); u != nil {
+			return u
+		}
 		return writeError("update", r.Table, err)
 	}
 	if tag.RowsAffected() > 0 {
@@ -145,6 +148,9 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key, set)...)
 	if err != nil {
+		if u := s.unknownOutcome("upsert", g, err); u != nil {
+			return u
+		}
 		return writeError("upsert", r.Table, err)
 	}
 	if tag.RowsAffected() > 0 {
@@ -216,6 +222,9 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	}
 	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key)...)
 	if err != nil {
+		if u := s.unknownOutcome("delete", g, err); u != nil {
+			return u
+		}
 		return writeError("delete", r.Table, err)
 	}
 	if tag.RowsAffected() > 0 {

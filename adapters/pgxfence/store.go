@@ -146,13 +146,13 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // cannot be used (and a nil Store).
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db, beginSQL: "BEGIN"}
-	switch db := db.(type) {
-	case *pgxpool.Pool:
-		s.db = nilIfNil(db)
-	case *pgxpool.Conn:
-		s.db = nilIfNil(db)
-	case *pgx.Conn:
-		s.db = nilIfNil(db)
+	if fence.IsNil(db) {
+		// A typed nil (a failed pgxpool.New's pool) is refused by every method
+		// rather than dereferenced.
+		s.db = nil
+	}
+	switch db.(type) {
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
 	default:
 		s.nested = true
 	}
@@ -165,15 +165,6 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 		}
 	}
 	return s, nil
-}
-
-// nilIfNil turns a typed nil pointer into a nil DB, so that it is refused rather
-// than dereferenced.
-func nilIfNil[P *pgxpool.Pool | *pgxpool.Conn | *pgx.Conn](p P) DB {
-	if p == nil {
-		return nil
-	}
-	return any(p).(DB)
 }
 
 func (s *Store) check(g fence.Grant) error {
@@ -221,6 +212,8 @@ func (s *Store) check(g fence.Grant) error {
 // durable before the caller commits.
 //
 // It returns, rolling back first: the grant errors of fence.CheckGrant; a
+// *fence.LostError when g is a fence.Watched grant whose Done channel closed by the
+// time fn returned (checked immediately before COMMIT, which is then never sent); a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
 // higher one is stored; fn's error as it is (when fn returns an error that
 // does not wrap the refusal it was given, the two joined); ErrSchema when the
@@ -229,7 +222,12 @@ func (s *Store) check(g fence.Grant) error {
 // higher token is stored by the time it is looked at (retrying could never succeed),
 // otherwise wrapped with ErrSerialization, for the caller to retry the whole
 // transaction. Inside a caller's pgx.Tx the 40001 is always ErrSerialization: only
-// the caller can restart its transaction.
+// the caller can restart its transaction. When the reply to COMMIT is lost (the
+// connection broke or closed, the backend was terminated: a FATAL reply, ctx ended
+// while the reply was awaited) it returns a *fence.CommitUnknownError
+// (fence.ErrCommitUnknown) wrapping pgx's error: the transaction may have committed.
+// It is never retried; a pool discards the connection and serves the next call with
+// another.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
@@ -308,7 +306,16 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.T
 	if err := fn(tx); err != nil {
 		return err
 	}
+	if err := fence.CheckLost(g); err != nil {
+		return err // rolled back by the deferred function
+	}
 	if err := tx.Commit(ctx); err != nil {
+		if !s.nested {
+			// A savepoint's release decides nothing durable: only the caller's commit does.
+			if u := unknownOutcome("commit", g, err); u != nil {
+				return u
+			}
+		}
 		return refusal(ctx, g, err, lookup)
 	}
 	return nil

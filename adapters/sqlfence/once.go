@@ -156,8 +156,13 @@ func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
 	return &ExpiringKeys{s: s, ttl: ttl}, nil
 }
 
-// TTL returns the keys' time-to-live.
-func (k *ExpiringKeys) TTL() time.Duration { return k.ttl }
+// TTL returns the keys' time-to-live; 0 for a nil ExpiringKeys.
+func (k *ExpiringKeys) TTL() time.Duration {
+	if k == nil {
+		return 0
+	}
+	return k.ttl
+}
 
 // Once is Store.Once for a key that expires TTL after it is stored. A stored key that
 // has expired is replaced, whatever its fingerprint.

@@ -127,6 +127,9 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	err = s.retry(ctx, func() error {
 		res, err := s.db.ExecContext(ctx, q, args...)
 		if err != nil {
+			if u := unknownOutcome("update", g, err, false); u != nil {
+				return u
+			}
 			return err
 		}
 		n, err = res.RowsAffected()
@@ -167,7 +170,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		s.d.upsertTail(st.qtable, st.keys, st.set, st.tok))
 	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
 
-	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "upsert", g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -214,7 +217,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	}
 	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
 	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
-	err = s.writeTx(ctx, g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "delete", g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -239,7 +242,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // writeTx runs fn in a transaction that first raises g's fence row, and commits; it
 // tries the whole transaction again while the database is busy (every statement in
 // it is the Store's own).
-func (s *Store) writeTx(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
+func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -252,7 +255,13 @@ func (s *Store) writeTx(ctx context.Context, g fence.Grant, fn func(*sql.Tx) err
 		if err := fn(tx); err != nil {
 			return err
 		}
-		return tx.Commit()
+		if err := tx.Commit(); err != nil {
+			if u := unknownOutcome(op, g, err, true); u != nil {
+				return u
+			}
+			return err
+		}
+		return nil
 	})
 }
 
@@ -303,6 +312,7 @@ func (st *rowStmt) failed(op string, err error) error {
 	)
 	switch {
 	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),
+		errors.Is(err, fence.ErrCommitUnknown),
 		errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, ErrBusy),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err

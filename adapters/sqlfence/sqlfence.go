@@ -110,11 +110,18 @@ func (s *Store) Dialect() Dialect { return s.d }
 // transaction, including waits for locks.
 //
 // Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
-// fence.ErrInvalidToken, fence.ErrLost (all before any I/O), ErrUnknownDialect,
+// fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
+// *fence.LostError, also when the grant's Done channel closed by the time fn returned:
+// checked immediately before COMMIT, the transaction then rolls back), ErrUnknownDialect,
 // ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
-// rolled back and the panic goes on.
+// rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
+// broken or closed connection, a killed or terminated session, ctx ended while the
+// reply was awaited) it returns a *fence.CommitUnknownError (fence.ErrCommitUnknown)
+// wrapping the driver's error: the transaction may have committed; it is never
+// retried, and database/sql discards the connection. SQLite commits in-process, so
+// its COMMIT errors are always the engine's answer, never ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
@@ -130,10 +137,10 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err != nil {
 		return err
 	}
-	return s.finish(ctx, tx, fn)
+	return s.finish(ctx, tx, g, fn)
 }
 
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) (err error) {
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	done := false
 	defer func() {
 		if !done {
@@ -146,7 +153,14 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, fn func(*sql.Tx) error) 
 		return err
 	}
 	done = true
+	if err := fence.CheckLost(g); err != nil {
+		tx.Rollback()
+		return err
+	}
 	if err := tx.Commit(); err != nil {
+		if u := unknownOutcome("commit", g, err, true); u != nil {
+			return u
+		}
 		return s.commitErr(ctx, err)
 	}
 	return nil

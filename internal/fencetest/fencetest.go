@@ -50,6 +50,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	t.Run("BlockedStaleTx", func(t *testing.T) { testBlockedStale(t, h) })
 	t.Run("RollbackOnError", func(t *testing.T) { testRollback(t, h) })
 	t.Run("BadGrant", func(t *testing.T) { testBadGrant(t, h) })
+	t.Run("LostBeforeCommit", func(t *testing.T) { testLostBeforeCommit(t, h) })
 	t.Run("RowUpdate", func(t *testing.T) { testRowUpdate(t, h) })
 	t.Run("RowUpsert", func(t *testing.T) { testRowUpsert(t, h) })
 	t.Run("RowDeleteStaleReinsert", func(t *testing.T) { testRowDelete(t, h) })

@@ -1,0 +1,64 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// replyLost reports whether err, from a COMMIT or from a single-row write sent
+// outside a transaction, leaves the outcome unknown: the statement was (or may have
+// been) sent and no answer of the server's decides it. An ERROR reply decides it
+// (nothing committed); a FATAL or PANIC one ends the session and may come after the
+// commit was recorded (a terminated backend waiting for synchronous replication
+// says so), so it does not. Errors pgx raises before sending anything (SafeToRetry,
+// a failed connect, a closed pool, ctx ended before the statement went out) decide
+// it too.
+func replyLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		sev := pgErr.SeverityUnlocalized
+		if sev == "" {
+			sev = pgErr.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	var connectErr *pgconn.ConnectError
+	switch {
+	case pgconn.SafeToRetry(err), errors.As(err, &connectErr),
+		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback),
+		errors.Is(err, puddle.ErrClosedPool),
+		// A pool returns ctx's own error, unwrapped, when ctx ends while it waits for
+		// a connection; pgconn wraps the one that ends a statement in flight.
+		err == context.Canceled, err == context.DeadlineExceeded:
+		return false
+	}
+	return true
+}
+
+// unknownOutcome returns a *fence.CommitUnknownError for err when its reply was lost,
+// or nil.
+func unknownOutcome(op string, g fence.Grant, err error) error {
+	if !replyLost(err) {
+		return nil
+	}
+	return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: op, Err: err}
+}
+
+// unknownOutcome is the package function for a single-row write, which on a caller's
+// pgx.Tx decides nothing durable: a lost reply there only ends the caller's
+// transaction, which then cannot commit.
+func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
+	if s.nested {
+		return nil
+	}
+	return unknownOutcome(op, g, err)
+}

@@ -1,0 +1,62 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"strings"
+
+	"github.com/go-sql-driver/mysql"
+	"modernc.org/sqlite"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// replyLost reports whether err, from a COMMIT or from a write sent outside a
+// transaction, leaves the outcome unknown: the statement was (or may have been) sent
+// and no answer of the server's decides it.
+//
+// Decided: errors database/sql or the driver raise before sending (driver.ErrBadConn,
+// a done Tx or Conn, ctx's own error returned unwrapped by database/sql when ctx ended
+// before the COMMIT went out), the server's error replies, and every SQLite error
+// (its COMMIT runs in this process: its error is the engine's answer, never a lost
+// reply). Undecided: a broken or closed connection (mysql.ErrInvalidConn, EOF, a
+// network error, ctx ending while the reply was awaited) and the replies that end the
+// session, which may come after the commit was recorded: MariaDB's "connection was
+// killed" (1927) and "server shutdown" (1053), PostgreSQL's classes 08 (connection
+// exception) and 57P (operator intervention: a terminated backend).
+func replyLost(err error, commit bool) bool {
+	if err == nil {
+		return false
+	}
+	var (
+		me *mysql.MySQLError
+		se *sqlite.Error
+	)
+	switch {
+	case errors.As(err, &me):
+		return me.Number == 1927 || me.Number == 1053
+	case errors.As(err, &se):
+		return false
+	case sqlState(err) != "":
+		st := sqlState(err)
+		return strings.HasPrefix(st, "08") || strings.HasPrefix(st, "57P")
+	case errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone), errors.Is(err, sql.ErrConnDone):
+		return false
+	case commit && (err == context.Canceled || err == context.DeadlineExceeded):
+		// Tx.Commit checks ctx before sending; a driver that reads the reply under
+		// ctx wraps its error.
+		return false
+	}
+	return true
+}
+
+// unknownOutcome returns a *fence.CommitUnknownError for err when its reply was lost,
+// or nil.
+func unknownOutcome(op string, g fence.Grant, err error, commit bool) error {
+	if !replyLost(err, commit) {
+		return nil
+	}
+	return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: op, Err: err}
+}
