@@ -3,6 +3,12 @@
 package e2e
 
 import (
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	dc "github.com/ory/dockertest/v3/docker"
@@ -10,10 +16,19 @@ import (
 
 // KillDatabase SIGKILLs the database server: a crash. Its data directory stays in
 // the container, so RestartDatabase starts the server again from it. A frozen
-// server is killed where it stands: the signal is delivered before the engine
-// thaws it, so the server runs no more of its own code.
+// server is killed where it stands, every process of it (see killFrozen): it runs
+// no more of its own code.
 func (e *Env) KillDatabase() {
 	e.t.Helper()
+	if e.dbFrozen == "freezer" {
+		err := e.killFrozen()
+		if err == nil {
+			e.dbFrozen = ""
+			e.Note("SIGKILL every process of the frozen database server (%s), then thaw", e.Database)
+			return
+		}
+		e.Note("cannot signal the frozen server's processes from here (%v): docker kill", err)
+	}
 	if err := e.pool.Client.KillContainer(dc.KillContainerOptions{ID: e.dbRes.Container.ID, Signal: dc.SIGKILL}); err != nil {
 		e.t.Fatalf("kill the database: %v", err)
 	}
@@ -23,6 +38,40 @@ func (e *Env) KillDatabase() {
 		e.dbFrozen = ""
 	}
 	e.Note("SIGKILL the database server (%s)%s", e.Database, was)
+}
+
+// killFrozen sends SIGKILL to every process of the frozen database container from
+// the host, then thaws it: each process dies before it runs again. docker kill
+// signals only the container's first process and then thaws the rest, so a
+// PostgreSQL backend could still read a COMMIT waiting in its socket and answer it
+// before the kernel ends it. It needs the right to signal the container's
+// processes (root, one host).
+func (e *Env) killFrozen() error {
+	top, err := e.pool.Client.TopContainer(e.dbRes.Container.ID, "")
+	if err != nil {
+		return err
+	}
+	col := slices.Index(top.Titles, "PID")
+	if col < 0 {
+		return fmt.Errorf("docker top: no PID column in %q", top.Titles)
+	}
+	var pids []int
+	for _, p := range top.Processes {
+		pid, err := strconv.Atoi(strings.TrimSpace(p[col]))
+		if err != nil {
+			return fmt.Errorf("docker top: pid %q: %w", p[col], err)
+		}
+		pids = append(pids, pid)
+	}
+	if len(pids) == 0 {
+		return errors.New("docker top lists no process")
+	}
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+			return fmt.Errorf("kill %d: %w", pid, err)
+		}
+	}
+	return e.pool.Client.UnpauseContainer(e.dbRes.Container.ID)
 }
 
 // RestartDatabase starts the killed database's container again: the server
