@@ -152,17 +152,25 @@ func dbKilledInTransaction(t *testing.T, e *Env) {
 
 // commitSent freezes the database once the worker has made its writes, and waits
 // until its COMMIT has been sent to the frozen server: the kernel accepts it, the
-// server does not read it.
+// server does not read it. A freeze that lands too late to be sure COMMIT was not
+// sent yet is undone, and the worker's next job is tried.
 func commitSent(e *Env, w *Worker) int64 {
 	e.t.Helper()
-	wrote := w.WaitFor("wrote", 1)[0]
-	e.FreezeDatabase()
-	if time.Since(wrote.Time) > commitDelay/2 {
-		e.t.Fatalf("the database was frozen %v after %s's writes: too late to be sure COMMIT was not sent yet", time.Since(wrote.Time), w.ID)
+	for n := 1; ; n++ {
+		if n > 10 {
+			e.t.Fatalf("could not freeze the database before %s's COMMIT in 10 jobs", w.ID)
+		}
+		wrote := w.WaitFor("wrote", n)[n-1]
+		e.FreezeDatabase()
+		if late := time.Since(wrote.Time); late > commitDelay/2 {
+			e.ThawDatabase()
+			e.Note("froze %v after %s's writes: too late, trying its next job", late.Round(time.Millisecond), w.ID)
+			continue
+		}
+		e.Sleep(time.Until(wrote.Time.Add(commitDelay + time.Second)))
+		e.Note("%s has sent COMMIT for token %d to the frozen server", w.ID, wrote.Token)
+		return wrote.Token
 	}
-	e.Sleep(time.Until(wrote.Time.Add(commitDelay + time.Second)))
-	e.Note("%s has sent COMMIT for token %d to the frozen server", w.ID, wrote.Token)
-	return wrote.Token
 }
 
 func dbKilledInCommit(t *testing.T, e *Env) {
@@ -173,19 +181,19 @@ func dbKilledInCommit(t *testing.T, e *Env) {
 	o := outcome(e, w, t1)
 	c := commitsAfter(e, w, t1)
 	t.Logf("timeline (lease %v):\n%s", Lease, e.Timeline())
-	wantRow(t, e, Row{1, []int64{c.Token}})
+	wantFate(t, e, t1, false, c.Token)
 	if o.Kind == "aborted" && e.Database == Postgres && strings.HasSuffix(o.Err, ": conn closed") {
 		// pgx v5.12 reports a connection lost while COMMIT's reply is awaited as
 		// "conn closed", which says nothing was sent (SafeToRetry): its
 		// MultiResultReader.NextResult drops the read error and the next read finds
 		// the connection closed. pgxfence takes it at its word.
-		wantHistory(t, e, func(r Report) bool { return r.Acked == 1 })
+		wantHistory(t, e, func(r Report) bool { return r.Acked >= 1 })
 		t.Skip("KNOWN BUG, not in the suite: pgxfence reports this lost COMMIT reply as a failure (pgx's \"conn closed\", SafeToRetry), not fence.ErrCommitUnknown; it did not land, so the history holds")
 	}
 	if o.Kind != "unknown" {
 		t.Fatalf("the write whose COMMIT the killed server never read: %s (%s), want unknown (fence.ErrCommitUnknown)", o.Kind, o.Err)
 	}
-	wantHistory(t, e, func(r Report) bool { return r.Acked == 1 && r.Unknown == 1 && r.UnknownLanded == 0 })
+	wantHistory(t, e, func(r Report) bool { return r.Acked >= 1 && r.Unknown == 1 && r.UnknownLanded == 0 })
 }
 
 func dbCommitReplyLost(t *testing.T, e *Env) {
@@ -200,8 +208,22 @@ func dbCommitReplyLost(t *testing.T, e *Env) {
 	if o.Kind != "unknown" {
 		t.Fatalf("the write whose COMMIT reply was lost: %s (%s), want unknown (fence.ErrCommitUnknown)", o.Kind, o.Err)
 	}
-	wantRow(t, e, Row{2, []int64{t1, c.Token}})
-	wantHistory(t, e, func(r Report) bool { return r.Acked == 1 && r.Unknown == 1 && r.UnknownLanded == 1 })
+	wantFate(t, e, t1, true, c.Token)
+	wantHistory(t, e, func(r Report) bool { return r.Acked >= 1 && r.Unknown == 1 && r.UnknownLanded == 1 })
+}
+
+// wantFate checks account-42's row: the write with token landed or not, and the
+// write with last is the latest.
+func wantFate(t *testing.T, e *Env, token int64, landed bool, last int64) {
+	t.Helper()
+	row, err := e.account(t.Context(), "account-42")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("stored row: account-42 balance %d, written by tokens %v", row.Balance, row.Tokens)
+	if slices.Contains(row.Tokens, token) != landed || len(row.Tokens) == 0 || row.Tokens[len(row.Tokens)-1] != last {
+		t.Fatalf("want the write with token %d landed: %v, and the one with token %d last", token, landed, last)
+	}
 }
 
 func dbCutOff(t *testing.T, e *Env) {
