@@ -12,8 +12,9 @@ var (
 	// ErrStale means the database has already seen a higher token for the resource:
 	// a newer holder wrote. Stop; retrying with the same grant can never succeed.
 	ErrStale = errors.New("fence: stale token")
-	// ErrLost means the grant's lock is known to be lost (its Done channel closed);
-	// the write was refused before any I/O.
+	// ErrLost means the grant's lock is known to be lost (its Done channel closed):
+	// the write was refused before any I/O, or, for a fenced transaction whose grant
+	// was lost by the time its function returned, rolled back instead of committed.
 	ErrLost = errors.New("fence: lock lost")
 	// ErrCommitUnknown means the connection failed after COMMIT was sent (or while
 	// it was being sent), so the fenced write may or may not have landed. It is

@@ -11,9 +11,17 @@ import (
 type Store[Tx any] interface {
 	// Fenced begins a transaction, raises the resource's stored high-water token to
 	// g.Token() (refusing with a *StaleError if a higher one is stored), runs fn and
-	// commits. The fence row stays locked until commit, so a stale transaction that
-	// races a newer one waits and is then refused; it cannot interleave. Any error
-	// from fn, and any refusal, rolls the whole transaction back. When COMMIT was
+	// commits. Any error from fn, and any refusal, rolls the whole transaction back;
+	// a refused transaction writes nothing. Once raised, the fence row stays locked
+	// until commit: a transaction with another token that reaches it meanwhile waits,
+	// and is then refused if its token is lower. When the fence is raised is the
+	// adapter's documented choice: before fn runs (sqlfence; pgxfence
+	// WithFenceFirst), or, by default in pgxfence, together with fn's first
+	// statement, which then never runs for a stale grant. In that default mode fn
+	// holds nothing before its first statement: work fn does outside the database
+	// before it runs even for a stale grant, and a stale transaction whose first
+	// statement reaches the fence row before a newer one's commits first (tokens
+	// still rise in commit order; the newer one then raises past it). When COMMIT was
 	// sent but its reply was lost (the connection broke or closed, the session was
 	// terminated, ctx ended mid-commit), Fenced returns a *CommitUnknownError
 	// (errors.Is ErrCommitUnknown) wrapping the driver's error: the transaction may
@@ -70,17 +78,22 @@ type Row struct {
 }
 
 // RowWriter is implemented by every adapter's Store: fenced single-row writes on a
-// table with a token column. Each is one statement in the common case; when it changes
-// no row the adapter looks once more to tell a *StaleError (with the stored token)
-// from ErrNotFound. A write whose durable step was sent but whose reply was lost (its
+// table with a token column. They share one high-water mark per resource with Store's
+// fenced transactions (the resource's fence_tokens row): every form refuses a token
+// lower than the highest any form stored for the resource, on any row, and stores its
+// own as the mark. Each write also checks and stores the row's own token column. When
+// a write changes no row the adapter looks once more to tell a *StaleError (with the
+// higher stored token) from ErrNotFound. A Set grant is refused with
+// ErrInvalidArgument before any I/O (see CheckSingle). A write whose durable step was sent but whose reply was lost (its
 // autocommit statement, or the COMMIT of the adapter's own transaction) returns a
 // *CommitUnknownError (ErrCommitUnknown), exactly as a fenced transaction does: it may
 // have landed, and it is never retried. On a caller's transaction (pgxfence on a
 // pgx.Tx) nothing is durable before the caller commits, so a lost reply there is the
 // driver's error.
 type RowWriter interface {
-	// Update sets cols on the row if its stored token is <= g.Token(), storing
-	// g.Token(). It returns a *StaleError or ErrNotFound when it changed nothing.
+	// Update sets cols on the row if neither the row nor the resource's mark holds a
+	// token > g.Token(), storing g.Token() in both. It returns a *StaleError or
+	// ErrNotFound when it changed nothing.
 	Update(ctx context.Context, g Grant, r Row, set ...Col) error
 	// Upsert inserts the row, or updates it as Update does. A row deleted by a newer
 	// token is not re-inserted by an older one: that returns a *StaleError.

@@ -1,7 +1,9 @@
 package fence
 
 import (
+	"fmt"
 	"reflect"
+	"slices"
 	"strconv"
 )
 
@@ -29,9 +31,11 @@ type Grant interface {
 // Set is implemented by a grant that covers several resources under one token, such as
 // a lock taken on a set of names all-or-nothing (every key created in one etcd Txn has
 // the same create revision). Resources returns every resource of the set, each once;
-// Resource returns one of them. Fenced transactions raise every resource's high-water
-// mark; a write form that cannot honour a whole set refuses such a grant with
-// ErrInvalidArgument rather than fence one resource of it.
+// Resource returns one of them. Fenced transactions (and Exec) raise every resource's
+// high-water mark, in sorted order (see Resources), and refuse with a *StaleError
+// naming the first resource that holds a higher token, writing nothing. The
+// single-row writes (RowWriter) refuse a Set with ErrInvalidArgument before any I/O
+// (see CheckSingle) rather than fence one resource of it.
 type Set interface {
 	Grant
 	Resources() []string
@@ -67,7 +71,8 @@ const MaxResourceLen = 200
 // CheckGrant reports why g cannot be presented, or nil when it can. It returns an error
 // wrapping ErrInvalidArgument for a nil grant (a nil interface, or a nil pointer of a
 // grant type, such as the *lockclient.Lock a failed Acquire leaves), ErrInvalidResource for an empty, overlong
-// or non-UTF-8 resource, ErrInvalidToken for a token <= 0, and ErrLost when g is a
+// or non-UTF-8 resource (for a Set, any of its resources; a Set with none is
+// ErrInvalidArgument), ErrInvalidToken for a token <= 0, and ErrLost when g is a
 // Watched grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
 	if IsNil(g) {
@@ -75,6 +80,17 @@ func CheckGrant(g Grant) error {
 	}
 	if err := CheckResource(g.Resource()); err != nil {
 		return err
+	}
+	if set, ok := g.(Set); ok {
+		res := set.Resources()
+		if len(res) == 0 {
+			return fmt.Errorf("%w: a grant set with no resources", ErrInvalidArgument)
+		}
+		for _, r := range res {
+			if err := CheckResource(r); err != nil {
+				return err
+			}
+		}
 	}
 	if t := g.Token(); !t.Valid() {
 		return &InvalidTokenError{Resource: g.Resource(), Token: t}
@@ -114,4 +130,30 @@ func IsNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+// Resources returns the resources g fences, sorted (byte order) and each once: a
+// Set's Resources, or g.Resource() alone. Adapters raise the marks in this order, so
+// that two transactions over overlapping sets lock their fence rows in the same order.
+func Resources(g Grant) []string {
+	set, ok := g.(Set)
+	if !ok {
+		return []string{g.Resource()}
+	}
+	res := slices.Clone(set.Resources())
+	slices.Sort(res)
+	return slices.Compact(res)
+}
+
+// CheckSingle is CheckGrant for a write that fences exactly one resource (the
+// adapters' single-row Update, Upsert and Delete): it also refuses a Set grant with
+// ErrInvalidArgument, before any I/O, rather than fence one resource of the set.
+func CheckSingle(g Grant) error {
+	if err := CheckGrant(g); err != nil {
+		return err
+	}
+	if _, ok := g.(Set); ok {
+		return fmt.Errorf("%w: a single-row write fences one resource; write a grant set's resources in a fenced transaction", ErrInvalidArgument)
+	}
+	return nil
 }

@@ -22,11 +22,13 @@ const retryDelay = 100 * time.Millisecond
 // lock's token is the key's create revision, higher than every token granted
 // before for any name. While the lock is held, Acquire watches the key for its
 // deletion and writes nothing. Transient etcd errors (no leader, a member down)
-// are retried until ctx ends.
+// are retried until ctx ends. If the Client has no session (its first call, or
+// its last session was lost), Acquire first grants one; if the session is lost
+// while Acquire waits, it goes on under a new one.
 //
 // It returns ErrInvalidName for a bad name, ErrInvalidOption for a bad option,
-// ErrClosed or ErrSessionLost when the Client cannot grant locks, ctx's error, or
-// etcd's error that is not transient.
+// ErrClosed after Close, ctx's error, or etcd's error that is not transient
+// (a failed session grant included).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {
 		return c.acquire(ctx, name, opts, true)
@@ -41,7 +43,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // a *HeldError (errors.Is(err, ErrHeld)) carrying the holder and its token. It is
 // one etcd Txn and writes nothing when the lock is held. ctx governs the call.
 // Other errors are those of Acquire; a transient etcd error is returned, not
-// retried.
+// retried, and so is an error matching ErrSessionLost when the session was lost
+// during the call (the next call starts a new one).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {
 		return c.acquire(ctx, name, opts, false)
@@ -60,15 +63,22 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 	if err != nil {
 		return nil, err
 	}
-	lease, err := c.session(ctx)
-	if err != nil {
-		return nil, err
-	}
 	key := c.key(name)
+	var lease clientv3.LeaseID
 	// Values of attempts whose outcome is unknown (the Txn failed in transit):
 	// finding one of them on the key later means that attempt took the lock.
 	var unknown [][]byte
 	for {
+		// The session of every attempt: a waiting Acquire whose session was lost
+		// goes on under a new one.
+		cur, err := c.session(ctx)
+		if err != nil {
+			c.forget(key, unknown)
+			return nil, err
+		}
+		if cur != lease {
+			lease, unknown = cur, nil // the old lease takes its keys with it
+		}
 		sent := time.Now()
 		val := c.encode(sent)
 		resp, err := c.cli.Txn(ctx).
@@ -79,7 +89,10 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 		switch {
 		case err == nil:
 		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			c.loseSession("etcd no longer has the session lease")
+			c.loseLease(lease, "etcd no longer has the session lease")
+			if wait {
+				continue
+			}
 			return nil, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
 		case transient(ctx, err):
 			unknown = append(unknown, val)
@@ -97,7 +110,11 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			return nil, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
 		}
 		if resp.Succeeded {
-			return c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)
+			l, err := c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)
+			if wait && errors.Is(err, ErrSessionLost) {
+				continue
+			}
+			return l, err
 		}
 		kvs := resp.Responses[0].GetResponseRange().GetKvs()
 		if len(kvs) == 0 {
@@ -197,7 +214,7 @@ func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID
 		st := c.state
 		c.mu.Unlock()
 		l.cancel(stateErr(st))
-		if st == lost {
+		if st != closed {
 			// The lease is gone or going; its keys go with it.
 			return nil, fmt.Errorf("%w: lost while acquiring %q", ErrSessionLost, name)
 		}

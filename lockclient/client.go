@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,22 +13,24 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 type state int
 
 const (
-	idle   state = iota // no session lease yet: granted by the first acquire
+	idle   state = iota // no session lease: granted by the next acquire
 	live                // session lease granted and renewed
-	lost                // session deadline passed without a confirmed renewal
 	closed              // Close called
 )
 
-// Client takes named locks in etcd under one session lease. It is safe for
-// concurrent use; a process normally has one. Locks of one Client exclude each
-// other as locks of different Clients do (a Client is not reentrant: a second
-// Acquire of a name it holds waits for the first to be released).
+// Client takes named locks in etcd under one session lease at a time. It is
+// safe for concurrent use; a process normally has one for its whole life: when
+// its session is lost, the locks of that session end and the next Acquire
+// starts a new session. Locks of one Client exclude each other as locks of
+// different Clients do (a Client is not reentrant: a second Acquire of a name it
+// holds waits for the first to be released).
 type Client struct {
 	cli         *clientv3.Client
 	ttl         time.Duration
@@ -36,26 +39,30 @@ type Client struct {
 	id          string
 	host        string
 	pid         int
-	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
-	valuePrefix []byte        // see valuePrefix
-	log         *slog.Logger  // nil: silent
-	obs         Observer      // nil: nothing reported
+	seq         atomic.Uint64   // makes every put's value unique, to recognise our own after an unknown outcome
+	valuePrefix []byte          // see valuePrefix
+	log         *slog.Logger    // nil: silent
+	obs         Observer        // nil: nothing reported
+	sobs        SessionObserver // obs, if it is one; nil otherwise
+	renewOnce   bool            // renew by KeepAliveOnce (a stream per renewal): the design measured against
+	lazy        bool            // give the lease up when nothing is held at renewal time: a design measured against
 
-	grantSem chan struct{} // one session grant at a time
-	stop     chan struct{} // closed by Close
-	poke     chan struct{} // wakes the loop: an earlier manual deadline, a new pending delete
-	loopDone chan struct{} // closed when the loop returns
-	done     chan struct{} // closed when the session is lost or the client closed
-	doneOnce sync.Once
+	grantSem chan struct{}  // one session grant at a time
+	stop     chan struct{}  // closed by Close
+	poke     chan struct{}  // wakes the loop: an earlier manual deadline, a new pending delete
+	loops    sync.WaitGroup // the running session's goroutines
+	done     chan struct{}  // closed by Close
 
-	mu          sync.Mutex
-	state       state
-	lease       clientv3.LeaseID
-	deadline    time.Time // conservative session deadline: renewal send time + TTL returned
-	loopStarted bool
-	locks       map[string]*Lock // held locks by name
-	manual      lockHeap         // manual-renewal locks by deadline
-	pending     []pendingDelete  // deletes to retry until they reach etcd
+	mu        sync.Mutex
+	state     state
+	lease     clientv3.LeaseID
+	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
+	ended     chan struct{}    // closed when the live session is lost
+	failures  int              // sessions lost or grants failed since a session was last renewed
+	notBefore time.Time        // no new session before this: the backoff after a loss
+	locks     map[string]*Lock // held locks by name
+	manual    lockHeap         // manual-renewal locks by deadline
+	pending   []pendingDelete  // deletes to retry until they reach etcd
 }
 
 // New returns a Client that takes locks through cli. It does no I/O: the
@@ -85,7 +92,6 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		grantSem: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		poke:     make(chan struct{}, 1),
-		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 		locks:    make(map[string]*Lock),
 	}
@@ -95,85 +101,19 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, hex.EncodeToString(b[:]))
 	}
 	c.valuePrefix = valuePrefix(c.host, c.pid, c.id)
+	c.sobs, _ = c.obs.(SessionObserver)
 	return c, nil
 }
 
 // ID returns the client ID stored with every lock this Client takes.
 func (c *Client) ID() string { return c.id }
 
-// Done is closed when the Client's session is lost (its lease ran out without a
-// confirmed renewal; every lock it held is lost with it) or the Client is closed.
-// A lost Client grants no more locks: make a new one.
+// Done is closed when the Client is closed, and only then. A lost session does
+// not close it: the locks of that session end (their causes match
+// ErrSessionLost and fence.ErrLost) and the next Acquire starts a new session.
 func (c *Client) Done() <-chan struct{} { return c.done }
 
-func (c *Client) closeDone() { c.doneOnce.Do(func() { close(c.done) }) }
-
 func (c *Client) key(name string) string { return c.prefix + name }
-
-// stateErr is the error for a client that cannot grant locks any more.
-func stateErr(s state) error {
-	if s == closed {
-		return ErrClosed
-	}
-	return ErrSessionLost
-}
-
-// session returns the live session lease, granting it on first use. ctx governs
-// the grant.
-func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
-	for {
-		c.mu.Lock()
-		st, id := c.state, c.lease
-		c.mu.Unlock()
-		switch st {
-		case live:
-			return id, nil
-		case lost, closed:
-			return 0, stateErr(st)
-		}
-		select {
-		case c.grantSem <- struct{}{}:
-		case <-ctx.Done():
-			return 0, ctx.Err()
-		case <-c.done:
-			continue
-		}
-		err := c.grant(ctx)
-		<-c.grantSem
-		if err != nil {
-			return 0, err
-		}
-	}
-}
-
-func (c *Client) grant(ctx context.Context) error {
-	c.mu.Lock()
-	st := c.state
-	c.mu.Unlock()
-	if st != idle {
-		return nil // granted (or ended) while this caller waited
-	}
-	sent := time.Now()
-	resp, err := c.cli.Grant(ctx, int64(c.ttl/time.Second))
-	if err != nil {
-		return fmt.Errorf("lockclient: grant session lease: %w", c.denied(err))
-	}
-	c.mu.Lock()
-	if c.state != idle { // closed meanwhile
-		c.mu.Unlock()
-		rctx, cancel := context.WithTimeout(context.Background(), c.ttl)
-		defer cancel()
-		c.cli.Revoke(rctx, resp.ID)
-		return ErrClosed
-	}
-	c.state = live
-	c.lease = resp.ID
-	c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
-	c.loopStarted = true
-	c.mu.Unlock()
-	go c.loop()
-	return nil
-}
 
 // Close releases every lock the Client holds by revoking its session lease (one
 // etcd write that deletes all their keys), ends the renewal goroutine, and closes
@@ -186,7 +126,7 @@ func (c *Client) Close() error {
 		c.mu.Unlock()
 		return nil
 	}
-	prev, lease, started := c.state, c.lease, c.loopStarted
+	prev, lease := c.state, c.lease
 	c.state = closed
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
@@ -195,16 +135,14 @@ func (c *Client) Close() error {
 		l.end(EndClosed, ErrClosed)
 	}
 	close(c.stop)
-	if started {
-		<-c.loopDone
-	}
-	c.closeDone()
+	c.loops.Wait()
+	close(c.done)
 	if prev != live {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 	defer cancel()
-	if _, err := c.cli.Revoke(ctx, lease); err != nil {
+	if _, err := c.cli.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("lockclient: close: revoke session lease (it expires within %v by itself): %w", c.ttl, err)
 	}
 	return nil
@@ -220,25 +158,6 @@ func (c *Client) takeLocksLocked() []*Lock {
 	c.manual = nil
 	c.pending = nil
 	return locks
-}
-
-// loseSession makes the session loss final: every lock's Done closes with a
-// *fence.LostError as its context cause, and the Client's Done closes.
-func (c *Client) loseSession(why string) {
-	c.mu.Lock()
-	if c.state != live {
-		c.mu.Unlock()
-		return
-	}
-	c.state = lost
-	lease := c.lease
-	locks := c.takeLocksLocked()
-	c.mu.Unlock()
-	c.sessionLost(lease, why)
-	for _, l := range locks {
-		l.lose(EndLeaseExpired)
-	}
-	c.closeDone()
 }
 
 // Release releases the lock name if its key still carries token, for callers

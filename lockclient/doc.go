@@ -3,12 +3,14 @@
 //
 // # Session lease
 //
-// A Client holds one etcd lease, its session (default TTL 10 s), granted by its
-// first acquire and renewed by the Client's one goroutine every TTL/3. Every lock
-// key the Client creates is attached to it. A process that crashes, freezes or is
-// cut off stops renewing; etcd expires the lease and deletes its keys, and the
-// locks pass on. There is no lease per lock (each lease expiry or revoke costs
-// etcd a synchronous disk commit) and no goroutine per lock.
+// A Client holds one etcd lease at a time, its session (default TTL 10 s),
+// granted by its first acquire and renewed by the session's goroutine every
+// TTL/3 on one long-lived keepalive stream (one gRPC stream per session, not one
+// per renewal). Every lock key the Client creates is attached to it. A process
+// that crashes, freezes or is cut off stops renewing; etcd expires the lease and
+// deletes its keys, and the locks pass on. There is no lease per lock (each
+// lease expiry or revoke costs etcd a synchronous disk commit) and no goroutine
+// per lock.
 //
 // MinTTL is 2 s: etcd grants no lease shorter than 1.5 x its election timeout
 // (1 s by default), rounded up to seconds, and silently raises shorter requests.
@@ -32,15 +34,25 @@
 // The Client keeps a conservative deadline: the time it SENT the last renewal
 // that etcd confirmed, plus the TTL etcd returned. etcd counts the lease from
 // when it received that renewal, so the local deadline passes first. When it
-// passes without a newer confirmed renewal, the session is lost: every Lock's
-// Done closes and its context is cancelled with a *fence.LostError, the Client's
-// Done closes, and the lease is revoked if etcd can still be reached. Loss is
-// one-way: nothing revives those locks, and a lost Client grants no more
-// (Acquire returns ErrSessionLost); make a new Client. The gap between etcd
-// expiring a lease and a frozen process noticing is what fencing covers. (The
-// deadline runs on Go's monotonic clock, which advances while the process is
-// stopped but, on Linux, not while the whole machine is suspended; fencing covers
-// that case too.)
+// passes without a newer confirmed renewal, or etcd answers that it no longer
+// has the lease, the session is lost: every Lock of it ends (Done closes, its
+// context is cancelled with a *fence.LostError that also matches
+// ErrSessionLost). Loss is one-way: nothing revives those locks. The lost
+// lease is not revoked (etcd expires it, or already has; a revoke would be one
+// more synchronous write just when etcd is struggling).
+//
+// The Client itself outlives its session: its Done stays open (it closes only
+// on Close), and the next Acquire or TryAcquire starts a new session, after a
+// jittered backoff (up to half a TTL, longer after each loss in a row) so that
+// many Clients losing their sessions at once come back spread out. An Acquire
+// that is waiting when its session is lost goes on under the new one; a
+// TryAcquire whose session is lost during the call returns an error matching
+// ErrSessionLost. Each loss is logged (Warn, "session lost") and reported to an
+// Observer that is a SessionObserver (lockmetrics counts them). The gap between
+// etcd expiring a lease and a frozen process noticing is what fencing covers.
+// (The deadline runs on Go's monotonic clock, which advances while the process
+// is stopped but, on Linux, not while the whole machine is suspended; fencing
+// covers that case too.)
 //
 // A lock taken WithManualRenewal must also be Renewed at least once per its lease
 // duration (WithLease, default the TTL). If it is not, the Client deletes its key

@@ -25,8 +25,11 @@ var (
 	ErrNotHeld = errors.New("lockclient: lock not held")
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("lockclient: client closed")
-	// ErrSessionLost means the Client's session lease ran out without a confirmed
-	// renewal: every lock it held is lost and it grants no more. Make a new Client.
+	// ErrSessionLost means a Client's session lease ran out without a confirmed
+	// renewal, or etcd no longer had it: every lock of that session is lost. The
+	// cause of each such Lock's context matches it (and fence.ErrLost), as does a
+	// TryAcquire whose session was lost during the call. The Client is not: its
+	// next Acquire starts a new session.
 	ErrSessionLost = errors.New("lockclient: session lost")
 	// ErrInvalidName means a lock name is empty, too long, not UTF-8, or contains a
 	// slash or a control character. It also matches fence.ErrInvalidResource.

@@ -12,7 +12,7 @@ import (
 )
 
 // Observer is told what a Client does, for metrics. Its methods are called
-// synchronously from the Client's calls and its one renewal goroutine, so they
+// synchronously from the Client's calls and its session goroutine, so they
 // must be cheap and must not block or call back into the Client; they may be
 // called concurrently. The lockmetrics package implements it with Prometheus.
 type Observer interface {
@@ -26,6 +26,20 @@ type Observer interface {
 	// KeepAlive reports one renewal of the session lease: its round trip, and
 	// etcd's error or nil.
 	KeepAlive(rtt time.Duration, err error)
+}
+
+// SessionObserver is an Observer that is also told when a Client's session
+// lease starts and when it is lost. A Client checks its Observer for these
+// methods once, in New; lockmetrics.Metrics has them. The same rules apply as
+// for Observer's methods.
+type SessionObserver interface {
+	Observer
+	// SessionStarted reports that a Client was granted a session lease: its
+	// first, or a new one after a lost session.
+	SessionStarted()
+	// SessionLost reports that a Client's session was lost, with the number of
+	// locks that ended with it, just before their Done channels close.
+	SessionLost(locks int)
 }
 
 // AcquireResult is how an Acquire or TryAcquire ended.
@@ -62,8 +76,8 @@ const (
 	EndReleased EndReason = iota + 1
 	// EndClosed: the Client was closed (its lease revoked).
 	EndClosed
-	// EndLeaseExpired: lost; the session lease ran out without a confirmed
-	// renewal, or etcd no longer had it.
+	// EndLeaseExpired: lost with its session: the session lease ran out
+	// without a confirmed renewal, or etcd no longer had it.
 	EndLeaseExpired
 	// EndNotRenewed: lost; a WithManualRenewal lock was not Renewed within its
 	// lease duration.
@@ -196,10 +210,25 @@ func (c *Client) keptAlive(lease clientv3.LeaseID, rtt time.Duration, deadline t
 	}
 }
 
-// sessionLost logs the loss of the session lease.
-func (c *Client) sessionLost(lease clientv3.LeaseID, why string) {
+// sessionStarted reports a new session lease.
+func (c *Client) sessionStarted(lease clientv3.LeaseID) {
+	if c.sobs != nil {
+		c.sobs.SessionStarted()
+	}
+	if c.log != nil {
+		c.log.LogAttrs(context.Background(), slog.LevelDebug, "session started",
+			slog.Int64("lease", int64(lease)), slog.Duration("ttl", c.ttl))
+	}
+}
+
+// sessionLost reports the loss of the session lease and of the locks it held.
+func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
+	if c.sobs != nil {
+		c.sobs.SessionLost(locks)
+	}
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), slog.LevelWarn, "session lost",
-			slog.Int64("lease", int64(lease)), slog.String("cause", why))
+			slog.Int64("lease", int64(lease)), slog.String("cause", why),
+			slog.Int("locks_lost", locks))
 	}
 }

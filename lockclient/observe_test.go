@@ -16,13 +16,35 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// recorder is an Observer that keeps what it was told.
+// recorder is a SessionObserver that keeps what it was told.
 type recorder struct {
-	mu         sync.Mutex
-	acquired   []string // "name result"
-	ended      []string // "name reason"
-	keepalives int
-	kaErrors   int
+	mu          sync.Mutex
+	acquired    []string // "name result"
+	ended       []string // "name reason"
+	keepalives  int
+	kaErrors    int
+	sessions    int // SessionStarted calls
+	sessionLoss []int
+}
+
+var _ lockclient.SessionObserver = (*recorder)(nil)
+
+func (r *recorder) SessionStarted() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sessions++
+}
+
+func (r *recorder) SessionLost(locks int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sessionLoss = append(r.sessionLoss, locks)
+}
+
+func (r *recorder) sessionCounts() (started int, lost []int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.sessions, slices.Clone(r.sessionLoss)
 }
 
 func (r *recorder) Acquired(name string, res lockclient.AcquireResult, wait time.Duration) {
@@ -220,6 +242,22 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	}
 	if kaFailed != (kaErrs > 0) {
 		t.Errorf("keepalive failures: %d observed, logged %v", kaErrs, kaFailed)
+	}
+	if started, lost := rec.sessionCounts(); started != 1 || !slices.Equal(lost, []int{1}) {
+		t.Errorf("sessions started %d, lost %v; want 1 and [1]", started, lost)
+	}
+
+	// The same Client goes on under a new session once etcd is back.
+	cl.Restart(0)
+	if isClosed(c.Done()) {
+		t.Fatal("the lost session closed the Client's Done")
+	}
+	l2 := mustAcquire(t, c, "s")
+	if l2.Token() <= l.Token() {
+		t.Errorf("token %d after the loss is not above %d", l2.Token(), l.Token())
+	}
+	if started, _ := rec.sessionCounts(); started != 2 {
+		t.Errorf("sessions started %d, want 2", started)
 	}
 }
 

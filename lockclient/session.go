@@ -3,12 +3,159 @@ package lockclient
 import (
 	"container/heap"
 	"context"
-	"errors"
+	"fmt"
+	"math/rand/v2"
 	"time"
 
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	"github.com/fencegate/fencegate/fence"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
+
+// regrantBackoff is the first window of the jittered backoff before a new
+// session after a lost one; each further loss (or failed grant) before a
+// session is renewed doubles it, up to half the TTL. A new session is granted only
+// by an Acquire, so regrants also follow the callers' own pace: many Clients
+// that lose their sessions together come back spread out, not at once.
+const regrantBackoff = 500 * time.Millisecond
+
+// stateErr is the error for a client that has no session to grant locks under.
+func stateErr(s state) error {
+	if s == closed {
+		return ErrClosed
+	}
+	return ErrSessionLost
+}
+
+// session returns the live session lease, granting one if there is none (the
+// first use, or after a lost session, once its backoff has passed). ctx governs
+// the wait and the grant.
+func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
+	for {
+		c.mu.Lock()
+		st, id := c.state, c.lease
+		c.mu.Unlock()
+		switch st {
+		case live:
+			return id, nil
+		case closed:
+			return 0, ErrClosed
+		}
+		select {
+		case c.grantSem <- struct{}{}:
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		case <-c.done:
+			continue
+		}
+		err := c.grant(ctx)
+		<-c.grantSem
+		if err != nil {
+			return 0, err
+		}
+	}
+}
+
+func (c *Client) grant(ctx context.Context) error {
+	c.mu.Lock()
+	st, wait := c.state, time.Until(c.notBefore)
+	c.mu.Unlock()
+	if st != idle {
+		return nil // granted (or closed) while this caller waited
+	}
+	if wait > 0 {
+		if err := c.pause(ctx, wait); err != nil {
+			return err
+		}
+	}
+	sent := time.Now()
+	resp, err := c.cli.Grant(ctx, int64(c.ttl/time.Second))
+	if err != nil {
+		if ctx.Err() == nil {
+			c.mu.Lock()
+			c.backoffLocked()
+			c.mu.Unlock()
+		}
+		return fmt.Errorf("lockclient: grant session lease: %w", c.denied(err))
+	}
+	c.mu.Lock()
+	if c.state != idle { // closed meanwhile
+		c.mu.Unlock()
+		rctx, cancel := context.WithTimeout(context.Background(), c.ttl)
+		defer cancel()
+		c.cli.Revoke(rctx, resp.ID)
+		return ErrClosed
+	}
+	c.state = live
+	c.lease = resp.ID
+	c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+	ended := make(chan struct{})
+	c.ended = ended
+	c.loops.Add(1)
+	c.mu.Unlock()
+	go c.loop(resp.ID, ended)
+	c.sessionStarted(resp.ID)
+	return nil
+}
+
+// pause waits d before a new session, or returns ctx's error or ErrClosed.
+func (c *Client) pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.stop:
+		return ErrClosed
+	}
+}
+
+// backoffLocked pushes the next grant back by a random part of a window that
+// doubles with each loss in a row.
+func (c *Client) backoffLocked() {
+	c.failures++
+	window := min(c.ttl/2, regrantBackoff<<min(c.failures-1, 16))
+	c.notBefore = time.Now().Add(rand.N(window))
+}
+
+// loseLease ends session lease if it is still the Client's session: every lock
+// of it ends with a cause matching both fence.ErrLost and ErrSessionLost, and
+// the next Acquire starts a new session after the backoff. The lease is not
+// revoked: etcd expires it by itself (or already has), and a revoke is one more
+// synchronous write just when etcd is slow.
+func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
+	c.mu.Lock()
+	if c.state != live || c.lease != lease {
+		c.mu.Unlock()
+		return
+	}
+	c.state = idle
+	c.lease = 0
+	close(c.ended)
+	c.backoffLocked()
+	locks := c.takeLocksLocked()
+	c.mu.Unlock()
+	c.sessionLost(lease, why, len(locks))
+	for _, l := range locks {
+		l.end(EndLeaseExpired, fmt.Errorf("%w: %w", &fence.LostError{Resource: l.name, Token: l.token}, ErrSessionLost))
+	}
+}
+
+// expireManualLocked ends the manual-renewal locks whose deadline passed and
+// queues the deletes of their keys; the caller ends the returned locks as lost
+// once c.mu is released.
+func (c *Client) expireManualLocked(now time.Time) []*Lock {
+	var expired []*Lock
+	for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
+		l := heap.Pop(&c.manual).(*Lock)
+		delete(c.locks, l.name)
+		expired = append(expired, l)
+		key := c.key(l.name)
+		c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+	}
+	return expired
+}
 
 // pendingDelete is a conditional delete the client retries until etcd has
 // answered it: a release whose Txn failed in transit, an expired manual-renewal
@@ -26,141 +173,11 @@ func (c *Client) addPending(p pendingDelete) {
 	c.mu.Lock()
 	if c.state != live {
 		c.mu.Unlock()
-		return // the session lease is gone or being revoked: its keys go with it
+		return // no session: the lease its key was under is gone or going, and the key with it
 	}
 	c.pending = append(c.pending, p)
 	c.mu.Unlock()
 	c.wake()
-}
-
-type renewal struct {
-	sent time.Time
-	ttl  int64
-	err  error
-}
-
-// loop is the Client's one goroutine. It renews the session lease every interval
-// (sending the keepalive itself, so that the deadline counts from the send
-// time), declares the session lost when the deadline passes without a confirmed
-// renewal, expires manual-renewal locks that were not renewed in time, and
-// retries pending deletes. A keepalive or a delete batch runs in a short-lived
-// goroutine of its own (at most one of each at a time), so that a slow etcd
-// delays no deadline.
-func (c *Client) loop() {
-	defer close(c.loopDone)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-
-	renewc := make(chan renewal, 1)
-	delc := make(chan error, 1)
-	renewing, deleting := false, false
-	var batch int // pending deletes in flight
-	nextRenew := time.Now().Add(c.interval)
-	var nextDelete time.Time
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-
-	for {
-		now := time.Now()
-		c.mu.Lock()
-		if c.state != live {
-			c.mu.Unlock()
-			return
-		}
-		lease, deadline := c.lease, c.deadline
-		if !now.Before(deadline) {
-			c.mu.Unlock()
-			c.loseSession("no renewal confirmed before the session deadline")
-			c.revoke(lease)
-			return
-		}
-		var expired []*Lock
-		for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
-			l := heap.Pop(&c.manual).(*Lock)
-			delete(c.locks, l.name)
-			expired = append(expired, l)
-			key := c.key(l.name)
-			c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
-		}
-		var todo []pendingDelete
-		if !deleting && len(c.pending) > 0 && !now.Before(nextDelete) {
-			todo = append(todo, c.pending...)
-			batch = len(todo)
-		}
-		wake := deadline
-		if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
-			wake = c.manual[0].deadline
-		}
-		c.mu.Unlock()
-
-		for _, l := range expired {
-			l.lose(EndNotRenewed)
-		}
-		if !renewing && !now.Before(nextRenew) {
-			renewing = true
-			go func() {
-				kctx, kcancel := context.WithDeadline(ctx, deadline)
-				defer kcancel()
-				r := renewal{sent: time.Now()}
-				resp, err := c.cli.KeepAliveOnce(kctx, lease)
-				if err == nil {
-					r.ttl = resp.TTL
-				}
-				r.err = err
-				if c.obs != nil || c.log != nil {
-					c.keptAlive(lease, time.Since(r.sent), deadline, err)
-				}
-				renewc <- r
-			}()
-		}
-		if todo != nil {
-			deleting = true
-			go func() { delc <- c.deleteBatch(ctx, todo, deadline) }()
-		}
-		if !renewing && nextRenew.Before(wake) {
-			wake = nextRenew
-		}
-		if !deleting && len(todo) == 0 && !nextDelete.IsZero() && nextDelete.Before(wake) {
-			wake = nextDelete
-		}
-		timer.Reset(time.Until(wake))
-
-		select {
-		case <-c.stop:
-			return
-		case <-c.poke:
-		case <-timer.C:
-		case r := <-renewc:
-			renewing = false
-			switch {
-			case r.err == nil && r.ttl > 0:
-				c.mu.Lock()
-				if d := r.sent.Add(time.Duration(r.ttl) * time.Second); d.After(c.deadline) {
-					c.deadline = d
-				}
-				c.mu.Unlock()
-				nextRenew = r.sent.Add(c.interval)
-			case r.err == nil || errors.Is(r.err, rpctypes.ErrLeaseNotFound):
-				// etcd no longer has the lease: it expired there.
-				c.loseSession("etcd no longer has the session lease")
-				return
-			default:
-				nextRenew = time.Now().Add(min(retryDelay, c.interval))
-			}
-		case err := <-delc:
-			deleting = false
-			if err != nil {
-				nextDelete = time.Now().Add(retryDelay)
-				break
-			}
-			nextDelete = time.Time{}
-			c.mu.Lock()
-			if len(c.pending) >= batch {
-				c.pending = append(c.pending[:0:0], c.pending[batch:]...)
-			}
-			c.mu.Unlock()
-		}
-	}
 }
 
 // deleteBatch sends the deletes, each conditioned on its own compare, as nested
@@ -180,12 +197,4 @@ func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline
 		todo = todo[n:]
 	}
 	return nil
-}
-
-// revoke gives up a lost session's lease at once, so that its keys do not wait
-// out the TTL on the server when etcd can still be reached.
-func (c *Client) revoke(lease clientv3.LeaseID) {
-	ctx, cancel := context.WithTimeout(context.Background(), c.interval)
-	defer cancel()
-	c.cli.Revoke(ctx, lease)
 }

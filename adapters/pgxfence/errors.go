@@ -22,6 +22,7 @@ const (
 	codeNoFunction    = "42883"
 	codeNoTable       = "42P01"
 	codeNoConstraint  = "42P10" // ON CONFLICT names no unique index
+	codeIdleTimeout   = "25P03" // idle_in_transaction_session_timeout ended the session
 )
 
 type querier interface {
@@ -39,8 +40,11 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 			seen, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
 			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
 		case codeBadText:
-			if seen, ok := markedStale(pgErr.Message); ok {
-				return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+			if seen, res, ok := markedStale(pgErr.Message); ok {
+				if res == "" {
+					res = g.Resource()
+				}
+				return &fence.StaleError{Resource: res, Presented: g.Token(), Seen: seen}
 			}
 		case codeSerialization:
 			if lookup != nil {
@@ -51,18 +55,22 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 			return fmt.Errorf("%w: fence %q at token %d: %w", ErrSerialization, g.Resource(), g.Token(), err)
 		case codeNoFunction, codeNoTable:
 			return fmt.Errorf("%w: %w", ErrSchema, err)
+		case codeIdleTimeout:
+			return fmt.Errorf("%w: fence %q at token %d: %w", ErrIdleTimeout, g.Resource(), g.Token(), err)
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
 }
 
 // markedStale reads the stored token from the error raiseSQL makes when it refuses:
-// invalid input syntax for type bigint: "fencegate-stale:41". Only the quoted value is
-// taken, since the words around it follow the server's lc_messages.
-func markedStale(msg string) (fence.Token, bool) {
+// invalid input syntax for type bigint: "fencegate-stale:41", or for a set
+// "fencegate-stale:41/res-a" naming the resource. Only the quoted value is taken,
+// since the words around it follow the server's lc_messages; the resource runs to the
+// last double quote (a resource may hold one itself).
+func markedStale(msg string) (fence.Token, string, bool) {
 	_, rest, ok := strings.Cut(msg, staleMarker)
 	if !ok {
-		return 0, false
+		return 0, "", false
 	}
 	end := 0
 	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
@@ -70,9 +78,15 @@ func markedStale(msg string) (fence.Token, bool) {
 	}
 	seen, err := strconv.ParseInt(rest[:end], 10, 64)
 	if err != nil {
-		return 0, false
+		return 0, "", false
 	}
-	return fence.Token(seen), true
+	res := ""
+	if tail, ok := strings.CutPrefix(rest[end:], "/"); ok {
+		if q := strings.LastIndexByte(tail, '"'); q >= 0 {
+			res = tail[:q]
+		}
+	}
+	return fence.Token(seen), res, true
 }
 
 // storedToken reads the resource's stored token; 0 when it has none.

@@ -22,6 +22,9 @@ import (
 var postgres = pgtest.New()
 
 func TestMain(m *testing.M) {
+	if os.Getenv(idleChildEnv) != "" {
+		os.Exit(idleChild())
+	}
 	code := m.Run()
 	if err := postgres.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

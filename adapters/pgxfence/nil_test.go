@@ -111,3 +111,23 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { check(t, func() error { return c.run(s) }, c.want) })
 	}
 }
+
+// poolWrapper is a caller's type around a pool: neither a pool nor a pgx.Tx.
+type poolWrapper struct{ *pgxpool.Pool }
+
+// TestNewWithOptions_unsupportedDB checks that a DB of another type is refused, not
+// silently given a caller's-transaction (savepoint) store.
+func TestNewWithOptions_unsupportedDB(t *testing.T) {
+	pool, err := pgxpool.New(t.Context(), "postgres://fencegate@127.0.0.1:1/none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	if _, err := pgxfence.NewWithOptions(poolWrapper{pool}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("NewWithOptions(wrapper) = %v, want ErrInvalidArgument", err)
+	}
+	err = pgxfence.New(poolWrapper{pool}).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
+	if !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("New(wrapper).Fenced = %v, want ErrInvalidArgument", err)
+	}
+}

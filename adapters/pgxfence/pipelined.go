@@ -9,25 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetx"
 )
-
-// staleMarker starts the text raiseSQL casts to bigint when it refuses.
-const staleMarker = "fencegate-stale:"
-
-// raiseSQL raises the fence in one statement of the extended protocol (prepared once
-// per connection by pgx's statement cache): it inserts the resource's row or raises
-// it to the token, and locks it to commit. When a higher token is stored, the CASE
-// casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
-// the transaction, so a statement behind it in the same batch never runs; refusal
-// reads the stored token from the message. It needs no function: next to fence_raise
-// (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10 x at 1 and
-// 16 workers (BENCHMARKS.md). When the row already holds the token (another
-// transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
-// UPDATE locks the conflicting row even where its WHERE is false.
-const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " +
-	"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
-	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
-	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
 // BEGIN and the raise go in one simple-protocol message, and fn is called only once
@@ -46,45 +29,29 @@ func WithFenceFirst() Option {
 
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
-func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) error {
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
-	defer func() {
-		if p := recover(); p != nil {
-			t.rollback(ctx)
-			panic(p)
-		}
-		if err != nil {
-			t.rollback(ctx)
-		}
-	}()
-	if err := fn(t); err != nil {
-		if t.refused != nil && !errors.Is(err, t.refused) {
-			// fn swallowed the refusal and failed otherwise: keep both.
-			return errors.Join(t.refused, err)
-		}
-		return err
-	}
-	if t.refused != nil {
-		// fn swallowed the refusal: its first statement never ran, and nothing commits.
-		return t.refused
-	}
-	if err := fence.CheckLost(g); err != nil {
-		return err // rolled back by the deferred function; never begun if fn sent nothing
-	}
-	if t.tx == nil {
-		// fn sent nothing: the fence is raised all the same, so that the stored token
-		// moves up to the grant's.
-		if err := t.begin(ctx); err != nil {
-			return err
-		}
-	}
-	if err := t.tx.Commit(ctx); err != nil {
-		if u := unknownOutcome("commit", g, err); u != nil {
-			return u
-		}
-		return refusal(ctx, g, err, conn)
-	}
-	return nil
+	return fencetx.Run(g, func() error { return fn(t) }, fencetx.Ops{
+		Rollback: func() { t.rollback(ctx) },
+		Refused:  func() error { return t.refused },
+		Commit: func() error {
+			if t.tx == nil {
+				// fn sent nothing: the fence is raised all the same, so that the
+				// stored token moves up to the grant's.
+				if err := t.begin(ctx); err != nil {
+					return err
+				}
+			}
+			err := t.tx.Commit(ctx)
+			if err == nil {
+				return nil
+			}
+			if u := unknownOutcome("commit", g, err); u != nil {
+				return u
+			}
+			return refusal(ctx, g, err, conn)
+		},
+	})
 }
 
 // lazyTx is the pgx.Tx that a pipelined Fenced hands fn. Its transaction begins with
@@ -108,7 +75,9 @@ var _ pgx.Tx = (*lazyTx)(nil)
 func (t *lazyTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
-	b.Queue(raiseSQL, t.g.Resource(), int64(t.g.Token()))
+	b.Queue(idleSQL, t.s.idleMS(t.g))
+	q, args := raiseFor(t.g)
+	b.Queue(q, args...)
 	return b
 }
 
@@ -118,6 +87,9 @@ func (t *lazyTx) begin(ctx context.Context) error {
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN
+	if err == nil {
+		_, err = br.Exec() // the idle timeout
+	}
 	if err == nil {
 		_, err = br.Exec() // the raise
 	}
@@ -168,9 +140,11 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 		}
 		return nil, t.refuse(ctx, err)
 	}
-	if _, err := br.Exec(); err != nil { // the raise
-		_ = br.Close()
-		return nil, t.refuse(ctx, err)
+	for range 2 { // the idle timeout, the raise
+		if _, err := br.Exec(); err != nil {
+			_ = br.Close()
+			return nil, t.refuse(ctx, err)
+		}
 	}
 	return br, nil
 }

@@ -10,26 +10,32 @@ import (
 )
 
 // Update sets the columns of one row of r.Table, and its token column to g.Token(),
-// if the row's stored token is <= g.Token(): one UPDATE statement. The key must pick
-// at most one row (a primary key or unique index). Writing unchanged values with the
-// same token again succeeds.
+// if the row's stored token is <= g.Token() and no higher token is stored in
+// g.Resource()'s fence row, which it raises to g.Token() in the same statement: one
+// mark per resource, shared with Fenced, Upsert and Delete, so a stale Update is
+// refused once a newer token has written any row of the resource by any form. The
+// key must pick at most one row (a primary key or unique index). Writing unchanged
+// values with the same token again succeeds. A missing row leaves the fence row as it
+// was.
 //
-// When it changes no row it reads the row once more and returns a *fence.StaleError
-// with the row's token, or fence.ErrNotFound. It returns the grant errors of
-// fence.CheckGrant, fence.ErrInvalidIdentifier for an empty, overlong (> 63 bytes) or
-// NUL-holding table or column name (other names are quoted, never refused),
-// fence.ErrInvalidArgument for no key or no column to set or a column named twice,
-// and a *fence.DuplicateError when the new values hit a unique index.
+// When it changes no row it reads the row and the fence row once more and returns a
+// *fence.StaleError with the higher token, or fence.ErrNotFound. It returns the grant
+// errors of fence.CheckGrant (a fence.Set grant is fence.ErrInvalidArgument: a
+// single-row write fences one resource), fence.ErrInvalidIdentifier for an empty,
+// overlong (> 63 bytes) or NUL-holding table or column name (other names are quoted,
+// never refused), fence.ErrInvalidArgument for no key or no column to set or a column
+// named twice, a *fence.DuplicateError when the new values hit a unique index, and a
+// *fence.CommitUnknownError when the statement's reply was lost.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe(ctx, "update", g, &err)
-	if err := s.check(g); err != nil {
+	if err := s.checkSingle(g); err != nil {
 		return err
 	}
 	q, err := s.statement('u', r, set, func() (string, error) { return updateSQL(r, set) })
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{int64(g.Token())}, set, r.Key)...)
+	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, set, r.Key)...)
 	if err != nil {
 		if u := s.unknownOutcome("update", g, err); u != nil {
 			return u
@@ -43,28 +49,36 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
-	return s.explain(ctx, g, r, rw, false)
+	return s.explain(ctx, g, r, rw, true)
 }
 
 // updateSQL checks and quotes the names of an Update and builds its statement, whose
-// arguments are the token, the set values and the key values, in that order.
+// arguments are the resource, the token, the set values and the key values, in that
+// order. The fence row is raised first (the UPDATE's EXISTS on the CTE is an InitPlan,
+// run before any target row is locked), so Update locks in the order Fenced does:
+// fence row, then data.
 func updateSQL(r fence.Row, set []fence.Col) (string, error) {
 	rw, setNames, err := checkRow(r, set, true)
 	if err != nil {
 		return "", err
 	}
-	st := stmt{args: make([]any, 0, 1+len(set)+len(rw.keyVals))}
-	st.sql.Grow(64 + len(rw.table) + 16*(len(set)+len(rw.keyNames)))
-	tok := st.arg(nil)
-	st.sql.WriteString("UPDATE ")
-	st.sql.WriteString(rw.table)
-	st.sql.WriteString(" SET ")
-	for i, c := range set {
-		st.write(setNames[i], " = ", st.arg(c.Value), ", ")
+	st := stmt{args: make([]any, 0, 2+len(set)+len(rw.keyVals))}
+	st.sql.Grow(320 + len(rw.table) + 16*(len(set)+len(rw.keyNames)))
+	res, tok := st.arg(nil), st.arg(nil)
+	vals := make([]string, len(set))
+	for i := range set {
+		vals[i] = st.arg(nil)
 	}
-	st.write(rw.token, " = ", tok, " WHERE ")
-	rw.where(&st, rw.keyArgs(&st))
-	st.write(" AND ", rw.token, " <= ", tok)
+	keys := rw.keyArgs(&st)
+	var match stmt
+	rw.where(&match, keys)
+	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
+	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+")")
+	st.write("UPDATE ", rw.table, " SET ")
+	for i := range set {
+		st.write(setNames[i], " = ", vals[i], ", ")
+	}
+	st.write(rw.token, " = ", tok, " WHERE ", match.sql.String(), " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return st.sql.String(), nil
 }
 
@@ -139,7 +153,7 @@ func fenceCTE(st *stmt, res, tok, cond string) {
 // is allowed: the row is then just its key and token).
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe(ctx, "upsert", g, &err)
-	if err := s.check(g); err != nil {
+	if err := s.checkSingle(g); err != nil {
 		return err
 	}
 	q, err := s.statement('p', r, set, func() (string, error) { return upsertSQL(r, set) })
@@ -213,7 +227,7 @@ func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 // (nothing is deleted), and the input errors of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe(ctx, "delete", g, &err)
-	if err := s.check(g); err != nil {
+	if err := s.checkSingle(g); err != nil {
 		return err
 	}
 	q, err := s.statement('d', r, nil, func() (string, error) { return deleteSQL(r) })

@@ -46,19 +46,17 @@ func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
 	}
 }
 
-// TestStore_rows_refusalLeavesFenceRow checks that a refused Upsert or Delete, and a
-// Delete of a missing row, leave the fence row as it was.
+// TestStore_rows_refusalLeavesFenceRow checks that a refused Update, Upsert or Delete,
+// and a Delete of a missing row, leave the fence row as it was.
 func TestStore_rows_refusalLeavesFenceRow(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
 	s := pgxfence.New(pool)
 	ctx := t.Context()
 	row := fence.Row{Table: "accounts", Key: []fence.Col{fence.C("id", "a")}}
-	// Update does not touch the fence row: the row alone holds token 50.
-	mustExec(t, pool, "INSERT INTO accounts (id) VALUES ('a')")
-	if err := s.Update(ctx, fence.NewGrant("acct-a", 50), row, fence.C("balance", 5)); err != nil {
-		t.Fatal(err)
-	}
+	// The row alone holds token 50 (written before the resource had a fence row).
+	mustExec(t, pool, "INSERT INTO accounts (id, balance, fence_token) VALUES ('a', 5, 50)")
+	wantStale(t, s.Update(ctx, fence.NewGrant("acct-a", 40), row, fence.C("balance", 4)), 40, 50)
 	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 40), row, fence.C("balance", 4)), 40, 50)
 	wantStale(t, s.Delete(ctx, fence.NewGrant("acct-a", 40), row), 40, 50)
 	if got := stored(t, pool, "acct-a"); got != 0 {

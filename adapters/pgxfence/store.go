@@ -33,12 +33,14 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetx"
 	"github.com/fencegate/fencegate/internal/shapecache"
 )
 
@@ -52,14 +54,23 @@ var (
 	ErrSerialization = errors.New("pgxfence: serialization failure, retry the transaction")
 	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
 	ErrInvalidOption = errors.New("pgxfence: invalid option")
+	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
+	// idle longer than its idle timeout (WithIdleTimeout; by default the grant's
+	// lease): the client stopped inside fn, a frozen process. Nothing of it was
+	// committed, and the grant has most likely passed on: stop, do not retry. It
+	// wraps the *pgconn.PgError (SQLSTATE 25P03).
+	ErrIdleTimeout = errors.New("pgxfence: fenced transaction ended by the server: idle past its timeout")
 	// ErrSchema means fence_tokens or fence_raise is missing: apply the migrations
 	// package's migrations (migrations.Up with migrations.Postgres).
 	ErrSchema = errors.New("pgxfence: fencegate schema missing, run migrations.Up")
 )
 
-// DB is what a Store writes through. *pgxpool.Pool, *pgxpool.Conn and *pgx.Conn (not
-// inside a transaction) get the one-round-trip fenced begin; anything else, notably
-// a caller's pgx.Tx, runs fenced transactions as savepoints inside it.
+// DB is what a Store writes through, one of two kinds, told apart by type and never
+// guessed: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not inside a transaction)
+// gets fenced transactions of its own, begun with the fence in one round trip; a
+// caller's pgx.Tx gets fenced transactions as savepoints inside it. Any other type
+// is refused with fence.ErrInvalidArgument (by NewWithOptions, and by every method of
+// a Store from New).
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -76,7 +87,9 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
+	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
+	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
 }
@@ -87,9 +100,13 @@ var (
 )
 
 // New returns a Store writing through db with the server's default isolation level.
-// A nil db gives a Store whose every method returns fence.ErrInvalidArgument.
+// A nil db (typed nil included), or one of no supported type (see DB), gives a Store
+// whose every method returns fence.ErrInvalidArgument.
 func New(db DB) *Store {
-	s, _ := NewWithOptions(db) // no options: nothing can be invalid
+	s, err := NewWithOptions(db)
+	if err != nil {
+		return &Store{invalid: err} // every method returns err
+	}
 	return s
 }
 
@@ -143,7 +160,8 @@ func WithTxOptions(o pgx.TxOptions) Option {
 }
 
 // NewWithOptions is New with options. It returns ErrInvalidOption for an option that
-// cannot be used (and a nil Store).
+// cannot be used and fence.ErrInvalidArgument for a db of no supported type (see
+// DB), each with a nil Store.
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db, beginSQL: "BEGIN"}
 	if fence.IsNil(db) {
@@ -152,9 +170,13 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 		s.db = nil
 	}
 	switch db.(type) {
-	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
-	default:
+	case nil, *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
+	case pgx.Tx:
 		s.nested = true
+	default:
+		// Never guess: a wrapper around a pool would otherwise get savepoint
+		// semantics it did not ask for.
+		return nil, fmt.Errorf("%w: pgxfence: a %T is neither a *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn nor a pgx.Tx", fence.ErrInvalidArgument, db)
 	}
 	for _, o := range opts {
 		if o == nil {
@@ -167,9 +189,20 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
+// checkSingle is check for a single-row write: a fence.Set grant is refused.
+func (s *Store) checkSingle(g fence.Grant) error {
+	if err := s.check(g); err != nil {
+		return err
+	}
+	return fence.CheckSingle(g)
+}
+
 func (s *Store) check(g fence.Grant) error {
 	if err := fence.CheckGrant(g); err != nil {
 		return err
+	}
+	if s != nil && s.invalid != nil {
+		return s.invalid
 	}
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -262,7 +295,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
+	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.idleMS(g) + "; " + fenceFirstSQL(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		// A refused raise leaves the transaction open and aborted; pgx hands back
@@ -282,7 +315,8 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	if _, err := tx.Exec(ctx, raiseSQL, g.Resource(), int64(g.Token())); err != nil {
+	q, args := raiseFor(g)
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}
@@ -291,32 +325,23 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 	return s.run(ctx, tx, g, fn, nil)
 }
 
-// run calls fn inside tx, then commits; it rolls back on an error or a panic from fn.
-func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			_ = tx.Rollback(ctx)
-			panic(p)
-		}
-		if err != nil {
-			// After a failed commit Rollback is a no-op (ErrTxClosed).
-			_ = tx.Rollback(ctx)
-		}
-	}()
-	if err := fn(tx); err != nil {
-		return err
-	}
-	if err := fence.CheckLost(g); err != nil {
-		return err // rolled back by the deferred function
-	}
-	if err := tx.Commit(ctx); err != nil {
-		if !s.nested {
-			// A savepoint's release decides nothing durable: only the caller's commit does.
-			if u := unknownOutcome("commit", g, err); u != nil {
-				return u
+// run calls fn inside tx, then commits (fencetx owns the lifecycle); it rolls back
+// on an error, a panic or a grant lost by the time fn returns.
+func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) error {
+	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
+		Rollback: func() { _ = tx.Rollback(ctx) }, // after a failed commit, ErrTxClosed
+		Commit: func() error {
+			err := tx.Commit(ctx)
+			if err == nil {
+				return nil
 			}
-		}
-		return refusal(ctx, g, err, lookup)
-	}
-	return nil
+			if !s.nested {
+				// A savepoint's release decides nothing durable: only the caller's commit does.
+				if u := unknownOutcome("commit", g, err); u != nil {
+					return u
+				}
+			}
+			return refusal(ctx, g, err, lookup)
+		},
+	})
 }

@@ -25,6 +25,10 @@ func replyLost(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
+		if pgErr.Code == codeIdleTimeout {
+			// Ended while idle in the transaction: COMMIT had not arrived.
+			return false
+		}
 		sev := pgErr.SeverityUnlocalized
 		if sev == "" {
 			sev = pgErr.Severity

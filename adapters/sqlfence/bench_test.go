@@ -16,17 +16,30 @@ import (
 // MariaDB benchmarks measure statements and round trips rather than one hot row lock.
 const benchParallelism = 32
 
+// benchRows numbers the benchmark workers' rows across runs on one table.
+var benchRows atomic.Int64
+
 type benchOp func(ctx context.Context, id string, tok fence.Token) error
 
 // pairBench runs the baseline and the fenced variant alternately in every worker, so
 // both meet the same load, and reports each one's mean latency and their throughput
 // ratio, fenced/base = baseline time / fenced time (1.0: fencing costs nothing).
 func pairBench(b *testing.B, db *sql.DB, d sqlfence.Dialect, parallel bool, base, fenced benchOp) {
+	par := 0
+	if parallel {
+		par = benchParallelism
+	}
+	pairBenchN(b, db, d, par, base, fenced)
+}
+
+// pairBenchN is pairBench with par * GOMAXPROCS workers (0: one, in b.Loop).
+func pairBenchN(b *testing.B, db *sql.DB, d sqlfence.Dialect, par int, base, fenced benchOp) {
 	b.Helper()
 	var baseNs, fencedNs, ops, workers atomic.Int64
 	run := func(next func() bool) {
 		ctx := context.Background()
-		id := fmt.Sprintf("w%d", workers.Add(1))
+		workers.Add(1)
+		id := fmt.Sprintf("w%d", benchRows.Add(1)) // a row and resource per worker, across runs
 		if _, err := db.ExecContext(ctx, benchSQL(d, "INSERT INTO bench (id, val) VALUES (?, 0)"), id); err != nil {
 			b.Error(err)
 			return
@@ -54,8 +67,8 @@ func pairBench(b *testing.B, db *sql.DB, d sqlfence.Dialect, parallel bool, base
 		ops.Add(int64(tok))
 	}
 	b.ResetTimer()
-	if parallel {
-		b.SetParallelism(benchParallelism)
+	if par > 0 {
+		b.SetParallelism(par)
 		b.RunParallel(func(pb *testing.PB) { run(pb.Next) })
 	} else {
 		run(b.Loop)

@@ -63,6 +63,9 @@ func ExampleStore_Update() {
 		panic(err)
 	}
 	defer db.Close()
+	if err := migrations.Up(ctx, db, migrations.SQLite); err != nil { // fence_tokens: Update raises the resource's mark
+		panic(err)
+	}
 	db.ExecContext(ctx, `CREATE TABLE jobs (name TEXT PRIMARY KEY, state TEXT NOT NULL, fence_token INTEGER NOT NULL DEFAULT 0)`)
 	db.ExecContext(ctx, `INSERT INTO jobs (name, state) VALUES ('nightly', 'queued')`)
 

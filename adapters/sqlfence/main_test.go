@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(sqliteChild())
 	}
+	if os.Getenv(idleChildEnv) != "" {
+		os.Exit(idleChild())
+	}
 	code := m.Run()
 	for _, err := range []error{mariadb.Close(), postgres.Close()} {
 		if err != nil {

@@ -120,6 +120,11 @@ func (s *Store) probeFoundRows(ctx context.Context) error {
 				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
 			}
 		}
+		var version string
+		if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+			return fmt.Errorf("sqlfence: check mysql connection: %w", err)
+		}
+		s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
 		if n == 0 {
 			return fmt.Errorf("%w: rows changed are counted instead of rows matched, so a valid "+
 				"write of unchanged values would look refused; add clientFoundRows=true to the DSN "+

@@ -29,6 +29,9 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err := s.check(g); err != nil {
 		return nil, err
 	}
+	if err := fence.CheckSingle(g); err != nil {
+		return nil, err
+	}
 	st := &rowStmt{table: r.Table}
 	var err error
 	if st.qtable, err = s.d.table(r.Table); err != nil {
@@ -87,61 +90,6 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 		st.setArgs = append(st.setArgs, c.Value)
 	}
 	return st, nil
-}
-
-// Update sets the columns on the row if its token column is <= g.Token(), storing
-// g.Token() there, in one statement (outside any transaction):
-//
-//	UPDATE t SET c = ?, ..., fence_token = ? WHERE key = ? AND fence_token <= ?
-//
-// When it changes no row it reads the row's token once to return a *fence.StaleError
-// (Seen = the stored token) or an error matching fence.ErrNotFound. Writing the values
-// the row already has is a success (on MySQL that needs clientFoundRows, which the
-// Store checks). r.Key must pick at most one row (a primary or unique key).
-//
-// Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice),
-// fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant, ErrFoundRows,
-// ErrUnknownDialect, ErrSchema (Upsert and Delete, and the MySQL check: no
-// fence_tokens), a *fence.DuplicateError when a set column hits a unique key,
-// ErrBusy, or the driver's error wrapped.
-func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "update", g, &err)
-	st, err := s.prepare(g, r, set, true)
-	if err != nil {
-		return err
-	}
-	if err := s.probe(ctx); err != nil {
-		return err
-	}
-	var b strings.Builder
-	b.WriteString("UPDATE " + st.qtable + " SET ")
-	for _, c := range st.set {
-		b.WriteString(c + " = ?, ")
-	}
-	b.WriteString(st.tok + " = ? WHERE " + st.where + " AND " + st.tok + " <= ?")
-	q := s.d.rebind(b.String())
-	tok := int64(g.Token())
-	args := append(append(append(append([]any{}, st.setArgs...), tok), st.keyArgs...), tok)
-
-	var n int64
-	err = s.retry(ctx, func() error {
-		res, err := s.db.ExecContext(ctx, q, args...)
-		if err != nil {
-			if u := unknownOutcome("update", g, err, false); u != nil {
-				return u
-			}
-			return err
-		}
-		n, err = res.RowsAffected()
-		return err
-	})
-	if err != nil {
-		return st.failed("update", err)
-	}
-	if n > 0 {
-		return nil
-	}
-	return s.refused(ctx, s.db, g, st)
 }
 
 // Upsert inserts the row (key, set columns and g.Token() in the token column), or

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetx"
 )
 
 var (
@@ -80,9 +81,13 @@ var (
 type Store struct {
 	db     *sql.DB
 	d      Dialect
-	txOpts *sql.TxOptions      // Fenced's transactions; nil: the server's default
-	log    *slog.Logger        // refused writes; nil: silent
-	obs    fence.WriteObserver // write results; nil: none
+	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
+	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
+	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
+	// set by the connection check, before probeOK.
+	mariadb bool
+	log     *slog.Logger        // refused writes; nil: silent
+	obs     fence.WriteObserver // write results; nil: none
 
 	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex
@@ -133,37 +138,30 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	tx, err := s.beginFenced(ctx, g)
+	if s.d == MySQL {
+		return s.fencedPinned(ctx, g, fn)
+	}
+	tx, err := s.beginFenced(ctx, s.db, g)
 	if err != nil {
 		return err
 	}
 	return s.finish(ctx, tx, g, fn)
 }
 
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) (err error) {
-	done := false
-	defer func() {
-		if !done {
-			tx.Rollback() // fn panicked; the panic continues
-		}
-	}()
-	if err := fn(tx); err != nil {
-		done = true
-		tx.Rollback()
-		return err
-	}
-	done = true
-	if err := fence.CheckLost(g); err != nil {
-		tx.Rollback()
-		return err
-	}
-	if err := tx.Commit(); err != nil {
-		if u := unknownOutcome("commit", g, err, true); u != nil {
-			return u
-		}
-		return s.commitErr(ctx, err)
-	}
-	return nil
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
+	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
+		Rollback: func() { _ = tx.Rollback() }, // after Commit, ErrTxDone
+		Commit: func() error {
+			err := tx.Commit()
+			if err == nil {
+				return nil
+			}
+			if u := unknownOutcome("commit", g, err, true); u != nil {
+				return u
+			}
+			return s.commitErr(ctx, err)
+		},
+	})
 }
 
 func (s *Store) commitErr(ctx context.Context, err error) error {
@@ -195,14 +193,19 @@ func (s *Store) probe(ctx context.Context) error {
 	return nil
 }
 
+// beginner is a *sql.DB or a pinned *sql.Conn.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
 // beginFenced begins a transaction and raises the fence row, trying again while the
 // database is busy: nothing of the caller's has run yet. It returns the open
 // transaction, or an error after rolling back.
-func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error) {
+func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*sql.Tx, error) {
 	var tx *sql.Tx
 	err := s.retry(ctx, func() error {
 		var err error
-		if tx, err = s.db.BeginTx(ctx, s.txOpts); err != nil {
+		if tx, err = db.BeginTx(ctx, s.txOpts); err != nil {
 			return fmt.Errorf("sqlfence: begin: %w", err)
 		}
 		if err = s.raise(ctx, tx, g); err != nil {
@@ -221,7 +224,23 @@ func (s *Store) beginFenced(ctx context.Context, g fence.Grant) (*sql.Tx, error)
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
 // the upsert of Dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	res, err := tx.ExecContext(ctx, s.d.rebind(s.d.bumpSQL()), int64(g.Token()), g.Resource(), int64(g.Token()))
+	if _, ok := g.(fence.Set); ok {
+		return s.raiseSet(ctx, tx, g)
+	}
+	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
+	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
+	raiseArgs := []any{g.Resource(), int64(g.Token())}
+	if s.d == Postgres {
+		// The transaction's idle timeout rides on whichever raise runs: set_config
+		// is evaluated for the one row the bump matches, or once by the upsert.
+		bump += " AND set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL"
+		bumpArgs = append(bumpArgs, s.idleMS(g))
+		raise = "INSERT INTO fence_tokens (resource, token) SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) " +
+			"WHERE set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL ON CONFLICT (resource) DO UPDATE " +
+			"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token <= excluded.token"
+		raiseArgs = append(raiseArgs, s.idleMS(g))
+	}
+	res, err := tx.ExecContext(ctx, s.d.rebind(bump), bumpArgs...)
 	if err != nil {
 		return raiseErr(g, err)
 	}
@@ -231,7 +250,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	} else if n > 0 {
 		return nil
 	}
-	res, err = tx.ExecContext(ctx, s.d.rebind(s.d.raiseSQL()), g.Resource(), int64(g.Token()))
+	res, err = tx.ExecContext(ctx, s.d.rebind(raise), raiseArgs...)
 	if err != nil {
 		return raiseErr(g, err)
 	}

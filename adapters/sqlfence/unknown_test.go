@@ -131,9 +131,14 @@ func testFencedUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlf
 	})
 	release()
 	wantUnknown(t, err)
-	if n := queryInt(t, db, "SELECT COUNT(*) FROM "+tbl); n != 0 {
-		t.Fatalf("%d rows committed by a transaction ended before its commit", n)
+	// PostgreSQL ends the deferred trigger's sleep before the commit record; MariaDB
+	// may finish a commit its KILL interrupted (it has been seen to): exactly why the
+	// outcome is reported as unknown.
+	n := queryInt(t, db, "SELECT COUNT(*) FROM "+tbl)
+	if n > 1 || (d == sqlfence.Postgres && n != 0) {
+		t.Fatalf("%d rows committed by a transaction ended during its commit", n)
 	}
+	t.Logf("%s: the interrupted transaction committed %d rows", d, n)
 	err = fence.Exec(ctx, store, fence.NewGrant(res, 6), func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, "SELECT 1")
 		return err
@@ -149,6 +154,11 @@ func testRowsUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlfen
 	mustExec(t, db, "CREATE TABLE "+tbl+" (id VARCHAR(20) PRIMARY KEY, v INT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO "+tbl+" (id) VALUES ('a')")
 	row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", "a")}}
+	// The resource has a mark already, so Update is one autocommit statement (MySQL
+	// writes a resource's first mark in a transaction).
+	if err := fence.Exec(ctx, store, fence.NewGrant("rows-unknown", 4), func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
 	// Update waits for the row lock inside its statement; Upsert and Delete, which
 	// raise the fence row in a transaction, wait at their statement too, so their
 	// COMMIT is cut by blocking commits instead. Update alone is autocommit.
@@ -161,7 +171,7 @@ func testRowsUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlfen
 		t.Fatal(err)
 	}
 	killed := make(chan struct{})
-	go func() { defer close(killed); killWhen(t, db, d, "UPDATE%"+tbl+"%", wait) }()
+	go func() { defer close(killed); killWhen(t, db, d, "%UPDATE%"+tbl+"%", wait) }()
 	defer func() { <-killed }()
 	wantUnknown(t, store.Update(ctx, fence.NewGrant("rows-unknown", 5), row, fence.C("v", 1)))
 	if err := holder.Rollback(); err != nil {

@@ -93,7 +93,8 @@ func (w *worker) run(ctx context.Context) error {
 		if ctx.Err() != nil {
 			return nil
 		}
-		// A lost session grants no more locks: start a new one.
+		// Done closes only on Close (a lost session does not close it: the next
+		// Acquire starts a new session), so this makes the Client once.
 		if locks == nil || isClosed(locks.Done()) {
 			if locks != nil {
 				locks.Close()

@@ -56,6 +56,8 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	t.Run("RowDeleteStaleReinsert", func(t *testing.T) { testRowDelete(t, h) })
 	t.Run("RowBadInput", func(t *testing.T) { testRowBadInput(t, h) })
 	t.Run("HostileIdentifiers", func(t *testing.T) { testHostile(t, h) })
+	t.Run("OneMarkPerResource", func(t *testing.T) { testOneMark(t, h) })
+	t.Run("GrantSets", func(t *testing.T) { testSets(t, h) })
 }
 
 var seq atomic.Int64

@@ -18,6 +18,8 @@
 //	fencegate_lock_losses_total{cause}          counter: locks lost by cause: lease_expired, not_renewed, key_deleted
 //	fencegate_session_keepalive_seconds         histogram: round trip of confirmed session lease renewals
 //	fencegate_session_keepalive_failures_total  counter: session lease renewals that failed
+//	fencegate_sessions_started_total            counter: session leases granted (a Client's first, and each after a lost one)
+//	fencegate_sessions_lost_total               counter: sessions lost (their locks are counted in lock_losses_total{cause="lease_expired"})
 //	fencegate_fenced_writes_total{adapter,result} counter: fenced writes by adapter (pgxfence, sqlfence) and result: accepted, stale, lost, error
 //
 // Lock names are not labels: they are unbounded. Every method is a few atomic
@@ -38,7 +40,7 @@ import (
 // ErrInvalidOption means an option to New is unusable.
 var ErrInvalidOption = errors.New("lockmetrics: invalid option")
 
-// Metrics implements lockclient.Observer and fence.WriteObserver by updating
+// Metrics implements lockclient.SessionObserver and fence.WriteObserver by updating
 // Prometheus collectors. It is safe for concurrent use.
 type Metrics struct {
 	acquisitions *prometheus.CounterVec
@@ -50,12 +52,14 @@ type Metrics struct {
 	lossByCause  [6]prometheus.Counter // indexed by lockclient.EndReason
 	keepalive    prometheus.Histogram
 	kaFailures   prometheus.Counter
+	started      prometheus.Counter
+	lost         prometheus.Counter
 	writes       *prometheus.CounterVec
 }
 
 var (
-	_ lockclient.Observer = (*Metrics)(nil)
-	_ fence.WriteObserver = (*Metrics)(nil)
+	_ lockclient.SessionObserver = (*Metrics)(nil)
+	_ fence.WriteObserver        = (*Metrics)(nil)
 )
 
 // Option configures New.
@@ -173,6 +177,10 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help: "Round trip of confirmed session lease renewals."}),
 		kaFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_keepalive_failures_total", ConstLabels: cl,
 			Help: "Session lease renewals that failed."}),
+		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_started_total", ConstLabels: cl,
+			Help: "Session leases granted: a Client's first, and each after a lost session."}),
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_lost_total", ConstLabels: cl,
+			Help: "Sessions lost: the lease ran out without a confirmed renewal, or etcd no longer had it."}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fenced_writes_total", ConstLabels: cl,
 			Help: "Fenced writes by adapter and result: accepted, stale (refused, a higher token is stored), lost (refused, the lock is known lost), error."}, []string{"adapter", "result"}),
 	}
@@ -182,7 +190,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	for _, r := range []lockclient.EndReason{lockclient.EndLeaseExpired, lockclient.EndNotRenewed, lockclient.EndKeyDeleted} {
 		m.lossByCause[r] = m.losses.WithLabelValues(r.String())
 	}
-	for _, col := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.writes} {
+	for _, col := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("lockmetrics: register: %w", err)
 		}
@@ -220,10 +228,20 @@ func (m *Metrics) KeepAlive(rtt time.Duration, err error) {
 	m.keepalive.Observe(rtt.Seconds())
 }
 
+// SessionStarted implements lockclient.SessionObserver.
+func (m *Metrics) SessionStarted() { m.started.Inc() }
+
+// SessionLost implements lockclient.SessionObserver.
+func (m *Metrics) SessionLost(int) { m.lost.Inc() }
+
 // FencedWrite implements fence.WriteObserver.
 func (m *Metrics) FencedWrite(adapter, _ string, r fence.WriteResult) {
 	m.writes.WithLabelValues(adapter, r.String()).Inc()
 }
+
+// SessionsStarted returns the counter of session leases granted, for tests and
+// health checks.
+func (m *Metrics) SessionsStarted() prometheus.Counter { return m.started }
 
 // LocksHeld returns the gauge of locks held now, for tests and health checks.
 func (m *Metrics) LocksHeld() prometheus.Gauge { return m.held }

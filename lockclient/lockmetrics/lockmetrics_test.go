@@ -147,9 +147,25 @@ fencegate_lock_losses_total{cause="not_renewed"} 0
 # HELP fencegate_locks_held Locks held now.
 # TYPE fencegate_locks_held gauge
 fencegate_locks_held 0
+# HELP fencegate_sessions_lost_total Sessions lost: the lease ran out without a confirmed renewal, or etcd no longer had it.
+# TYPE fencegate_sessions_lost_total counter
+fencegate_sessions_lost_total 1
+# HELP fencegate_sessions_started_total Session leases granted: a Client's first, and each after a lost session.
+# TYPE fencegate_sessions_started_total counter
+fencegate_sessions_started_total 1
 `
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fencegate_lock_losses_total", "fencegate_locks_held"); err != nil {
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fencegate_lock_losses_total", "fencegate_locks_held",
+		"fencegate_sessions_lost_total", "fencegate_sessions_started_total"); err != nil {
 		t.Error(err)
+	}
+
+	// The Client goes on under a second session once etcd is back.
+	cl.Restart(0)
+	if _, err := c.Acquire(t.Context(), "s"); err != nil {
+		t.Fatalf("Acquire after the lost session: %v", err)
+	}
+	if got := testutil.ToFloat64(m.SessionsStarted()); got != 2 {
+		t.Errorf("sessions started = %v, want 2", got)
 	}
 }
 

@@ -1,0 +1,77 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"fmt"
+	"math"
+	"strconv"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// WithIdleTimeout sets how long a fenced transaction may sit idle on the server
+// (between statements, or before COMMIT) before the server ends it, so that a holder
+// frozen inside fn (a stopped process) holding the fence row cannot hold up its
+// successor much longer than its lease. The default is the grant's lease when it
+// implements fence.Leased, else fence.DefaultIdleTimeout (10 s, the default lease).
+// A d under a millisecond is ErrInvalidOption. Per database:
+//
+//   - PostgreSQL: idle_in_transaction_session_timeout, set for the transaction only
+//     (set_config(..., true)) inside the fence raise statement: no round trip of its
+//     own. The server ends the session (SQLSTATE 25P03).
+//   - MariaDB: idle_transaction_timeout (whole seconds, rounded up) on the session
+//     of a connection pinned for the transaction, set before BEGIN and restored to
+//     the server's default after it ends: two round trips more per transaction.
+//     MySQL, which lacks it, gets wait_timeout the same way.
+//   - SQLite: nothing to set. Writers are one host's processes and the lock is the
+//     database file's: a frozen writer holds it until it wakes or dies, and a
+//     waiter's call ends with its ctx's error, wrapped in ErrBusy where the Store
+//     was retrying (the driver's busy timeout, SQLiteBusyTimeoutMS, bounds each
+//     wait; the Store retries until ctx ends).
+func WithIdleTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("%w: idle timeout %v: want at least 1ms", ErrInvalidOption, d)
+		}
+		s.idle = d
+		return nil
+	}
+}
+
+// idleMS is the idle timeout of g's transactions in milliseconds, as text
+// (PostgreSQL).
+func (s *Store) idleMS(g fence.Grant) string {
+	return strconv.FormatInt(fence.IdleTimeout(g, s.idle).Milliseconds(), 10)
+}
+
+// fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
+// whose session idle timeout is set before BEGIN and restored after.
+func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
+	conn, err := s.db.Conn(ctx)
+	if err != nil {
+		return fmt.Errorf("sqlfence: get a connection: %w", err)
+	}
+	defer conn.Close()
+	v := "wait_timeout"
+	if s.mariadb {
+		v = "idle_transaction_timeout"
+	}
+	secs := int64(math.Ceil(fence.IdleTimeout(g, s.idle).Seconds()))
+	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
+		return fmt.Errorf("sqlfence: set %s: %w", v, err)
+	}
+	defer func() {
+		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION "+v+" = DEFAULT"); err != nil {
+			// Never hand the pool a connection with a short timeout: discard it.
+			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+		}
+	}()
+	tx, err := s.beginFenced(ctx, conn, g)
+	if err != nil {
+		return err
+	}
+	return s.finish(ctx, tx, g, fn)
+}

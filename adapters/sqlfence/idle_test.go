@@ -1,0 +1,217 @@
+package sqlfence_test
+
+import (
+	"bufio"
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/fence"
+)
+
+// The frozen holder runs as this test binary re-executed with these variables set.
+const (
+	idleChildEnv   = "SQLFENCE_IDLE_CHILD" // the dialect's number
+	idleDSNEnv     = "SQLFENCE_IDLE_DSN"
+	idleTableEnv   = "SQLFENCE_IDLE_TABLE"
+	idleResEnv     = "SQLFENCE_IDLE_RESOURCE"
+	childLease     = 2 * time.Second
+	childReadyLine = "ready"
+)
+
+// leasedGrant is a grant that knows its lease (fence.Leased).
+type leasedGrant struct {
+	fence.Grant
+	lease time.Duration
+}
+
+func (g leasedGrant) Lease() time.Duration { return g.lease }
+
+// idleChild opens a fenced transaction with token 5 and a 2 s lease, writes, says it
+// is ready and waits for stdin to close (the parent stops it there), then returns
+// from fn so that Fenced commits; it prints how that ended.
+func idleChild() int {
+	ctx := context.Background()
+	n, _ := strconv.Atoi(os.Getenv(idleChildEnv))
+	d := sqlfence.Dialect(n)
+	var (
+		db  *sql.DB
+		err error
+	)
+	if d == sqlfence.MySQL {
+		db, err = sqlfence.OpenMySQL(os.Getenv(idleDSNEnv))
+	} else {
+		db, err = sql.Open("pgx", os.Getenv(idleDSNEnv))
+	}
+	if err != nil {
+		fmt.Println("error:", err)
+		return 1
+	}
+	defer db.Close()
+	store := sqlfence.New(db, d)
+	g := leasedGrant{fence.NewGrant(os.Getenv(idleResEnv), 5), childLease}
+	err = fence.Exec(ctx, store, g, func(tx *sql.Tx) error {
+		q := "UPDATE " + os.Getenv(idleTableEnv) + " SET val = 5 WHERE id = 1"
+		if _, err := tx.ExecContext(ctx, q); err != nil {
+			return err
+		}
+		fmt.Println(childReadyLine)
+		_, _ = io.Copy(io.Discard, os.Stdin)
+		return nil
+	})
+	fmt.Printf("failed=%v err=%v\n", err != nil && !errors.Is(err, fence.ErrInvalidArgument), err)
+	return 0
+}
+
+// TestStore_Fenced_frozenHolder freezes (SIGSTOP) a process holding an open fenced
+// transaction with a 2 s lease, on MariaDB and PostgreSQL: the server ends that
+// transaction after about the lease, so the successor's fenced write completes
+// (within a generous bound), and the frozen holder, once resumed, gets an error and
+// nothing of its transaction is stored.
+func TestStore_Fenced_frozenHolder(t *testing.T) {
+	for _, d := range []sqlfence.Dialect{sqlfence.MySQL, sqlfence.Postgres} {
+		t.Run(d.String(), func(t *testing.T) {
+			ctx := t.Context()
+			var db *sql.DB
+			var dsn string
+			if d == sqlfence.MySQL {
+				db, dsn = mysqlDB(t)
+			} else {
+				db, dsn = postgresDB(t)
+			}
+			tbl := fmt.Sprintf("frozen_%d", time.Now().UnixNano())
+			res := "frozen-" + tbl
+			mustExec(t, db, "CREATE TABLE "+tbl+" (id INT PRIMARY KEY, val INT NOT NULL)")
+			mustExec(t, db, "INSERT INTO "+tbl+" VALUES (1, 0)")
+			child, out := startFrozenChild(t, []string{idleChildEnv + "=" + strconv.Itoa(int(d)),
+				idleDSNEnv + "=" + dsn, idleTableEnv + "=" + tbl, idleResEnv + "=" + res})
+
+			start := time.Now()
+			wctx, cancel := context.WithTimeout(ctx, childLease+30*time.Second)
+			defer cancel()
+			err := fence.Exec(wctx, sqlfence.New(db, d), fence.NewGrant(res, 6), func(tx *sql.Tx) error {
+				_, err := tx.ExecContext(wctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
+				return err
+			})
+			waited := time.Since(start)
+			if err != nil {
+				t.Fatalf("the successor's write after %v: %v", waited, err)
+			}
+			t.Logf("%s: the successor wrote after %v (lease %v)", d, waited, childLease)
+			if waited > childLease+10*time.Second {
+				t.Fatalf("the successor waited %v for a holder frozen with a %v lease", waited, childLease)
+			}
+			result := resumeChild(t, child, out)
+			t.Logf("%s: the resumed holder: %s", d, result)
+			if !strings.Contains(result, "failed=true") {
+				t.Fatalf("the resumed holder's Fenced: %q, want an error", result)
+			}
+			if got := queryInt(t, db, "SELECT val FROM "+tbl+" WHERE id = 1"); got != 6 {
+				t.Fatalf("val = %d, want the successor's 6", got)
+			}
+			q := "SELECT token FROM fence_tokens WHERE resource = ?"
+			if d == sqlfence.Postgres {
+				q = dollars(q)
+			}
+			if got := queryInt(t, db, q, res); got != 6 {
+				t.Fatalf("stored token = %d, want 6", got)
+			}
+		})
+	}
+}
+
+// frozenChild is a re-executed test binary and its stdin.
+type frozenChild struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+}
+
+// startFrozenChild starts the child, waits for its ready line and stops it.
+func startFrozenChild(t *testing.T, env []string) (*frozenChild, *bufio.Scanner) {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Signal(syscall.SIGCONT)
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	out := bufio.NewScanner(stdout)
+	for out.Scan() {
+		if out.Text() == childReadyLine {
+			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			return &frozenChild{cmd: cmd, stdin: stdin}, out
+		}
+	}
+	t.Fatalf("the child exited before it was ready: %v", out.Err())
+	return nil, nil
+}
+
+// resumeChild continues the child, lets it return from fn and returns its last line.
+func resumeChild(t *testing.T, c *frozenChild, out *bufio.Scanner) string {
+	t.Helper()
+	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	_ = c.stdin.Close()
+	last := ""
+	for out.Scan() {
+		last = out.Text()
+	}
+	if err := c.cmd.Wait(); err != nil {
+		t.Fatalf("child: %v (%q)", err, last)
+	}
+	return last
+}
+
+// TestStore_Fenced_idleTimeoutRestored checks that MariaDB's session idle timeout,
+// set for a fenced transaction, is back to the server's default when the connection
+// returns to the pool, and that WithIdleTimeout sets what the transaction sees.
+func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
+	db, _ := mysqlDB(t)
+	db.SetMaxOpenConns(1) // one connection: the fenced one is the one read after
+	store, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var inside int64
+	err = fence.Exec(t.Context(), store, fence.NewGrant("restore", 1), func(tx *sql.Tx) error {
+		return tx.QueryRowContext(t.Context(), "SELECT @@SESSION.idle_transaction_timeout").Scan(&inside)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inside != 2 {
+		t.Fatalf("idle_transaction_timeout inside = %d, want 2 (1.5 s rounded up)", inside)
+	}
+	if got := queryInt(t, db, "SELECT @@SESSION.idle_transaction_timeout = @@GLOBAL.idle_transaction_timeout"); got != 1 {
+		t.Fatal("the pooled connection kept the fenced transaction's idle timeout")
+	}
+	if _, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
+		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
+	}
+}

@@ -1,0 +1,66 @@
+package sqlfence_test
+
+import (
+	"database/sql"
+	"fmt"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/go-sql-driver/mysql"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/internal/delayproxy"
+)
+
+// BenchmarkMariaDB_Net is BenchmarkMariaDB_Update's and _Exec's pairs on loopback and
+// through internal/delayproxy at 250 µs each way (a 0.5 ms round trip), at 16 and 64
+// workers.
+func BenchmarkMariaDB_Net(b *testing.B) {
+	var dsn string
+	direct := benchDB(b, func(tb testing.TB) (*sql.DB, string) {
+		db, d := mysqlDB(tb)
+		dsn = d
+		return db, d
+	})
+	for _, oneWay := range []time.Duration{0, 250 * time.Microsecond} {
+		db := direct
+		if oneWay > 0 {
+			db = proxiedMySQL(b, dsn, oneWay)
+		}
+		s := sqlfence.New(db, sqlfence.MySQL)
+		for _, workers := range []int{16, 64} {
+			par := max(1, workers/runtime.GOMAXPROCS(0))
+			rtt := fmt.Sprintf("rtt=%v", 2*oneWay)
+			b.Run(fmt.Sprintf("%s/update/workers=%d", rtt, workers), func(b *testing.B) {
+				pairBenchN(b, db, sqlfence.MySQL, par, plainUpdate(db, sqlfence.MySQL), fencedUpdate(s))
+			})
+			b.Run(fmt.Sprintf("%s/tx/workers=%d", rtt, workers), func(b *testing.B) {
+				pairBenchN(b, db, sqlfence.MySQL, par, unfencedTx(db, sqlfence.MySQL), fencedTx(s))
+			})
+		}
+	}
+}
+
+// proxiedMySQL opens a second pool on the benchmark's MariaDB database through a
+// delaying proxy.
+func proxiedMySQL(b *testing.B, dsn string, oneWay time.Duration) *sql.DB {
+	b.Helper()
+	cfg, err := mysql.ParseDSN(dsn)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := delayproxy.Start(cfg.Addr, oneWay)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { _ = p.Close() })
+	cfg.Addr = p.Addr()
+	db, err := sqlfence.OpenMySQL(cfg.FormatDSN())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { db.Close() })
+	db.SetMaxIdleConns(benchParallelism * 4)
+	return db
+}

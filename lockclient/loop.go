@@ -1,0 +1,209 @@
+package lockclient
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// sessionLoop is the state of one session's goroutine. It renews the session
+// lease every interval on the session's keepalive stream (recording each
+// keepalive's send time, so that the deadline counts from it), declares the
+// session lost when the deadline passes without a confirmed renewal, expires
+// manual-renewal locks that were not renewed in time, and retries pending
+// deletes. The stream's answers arrive from a receiving goroutine and a delete
+// batch runs in a short-lived goroutine of its own (at most one at a time), so a
+// slow etcd delays no deadline. The loop ends with its session or the Client.
+type sessionLoop struct {
+	c          *Client
+	lease      clientv3.LeaseID
+	ended      <-chan struct{} // closed when the session is lost
+	ctx        context.Context // cancelled when the loop returns
+	ka         *keepalive
+	delc       chan error // a delete batch's result
+	deleting   bool
+	batch      int // pending deletes in flight
+	nextRenew  time.Time
+	nextDelete time.Time
+}
+
+func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}) {
+	defer c.loops.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &sessionLoop{
+		c: c, lease: lease, ended: ended, ctx: ctx,
+		ka:        newKeepalive(ctx, c, lease),
+		delc:      make(chan error, 1),
+		nextRenew: time.Now().Add(c.interval),
+	}
+	defer s.ka.reset()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wake, ok := s.step(time.Now())
+		if !ok {
+			return
+		}
+		timer.Reset(time.Until(wake))
+		if !s.wait(timer) {
+			return
+		}
+	}
+}
+
+// step does what is due at now and returns when to look again; false when the
+// session is over.
+func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
+	c := s.c
+	c.mu.Lock()
+	if c.state != live || c.lease != s.lease {
+		c.mu.Unlock()
+		return now, false
+	}
+	deadline := c.deadline
+	if !now.Before(deadline) {
+		c.mu.Unlock()
+		c.loseLease(s.lease, "no renewal confirmed before the session deadline")
+		return now, false
+	}
+	expired := c.expireManualLocked(now)
+	var todo []pendingDelete
+	if !s.deleting && len(c.pending) > 0 && !now.Before(s.nextDelete) {
+		todo = slices.Clone(c.pending)
+		s.batch = len(todo)
+	}
+	wake := deadline
+	if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
+		wake = c.manual[0].deadline
+	}
+	c.mu.Unlock()
+
+	for _, l := range expired {
+		l.lose(EndNotRenewed)
+	}
+	if !now.Before(s.nextRenew) {
+		if c.lazy && s.drop() {
+			return now, false
+		}
+		s.renew(now, deadline)
+	}
+	if todo != nil {
+		s.deleting = true
+		c.loops.Add(1)
+		go func() {
+			defer c.loops.Done()
+			s.delc <- c.deleteBatch(s.ctx, todo, deadline)
+		}()
+	}
+	if s.nextRenew.Before(wake) {
+		wake = s.nextRenew
+	}
+	if !s.deleting && todo == nil && !s.nextDelete.IsZero() && s.nextDelete.Before(wake) {
+		wake = s.nextDelete
+	}
+	return wake, true
+}
+
+// renew sends a keepalive, unless one sent less than an interval ago is still
+// unanswered, and sets when to send the next if no answer comes.
+func (s *sessionLoop) renew(now, deadline time.Time) {
+	err := s.ka.send(now, deadline)
+	if err != nil {
+		s.c.keptAlive(s.lease, 0, deadline, err)
+	}
+	if err != nil && !errors.Is(err, errNoAnswer) {
+		s.nextRenew = now.Add(min(retryDelay, s.c.interval)) // not sent
+		return
+	}
+	s.nextRenew = now.Add(s.c.interval)
+}
+
+// wait blocks until timer fires or something happens; false when the loop must
+// end.
+func (s *sessionLoop) wait(timer *time.Timer) bool {
+	c := s.c
+	select {
+	case <-c.stop:
+		return false
+	case <-s.ended:
+		return false
+	case <-c.poke:
+	case <-timer.C:
+	case r := <-s.ka.results:
+		return s.answered(r)
+	case err := <-s.delc:
+		s.deleting = false
+		if err != nil {
+			s.nextDelete = time.Now().Add(retryDelay)
+			break
+		}
+		s.nextDelete = time.Time{}
+		c.mu.Lock()
+		if len(c.pending) >= s.batch {
+			c.pending = append(c.pending[:0:0], c.pending[s.batch:]...)
+		}
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// answered handles what the keepalive stream returned; false when the session is
+// lost.
+func (s *sessionLoop) answered(r kaResult) bool {
+	c := s.c
+	sent, ok := s.ka.answer(r)
+	if !ok {
+		return true // from a stream given up, or an answer nothing waited for
+	}
+	now := time.Now()
+	var rtt time.Duration
+	if !sent.IsZero() {
+		rtt = now.Sub(sent)
+	}
+	switch {
+	case r.err != nil:
+		c.mu.Lock()
+		deadline := c.deadline
+		c.mu.Unlock()
+		c.keptAlive(s.lease, rtt, deadline, r.err)
+		s.nextRenew = now.Add(min(retryDelay, c.interval))
+	case r.ttl <= 0:
+		// etcd no longer has the lease: it expired there.
+		c.loseLease(s.lease, "etcd no longer has the session lease")
+		return false
+	default:
+		c.mu.Lock()
+		if d := sent.Add(time.Duration(r.ttl) * time.Second); d.After(c.deadline) {
+			c.deadline = d
+		}
+		deadline := c.deadline
+		c.failures = 0 // a renewed session ends the backoff
+		c.mu.Unlock()
+		c.keptAlive(s.lease, rtt, deadline, nil)
+		// Up to a tenth early, at random: Clients whose sessions started
+		// together (after an outage, say) drift apart instead of renewing in
+		// bursts forever. Earlier is always safe.
+		s.nextRenew = sent.Add(c.interval - rand.N(c.interval/10+1))
+	}
+	return true
+}
+
+// drop ends the session without a renewal if it holds nothing (the lazy-session
+// design: a lease only while locks are held); its lease expires in etcd.
+func (s *sessionLoop) drop() bool {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.state != live || c.lease != s.lease || len(c.locks) > 0 || len(c.pending) > 0 {
+		return false
+	}
+	c.state = idle
+	c.lease = 0
+	close(c.ended)
+	return true
+}

@@ -1,0 +1,343 @@
+package lockclient_test
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+)
+
+// BenchmarkSeedScale is the problem statement's load as users would run it: N
+// workers, each a lockclient.Client with its own session lease (as each would
+// be its own server), sharing seedConns etcd connections only to fit on one
+// machine; a fresh 3-member embedded cluster per variant; 1,000 jobs a second
+// offered open-loop, each acquiring a random one of 100,000 accounts through a
+// random worker, holding it 50 ms and releasing it. etcd's concurrency.Session
+// and Mutex do the same on a cluster of their own in the same run, the two
+// alternating in order from one worker count to the next. It is heavy (minutes,
+// gigabytes) and runs only when asked:
+//
+//	FENCEGATE_SEED_WORKERS=10000,20000 go test -run '^$' -bench BenchmarkSeedScale -benchtime 1x -timeout 60m ./lockclient/
+//
+// FENCEGATE_SEED_VARIANTS picks the variants (default lockclient,mutex):
+// lockclient renews on one long-lived keepalive stream per session,
+// lockclient-once by KeepAliveOnce (a new gRPC stream per renewal, the earlier
+// design), lockclient-lazy gives its lease up when it holds nothing at renewal
+// time (a lease only while locks are held), mutex is concurrency.Session+Mutex.
+// FENCEGATE_SEED_RATE sets the jobs offered a second (default 1000; 0 measures
+// what idle sessions cost: the CPU of the renewals alone). FENCEGATE_SEED_SECONDS sets the measured time (default 30 s, three TTLs, so
+// that a session that cannot be kept is seen lost), and FENCEGATE_SEED_PROFILE a
+// directory for a CPU profile of each variant's measured time (the cluster runs
+// in the same process, so it shows where both the cluster's and the clients'
+// CPU goes: go tool pprof -top FILE).
+func BenchmarkSeedScale(b *testing.B) {
+	counts := os.Getenv("FENCEGATE_SEED_WORKERS")
+	if counts == "" {
+		b.Skip("set FENCEGATE_SEED_WORKERS (e.g. 10000,20000) to run the seed-scale benchmark")
+	}
+	secs := 30
+	if s := os.Getenv("FENCEGATE_SEED_SECONDS"); s != "" {
+		var err error
+		if secs, err = strconv.Atoi(s); err != nil || secs <= 0 {
+			b.Fatalf("FENCEGATE_SEED_SECONDS=%q: want a positive number of seconds", s)
+		}
+	}
+	variants := []string{"lockclient", "mutex"}
+	if s := os.Getenv("FENCEGATE_SEED_VARIANTS"); s != "" {
+		variants = strings.Split(s, ",")
+		for _, v := range variants {
+			if !slices.Contains([]string{"lockclient", "lockclient-once", "lockclient-lazy", "mutex"}, v) {
+				b.Fatalf("FENCEGATE_SEED_VARIANTS: unknown variant %q", v)
+			}
+		}
+	}
+	for i, f := range strings.Split(counts, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n <= 0 {
+			b.Fatalf("FENCEGATE_SEED_WORKERS: %q is not a positive count", f)
+		}
+		for k := range variants {
+			v := variants[(i+k)%len(variants)]
+			b.Run(fmt.Sprintf("workers=%d/%s", n, v), func(b *testing.B) {
+				runSeed(b, v, n, time.Duration(secs)*time.Second)
+			})
+		}
+	}
+}
+
+const (
+	seedConns    = 16
+	seedRate     = 1000 // jobs/s offered, unless FENCEGATE_SEED_RATE says otherwise
+	seedAccounts = 100000
+	seedHold     = 50 * time.Millisecond
+	seedWarmRate = 2000 // sessions started per second before the measured time
+	seedJobLimit = 30 * time.Second
+)
+
+// seedWorker is one worker's lock service: a job through it takes and releases
+// account, returning the time spent in acquire plus release.
+type seedWorker interface {
+	job(ctx context.Context, account string) (time.Duration, error)
+	lost() bool // its session was lost (lockclient: counted by the observer instead)
+	close()     // ends the session (revokes its lease)
+}
+
+type lcWorker struct{ c *lockclient.Client }
+
+func (w lcWorker) job(ctx context.Context, account string) (time.Duration, error) {
+	t0 := time.Now()
+	l, err := w.c.Acquire(ctx, account)
+	if err != nil {
+		return 0, err
+	}
+	d := time.Since(t0)
+	time.Sleep(seedHold)
+	t1 := time.Now()
+	err = l.Release(ctx)
+	return d + time.Since(t1), err
+}
+
+func (lcWorker) lost() bool { return false }
+
+func (w lcWorker) close() { w.c.Close() }
+
+type mxWorker struct{ s *concurrency.Session }
+
+func (w mxWorker) job(ctx context.Context, account string) (time.Duration, error) {
+	m := concurrency.NewMutex(w.s, "/seed/"+account)
+	t0 := time.Now()
+	if err := m.Lock(ctx); err != nil {
+		return 0, err
+	}
+	d := time.Since(t0)
+	time.Sleep(seedHold)
+	t1 := time.Now()
+	err := m.Unlock(ctx)
+	return d + time.Since(t1), err
+}
+
+func (w mxWorker) lost() bool { return isClosed(w.s.Done()) }
+
+func (w mxWorker) close() { w.s.Close() }
+
+// lossCounter is the SessionObserver of every lockclient worker: it counts
+// lost sessions and nothing else.
+type lossCounter struct{ n, started atomic.Int64 }
+
+func (*lossCounter) Acquired(string, lockclient.AcquireResult, time.Duration)       {}
+func (*lossCounter) Ended(string, fence.Token, lockclient.EndReason, time.Duration) {}
+func (*lossCounter) KeepAlive(time.Duration, error)                                 {}
+func (c *lossCounter) SessionStarted()                                              { c.started.Add(1) }
+func (c *lossCounter) SessionLost(int)                                              { c.n.Add(1) }
+
+func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
+	cl := locktest.StartCluster(b, 3)
+	conns := make([]*clientv3.Client, seedConns)
+	for i := range conns {
+		conns[i] = cl.Client(b)
+	}
+	g0, h0 := goroutinesBySide(), heapBySide()
+	losses := &lossCounter{}
+	workers := startSeedWorkers(b, variant, n, conns, losses)
+	g1, h1 := goroutinesBySide(), heapBySide()
+	defer closeSeedWorkers(workers)
+	term0, started0 := cl.Term(), losses.started.Load()
+
+	var stopProfile func()
+	if dir := os.Getenv("FENCEGATE_SEED_PROFILE"); dir != "" {
+		stopProfile = startProfile(b, filepath.Join(dir, fmt.Sprintf("seed-%d-%s.cpu.pprof", n, variant)))
+	}
+	cpu0 := processCPU()
+	r := offerJobs(b, workers, measure, seedJobRate(b))
+	cpu := processCPU() - cpu0
+	if stopProfile != nil {
+		stopProfile()
+	}
+	lost := losses.n.Load()
+	for _, w := range workers {
+		if w.lost() {
+			lost++
+		}
+	}
+	b.ReportMetric(r.rate(), "jobs/s")
+	b.ReportMetric(r.pct(0.5), "p50-ms")
+	b.ReportMetric(r.pct(0.99), "p99-ms")
+	b.ReportMetric(float64(r.errors.Load()), "errors")
+	b.ReportMetric(float64(lost), "sessions-lost")
+	if variant != "mutex" {
+		b.ReportMetric(float64(losses.started.Load()-started0), "sessions-granted")
+	}
+	b.ReportMetric(float64(cl.Term()-term0), "elections")
+	b.ReportMetric(float64(g1[0]-g0[0])/float64(n), "client-goroutines/worker")
+	b.ReportMetric(float64(g1[1]-g0[1])/float64(n), "etcd-goroutines/worker")
+	b.ReportMetric((h1[0]-h0[0])/float64(n)/1024, "client-heap-KiB/worker")
+	b.ReportMetric((h1[1]-h0[1])/float64(n)/1024, "etcd-heap-KiB/worker")
+	b.ReportMetric(loadAvg(), "loadavg-1m")
+	// The whole process: the three members and the clients.
+	b.ReportMetric(cpu.Seconds()/r.elapsed.Seconds(), "cpu-cores")
+	if r.errors.Load() > 0 {
+		b.Logf("%d jobs failed; first: %v", r.errors.Load(), r.firstErr.Load())
+	}
+}
+
+// startSeedWorkers makes n workers and starts their sessions at seedWarmRate
+// (each worker does one job on an account of its own), as servers coming up.
+func startSeedWorkers(b *testing.B, variant string, n int, conns []*clientv3.Client, losses *lossCounter) []seedWorker {
+	workers := make([]seedWorker, n)
+	var wg sync.WaitGroup
+	var failed atomic.Int64
+	sem := make(chan struct{}, 256)
+	// At most seedWarmRate a second, and over at least a renewal interval, so
+	// that renewals are spread as those of servers started at different times.
+	rate := min(float64(seedWarmRate), float64(n)/(lockclient.DefaultTTL/3+time.Second).Seconds())
+	start := time.Now()
+	for i := range n {
+		if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > 0 {
+			time.Sleep(wait)
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			var w seedWorker
+			var err error
+			for range 5 { // a Session is refused when etcd is slow: a server would retry
+				if w, err = newSeedWorker(variant, conns[i%len(conns)], losses); err == nil {
+					break
+				}
+			}
+			if err == nil {
+				ctx, cancel := context.WithTimeout(b.Context(), seedJobLimit)
+				_, err = w.job(ctx, fmt.Sprintf("warmup-%d", i))
+				cancel()
+			}
+			if err != nil {
+				failed.Add(1)
+			}
+			workers[i] = w
+		})
+	}
+	wg.Wait()
+	if f := failed.Load(); f > 0 {
+		b.Logf("%d of %d workers failed their first job (etcd timed out)", f, n)
+	}
+	for _, w := range workers {
+		if w == nil {
+			b.Fatalf("a worker could not start a session in 5 tries")
+		}
+	}
+	time.Sleep(5 * time.Second) // renewals spread out, the warm-up's garbage collected
+	return workers
+}
+
+func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (seedWorker, error) {
+	if variant == "mutex" {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		if err != nil {
+			return nil, err
+		}
+		return mxWorker{s: s}, nil
+	}
+	c, err := lockclient.New(cli, lockclient.WithObserver(losses))
+	if err != nil {
+		return nil, err
+	}
+	switch variant {
+	case "lockclient-once":
+		lockclient.RenewOnce(c)
+	case "lockclient-lazy":
+		lockclient.LazySession(c)
+	}
+	return lcWorker{c: c}, nil
+}
+
+// seedResult is what the measured time did.
+type seedResult struct {
+	result
+	firstErr atomic.Value
+}
+
+// offerJobs starts seedRate jobs a second for d, each on a random worker and a
+// random account, each in its own goroutine (open loop: a slow job delays no
+// other's start), and waits for all.
+func offerJobs(b *testing.B, workers []seedWorker, d time.Duration, rate int) *seedResult {
+	r := &seedResult{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	total := int(d.Seconds() * float64(rate))
+	r.lat = make([]time.Duration, 0, total)
+	start := time.Now()
+	for j := range total {
+		if wait := time.Until(start.Add(time.Duration(j) * time.Second / time.Duration(rate))); wait > 0 {
+			time.Sleep(wait)
+		}
+		w := workers[rand.IntN(len(workers))]
+		account := "account-" + strconv.Itoa(rand.IntN(seedAccounts))
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(b.Context(), seedJobLimit)
+			defer cancel()
+			lat, err := w.job(ctx, account)
+			if err != nil {
+				if r.errors.Add(1) == 1 {
+					r.firstErr.Store(err)
+				}
+				return
+			}
+			mu.Lock()
+			r.pairs++
+			r.lat = append(r.lat, lat)
+			mu.Unlock()
+		})
+	}
+	if total == 0 {
+		time.Sleep(d) // idle: the sessions' renewals alone
+	}
+	wg.Wait()
+	r.elapsed = time.Since(start)
+	return r
+}
+
+// seedJobRate is FENCEGATE_SEED_RATE, or seedRate. 0 measures idle sessions:
+// what the renewals alone cost.
+func seedJobRate(b *testing.B) int {
+	s := os.Getenv("FENCEGATE_SEED_RATE")
+	if s == "" {
+		return seedRate
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		b.Fatalf("FENCEGATE_SEED_RATE=%q: want jobs a second, 0 or more", s)
+	}
+	return n
+}
+
+// closeSeedWorkers ends every worker's session, a few at a time, while the
+// cluster still runs, so that nothing of one variant runs into the next.
+func closeSeedWorkers(workers []seedWorker) {
+	sem := make(chan struct{}, 64)
+	var wg sync.WaitGroup
+	for _, w := range workers {
+		if w == nil {
+			continue
+		}
+		sem <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-sem }()
+			w.close()
+		})
+	}
+	wg.Wait()
+}

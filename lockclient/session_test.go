@@ -1,0 +1,99 @@
+package lockclient_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// revokeSession revokes, from outside, the session lease under which name is
+// held: etcd deletes its keys, and the holder's next keepalive finds it gone.
+func revokeSession(t *testing.T, admin *clientv3.Client, name string) {
+	t.Helper()
+	resp, err := admin.Get(t.Context(), lockclient.DefaultPrefix+name)
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("Get %q: %v, %d keys", name, err, len(resp.Kvs))
+	}
+	if _, err := admin.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+}
+
+// TestClient_sessionLost_nextAcquire: a lost session ends its locks one-way
+// (cause matching ErrSessionLost and fence.ErrLost), leaves the Client's Done
+// open, and the next Acquire of the same Client starts a new session.
+func TestClient_sessionLost_nextAcquire(t *testing.T) {
+	srv := locktest.Start(t)
+	admin := srv.Client(t)
+	rec := &recorder{}
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	a := mustAcquire(t, c, "a")
+	m := mustAcquire(t, c, "m", lockclient.WithManualRenewal())
+	revokeSession(t, admin, "a")
+
+	for _, l := range []*lockclient.Lock{a, m} {
+		waitClosed(t, l.Done(), "Done of a lock of the revoked session")
+		cause := context.Cause(l.Context())
+		if !errors.Is(cause, lockclient.ErrSessionLost) || !errors.Is(cause, fence.ErrLost) {
+			t.Errorf("%s: cause %v, want ErrSessionLost and fence.ErrLost", l.Resource(), cause)
+		}
+		if err := l.Renew(t.Context()); !errors.Is(err, lockclient.ErrSessionLost) {
+			t.Errorf("%s: Renew after the loss = %v, want ErrSessionLost", l.Resource(), err)
+		}
+	}
+	if isClosed(c.Done()) {
+		t.Fatal("a lost session closed the Client's Done")
+	}
+	// Renewed locks are never revived: a new Acquire is a new lock.
+	b := mustAcquire(t, c, "a")
+	if b.Token() <= a.Token() {
+		t.Errorf("new token %d is not above the lost one %d", b.Token(), a.Token())
+	}
+	if !isClosed(a.Done()) {
+		t.Error("the lost lock came back")
+	}
+	started, lost := rec.sessionCounts()
+	if started != 2 || len(lost) != 1 || lost[0] != 2 {
+		t.Errorf("sessions started %d, lost %v; want 2 and [2]", started, lost)
+	}
+}
+
+// TestClient_sessionLost_waitingAcquireGoesOn: an Acquire waiting for a holder
+// when its session is lost goes on under a new session and gets the lock when
+// the holder releases it.
+func TestClient_sessionLost_waitingAcquireGoesOn(t *testing.T) {
+	srv := locktest.Start(t)
+	admin := srv.Client(t)
+	holder := newClient(t, srv.Client(t))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	h := mustAcquire(t, holder, "x")
+	mustAcquire(t, c, "mine") // c's session, to be revoked
+
+	got := make(chan error, 1)
+	var l *lockclient.Lock
+	go func() {
+		var err error
+		l, err = c.Acquire(t.Context(), "x")
+		got <- err
+	}()
+	// The loss is seen by c's next keepalive, or by the Acquire's next Txn.
+	revokeSession(t, admin, "mine")
+	if err := h.Release(t.Context()); err != nil {
+		t.Fatalf("Release: %v", err)
+	}
+	if err := <-got; err != nil {
+		t.Fatalf("waiting Acquire across a lost session: %v", err)
+	}
+	if l.Token() <= h.Token() {
+		t.Errorf("token %d is not above the previous holder's %d", l.Token(), h.Token())
+	}
+	info, err := holder.Holder(t.Context(), "x")
+	if err != nil || info.Token != l.Token() {
+		t.Fatalf("Holder = %+v, %v; want token %d", info, err, l.Token())
+	}
+}
