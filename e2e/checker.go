@@ -6,6 +6,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -39,20 +40,22 @@ type LedgerRow struct {
 
 // Report is the checker's verdict and the counts it saw.
 type Report struct {
-	Acquired   int // lock grants logged
-	Acked      int // acknowledged (committed and logged) writes
-	Committed  int // writes the database holds (ledger rows)
-	Unlogged   int // committed by a worker killed before it could log them
-	RefusedDB  int // writes the database refused (stale token)
-	RefusedCli int // writes refused before any I/O (lock known lost)
-	Aborted    int // jobs that failed before their writes were made (cancelled, connection lost)
-	Unknown    int // commits that failed to answer: they may or may not have landed
-	Violations []string
+	Acquired      int // lock grants logged
+	Acked         int // acknowledged (committed and logged) writes
+	Committed     int // writes the database holds (ledger rows)
+	Unlogged      int // committed, never acknowledged: commit outcome unknown, or a worker killed before it could log
+	RefusedDB     int // writes the database refused (stale token)
+	RefusedCli    int // writes refused before any I/O (lock known lost)
+	Aborted       int // writes that failed and were rolled back (cancelled, connection lost)
+	AbortedLate   int // of those, the ones that failed after their writes were made (in or around COMMIT)
+	Unknown       int // writes whose COMMIT outcome the worker could not know (fence.ErrCommitUnknown)
+	UnknownLanded int // of those, the ones the database holds
+	Violations    []string
 }
 
 func (r Report) String() string {
-	return fmt.Sprintf("jobs (lock grants) %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, aborted %d, commit outcome unknown %d, violations %d",
-		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.Unknown, len(r.Violations))
+	return fmt.Sprintf("jobs (lock grants) %d, acknowledged writes %d, committed %d (not acknowledged: %d), refused stale by the database %d, refused as lost by the client %d, failed and rolled back %d (%d after their writes), commit outcome unknown %d (landed %d, not landed %d), violations %d",
+		r.Acquired, r.Acked, r.Committed, r.Unlogged, r.RefusedDB, r.RefusedCli, r.Aborted, r.AbortedLate, r.Unknown, r.UnknownLanded, r.Unknown-r.UnknownLanded, len(r.Violations))
 }
 
 // LoadHistory reads the database state the checker needs. tokens is the SQL
@@ -107,140 +110,200 @@ func parseTokens(list string) ([]int64, error) {
 
 // Check judges a history:
 //   - no acknowledged write lost: every acknowledged write is in the ledger and its
-//     token is in the account's row at the position of its value, and the final
-//     counter equals the acknowledged increments (plus at most one unlogged commit
-//     per crash of the worker that made it);
-//   - every committed increment is in the counter (a lost update is a ledger row
-//     the counter does not count);
-//   - per account, committed tokens never go down;
-//   - no token granted to two holders, and no refused write left a trace.
+//     token is in the account's row at the position of its value;
+//   - a write whose commit outcome was unknown may have landed or not, but wholly
+//     (ledger row and token in the row together, with the value it wrote); one that
+//     landed counts like an acknowledged one;
+//   - no refused or failed (rolled back) write is in the database;
+//   - the final counter equals the acknowledged increments plus the unknown ones
+//     that landed (plus at most one unlogged commit per crash of its worker), and
+//     every committed increment is in it (a lost update is a ledger row the counter
+//     does not count);
+//   - per account, committed tokens never go down (no stale write landed after a
+//     newer one), and no token was granted to two holders.
 func Check(h History) Report {
-	var r Report
-	bad := func(format string, args ...any) { r.Violations = append(r.Violations, fmt.Sprintf(format, args...)) }
+	c := &checker{h: h, grants: map[int64]Event{}, acks: map[key]Event{}, refused: map[key]Event{},
+		aborted: map[key]Event{}, unknown: map[key]Event{}, ledger: map[key]LedgerRow{}, perAccount: map[string][]LedgerRow{}}
+	c.readEvents()
+	c.readLedger()
+	c.checkLanded()
+	c.checkAccounts()
+	return c.r
+}
 
-	type key struct {
-		account string
-		token   int64
-	}
-	grants := map[int64]Event{}
-	acks := map[key]Event{}
-	ackCount := map[string]int{}
-	refused := map[key]Event{}
-	unknown := map[key]bool{} // commits whose outcome the worker could not know
-	for _, ev := range h.Events {
+type key struct {
+	account string
+	token   int64
+}
+
+// checker holds what the workers logged and what the ledger holds, by account and
+// token.
+type checker struct {
+	h          History
+	r          Report
+	grants     map[int64]Event
+	acks       map[key]Event
+	refused    map[key]Event
+	aborted    map[key]Event
+	unknown    map[key]Event
+	ledger     map[key]LedgerRow
+	perAccount map[string][]LedgerRow
+	counted    map[string]int // per account: the increments the counter must hold
+}
+
+func (c *checker) bad(format string, args ...any) {
+	c.r.Violations = append(c.r.Violations, fmt.Sprintf(format, args...))
+}
+
+// readEvents indexes the workers' outcomes.
+func (c *checker) readEvents() {
+	for _, ev := range c.h.Events {
+		k := key{ev.Account, ev.Token}
 		switch ev.Kind {
 		case "acquired":
-			r.Acquired++
-			if g, ok := grants[ev.Token]; ok && (g.Worker != ev.Worker || g.Account != ev.Account) {
-				bad("token %d granted twice: to %s for %s and to %s for %s", ev.Token, g.Worker, g.Account, ev.Worker, ev.Account)
+			c.r.Acquired++
+			if g, ok := c.grants[ev.Token]; ok && (g.Worker != ev.Worker || g.Account != ev.Account) {
+				c.bad("token %d granted twice: to %s for %s and to %s for %s", ev.Token, g.Worker, g.Account, ev.Worker, ev.Account)
 			}
-			grants[ev.Token] = ev
+			c.grants[ev.Token] = ev
 		case "commit":
-			r.Acked++
-			k := key{ev.Account, ev.Token}
-			if _, dup := acks[k]; dup {
-				bad("%s: token %d acknowledged twice", ev.Account, ev.Token)
+			c.r.Acked++
+			if _, dup := c.acks[k]; dup {
+				c.bad("%s: token %d acknowledged twice", ev.Account, ev.Token)
 			}
-			acks[k] = ev
-			ackCount[ev.Account]++
+			c.acks[k] = ev
 		case "refused":
 			if ev.Reason == "stale" {
-				r.RefusedDB++
+				c.r.RefusedDB++
 			} else {
-				r.RefusedCli++
+				c.r.RefusedCli++
 			}
-			refused[key{ev.Account, ev.Token}] = ev
+			c.refused[k] = ev
 		case "aborted":
-			r.Aborted++
+			c.r.Aborted++
+			if ev.Reason == "after its writes" {
+				c.r.AbortedLate++
+			}
+			c.aborted[k] = ev
 		case "unknown":
-			r.Unknown++
-			unknown[key{ev.Account, ev.Token}] = true
+			c.r.Unknown++
+			c.unknown[k] = ev
 		}
 	}
-	for k, ev := range acks {
-		if g, ok := grants[k.token]; !ok || g.Worker != ev.Worker || g.Account != ev.Account {
-			bad("%s: %s acknowledged a write with token %d it was not granted", k.account, ev.Worker, k.token)
+	for k, ev := range c.acks {
+		if g, ok := c.grants[k.token]; !ok || g.Worker != ev.Worker || g.Account != ev.Account {
+			c.bad("%s: %s acknowledged a write with token %d it was not granted", k.account, ev.Worker, k.token)
 		}
 	}
+}
 
-	ledger := map[key]LedgerRow{}
-	perAccount := map[string][]LedgerRow{}
-	for _, l := range h.Ledger {
-		r.Committed++
+// readLedger indexes the ledger and holds it to the writes reported as not landed.
+func (c *checker) readLedger() {
+	for _, l := range c.h.Ledger {
+		c.r.Committed++
 		k := key{l.Account, l.Token}
-		if _, dup := ledger[k]; dup {
-			bad("%s: token %d committed twice", l.Account, l.Token)
+		if _, dup := c.ledger[k]; dup {
+			c.bad("%s: token %d committed twice", l.Account, l.Token)
 		}
-		ledger[k] = l
-		perAccount[l.Account] = append(perAccount[l.Account], l)
-		if ev, ok := refused[k]; ok {
-			bad("%s: %s's write with token %d was reported refused (%s) but is in the database", l.Account, ev.Worker, l.Token, ev.Reason)
+		c.ledger[k] = l
+		c.perAccount[l.Account] = append(c.perAccount[l.Account], l)
+		if ev, ok := c.refused[k]; ok {
+			c.bad("%s: %s's write with token %d was reported refused (%s) but is in the database", l.Account, ev.Worker, l.Token, ev.Reason)
+		}
+		if ev, ok := c.aborted[k]; ok {
+			c.bad("%s: %s's write with token %d was reported failed and rolled back (%s) but is in the database", l.Account, ev.Worker, l.Token, ev.Err)
 		}
 	}
+}
 
-	// Every acknowledged write is stored, and survives in the counter.
-	for k, ev := range acks {
-		l, ok := ledger[k]
-		if !ok || l.Worker != ev.Worker || l.Balance != ev.Value {
-			bad("%s: acknowledged write by %s (token %d, value %d) is not in the database", k.account, ev.Worker, k.token, ev.Value)
+// checkLanded holds the database to the acknowledged writes and reads back the fate
+// of the unknown ones; it sets the increments each counter must hold.
+func (c *checker) checkLanded() {
+	c.counted = map[string]int{}
+	for k, ev := range c.acks {
+		c.counted[k.account]++
+		if l, ok := c.ledger[k]; !ok || l.Worker != ev.Worker || l.Balance != ev.Value {
+			c.bad("%s: acknowledged write by %s (token %d, value %d) is not in the database", k.account, ev.Worker, k.token, ev.Value)
 			continue
 		}
-		row := h.Accounts[k.account]
-		if ev.Value < 1 || ev.Value > int64(len(row.Tokens)) || row.Tokens[ev.Value-1] != k.token {
-			bad("%s: acknowledged write by %s (token %d, value %d) was lost: a later write overwrote it", k.account, ev.Worker, k.token, ev.Value)
+		c.survives("acknowledged", k, ev)
+	}
+	for k, ev := range c.unknown {
+		l, inLedger := c.ledger[k]
+		inRow := slices.Contains(c.h.Accounts[k.account].Tokens, k.token) // which unknowns landed, read back
+		switch {
+		case !inLedger && inRow:
+			// The row and the ledger are written in one transaction.
+			c.bad("%s: write by %s with unknown outcome (token %d) half landed: in the row, not in the ledger", k.account, ev.Worker, k.token)
+		case !inLedger:
+		case l.Worker != ev.Worker || l.Balance != ev.Value:
+			c.bad("%s: write with unknown outcome (token %d) landed as %s value %d, but %s wrote value %d", k.account, k.token, l.Worker, l.Balance, ev.Worker, ev.Value)
+		default:
+			c.r.UnknownLanded++
+			c.counted[k.account]++
+			c.survives("landed", k, ev)
 		}
 	}
-
-	// Commits nobody acknowledged: a commit whose reply the worker did not get (it
-	// logged "unknown"), or a worker killed between commit and log.
+	// Commits nobody logged an outcome for: a worker killed between commit and log.
 	unlogged := map[string]int{}
-	unloggedIn := map[string]int{}
-	for k, l := range ledger {
-		if _, ok := acks[k]; ok {
+	for k, l := range c.ledger {
+		if _, ok := c.acks[k]; ok {
 			continue
 		}
-		unloggedIn[l.Account]++
-		r.Unlogged++
-		if !unknown[k] {
+		c.r.Unlogged++
+		if _, ok := c.unknown[k]; !ok {
 			unlogged[l.Worker]++
+			c.counted[l.Account]++
 		}
 	}
 	for w, n := range unlogged {
-		if n > h.Kills[w] {
-			bad("%s: %d committed writes were never acknowledged, but it crashed %d times", w, n, h.Kills[w])
+		if n > c.h.Kills[w] {
+			c.bad("%s: %d committed writes were never acknowledged, but it crashed %d times", w, n, c.h.Kills[w])
 		}
 	}
+}
 
-	accounts := make([]string, 0, len(h.Accounts))
-	for a := range h.Accounts {
+// survives checks that a landed write's token is in its account's row at the
+// position of its value: no later write overwrote it.
+func (c *checker) survives(what string, k key, ev Event) {
+	row := c.h.Accounts[k.account]
+	if ev.Value < 1 || ev.Value > int64(len(row.Tokens)) || row.Tokens[ev.Value-1] != k.token {
+		c.bad("%s: %s write by %s (token %d, value %d) was lost: a later write overwrote it", k.account, what, ev.Worker, k.token, ev.Value)
+	}
+}
+
+// checkAccounts holds each counter to the writes that landed, and the order of
+// their tokens.
+func (c *checker) checkAccounts() {
+	accounts := make([]string, 0, len(c.h.Accounts))
+	for a := range c.h.Accounts {
 		accounts = append(accounts, a)
 	}
 	sort.Strings(accounts)
 	for _, a := range accounts {
-		row := h.Accounts[a]
-		ls := perAccount[a]
+		row := c.h.Accounts[a]
+		ls := c.perAccount[a]
 		if row.Balance != int64(len(row.Tokens)) {
-			bad("%s: counter %d but %d writes recorded in the row", a, row.Balance, len(row.Tokens))
+			c.bad("%s: counter %d but %d writes recorded in the row", a, row.Balance, len(row.Tokens))
 		}
 		if lost := len(ls) - int(row.Balance); lost != 0 {
-			bad("%s: %d increments committed, counter is %d: %d updates lost", a, len(ls), row.Balance, lost)
+			c.bad("%s: %d increments committed, counter is %d: %d updates lost", a, len(ls), row.Balance, lost)
 		}
-		if want := int64(ackCount[a] + unloggedIn[a]); row.Balance != want {
-			bad("%s: final counter %d, acknowledged increments %d", a, row.Balance, want)
+		if want := int64(c.counted[a]); row.Balance != want {
+			c.bad("%s: final counter %d, but acknowledged increments plus landed unknown ones are %d", a, row.Balance, want)
 		}
 		for i := 1; i < len(ls); i++ {
 			if ls[i].Token <= ls[i-1].Token {
-				bad("%s: committed tokens went down: %d (%s) after %d (%s)", a, ls[i].Token, ls[i].Worker, ls[i-1].Token, ls[i-1].Worker)
+				c.bad("%s: committed tokens went down: %d (%s) after %d (%s)", a, ls[i].Token, ls[i].Worker, ls[i-1].Token, ls[i-1].Worker)
 			}
 		}
 		for i := 1; i < len(row.Tokens); i++ {
 			if row.Tokens[i] <= row.Tokens[i-1] {
-				bad("%s: tokens in the row went down: %v", a, row.Tokens)
+				c.bad("%s: tokens in the row went down: %v", a, row.Tokens)
 				break
 			}
 		}
 	}
-	return r
 }
 
 // Verdict is the report as text for the test log.

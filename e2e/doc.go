@@ -8,6 +8,32 @@
 // never going down, no token granted to two holders. The same runs with fencing
 // turned off must break those guarantees, and the checker must say so.
 //
+// The database fails too (TestDatabaseFaults, and inside TestSoak's random
+// schedule, on PostgreSQL and on MariaDB): the server SIGKILLed and restarted from
+// its data, under load, while a worker is inside a fenced transaction, and while a
+// COMMIT waits unread in its socket; the reply to a COMMIT lost; the network between
+// the workers and the database cut past a lease, then restored; the server frozen
+// (docker pause) past a lease. A write whose COMMIT outcome cannot be known is
+// logged as "unknown" (fence.ErrCommitUnknown); the checker accepts either fate for
+// it and reads back which one it had, and nothing else.
+//
+// What is and is not tested for durability. Tested: a server process killed
+// (SIGKILL, the container's every process) and restarted from its data directory
+// keeps every commit it acknowledged. For that a commit is acknowledged only once
+// its log record has been written to the kernel: PostgreSQL runs with
+// synchronous_commit = on (off acknowledges before the WAL leaves the server's
+// shared memory, and a kill loses such commits); MariaDB with
+// innodb_flush_log_at_trx_commit = 2 (the redo log written at every commit,
+// flushed to the disk once a second) and no binary log, so sync_binlog does not
+// apply. Not tested: power loss or a kernel crash. The log is written but not
+// flushed to the disk (PostgreSQL fsync = off; MariaDB's once-a-second flush;
+// etcd's --unsafe-no-fsync), which a container kill does not undo because the
+// host's page cache survives it, and which power loss would; production needs
+// fsync = on (PostgreSQL) and innodb_flush_log_at_trx_commit = 1 (MariaDB) for
+// that. The servers also send TCP keepalives every second after 2 s idle, so a
+// session whose worker went away while cut off ends within seconds instead of
+// holding its row locks for hours.
+//
 // Run it with ./scripts/e2e, or
 //
 //	go test -tags e2e -count=1 -v ./e2e/...

@@ -109,6 +109,9 @@ type Env struct {
 	Members  []*Member
 	Database Database
 	dbRes    *dockertest.Resource
+	dbPort   string  // the database's container port
+	dbFrozen string  // how the database was frozen; empty when running
+	dbCut    bool    // the database is cut off its network
 	DB       *sql.DB // the host's connection to the database, for assertions
 
 	mu      sync.Mutex

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,6 +16,7 @@ import (
 
 // soak is one seeded run of the shared workload under random faults.
 type soak struct {
+	db       Database
 	workers  int
 	accounts int
 	duration time.Duration
@@ -25,20 +27,35 @@ type soak struct {
 	untilLost bool
 }
 
-// TestSoak runs 8 workers on 4 hot accounts for 2 minutes while pauses, crashes,
-// etcd leader kills and partitions are injected at random (seeded; the seed is
-// printed; FENCEGATE_E2E_SEED draws the same faults again). The history checker
-// then holds the database to the workers' logs.
+// workerFaults are the faults of workers and of etcd; dbFaults those of the
+// database: killed anywhere, killed while a worker is inside a fenced transaction,
+// killed while COMMITs wait in its socket (frozen first, so the kill lands after
+// they were sent and before they were read), cut off from every worker past a
+// lease, frozen past a lease.
+var (
+	workerFaults = []string{"pause", "crash", "leader", "partition"}
+	dbFaults     = []string{"db-kill", "db-kill-tx", "db-kill-commit", "db-cut", "db-freeze"}
+)
+
+// TestSoak runs 8 workers on 4 hot accounts for at least 90 seconds, on PostgreSQL
+// and on MariaDB, while pauses, crashes, etcd leader kills, partitions and database
+// kills, cuts and freezes are injected at random (seeded; the seed is printed;
+// FENCEGATE_E2E_SEED draws the same faults again), every kind at least once. The
+// history checker then holds the database to the workers' logs.
 func TestSoak(t *testing.T) {
-	r := runSoak(t, soak{
-		workers: 8, accounts: 4, duration: 2 * time.Minute, job: "50ms..250ms",
-		faults: []string{"pause", "crash", "leader", "partition"},
-	})
-	if len(r.Violations) > 0 {
-		t.Fatal("history check failed")
-	}
-	if r.Acked == 0 {
-		t.Fatal("no write was acknowledged")
+	for _, db := range []Database{Postgres, MariaDB} {
+		t.Run(db.String(), func(t *testing.T) {
+			r := runSoak(t, soak{
+				db: db, workers: 8, accounts: 4, duration: 90 * time.Second, job: "50ms..250ms",
+				faults: slices.Concat(workerFaults, dbFaults),
+			})
+			if len(r.Violations) > 0 {
+				t.Fatal("history check failed")
+			}
+			if r.Acked == 0 {
+				t.Fatal("no write was acknowledged")
+			}
+		})
 	}
 }
 
@@ -69,11 +86,15 @@ func runSoak(t *testing.T, s soak) Report {
 	}
 	t.Logf("seed %d (FENCEGATE_E2E_SEED=%d draws the same faults again)", seed, seed)
 	rng := rand.New(rand.NewPCG(seed, 0))
-	e := NewEnv(t)
+	e := NewEnvWith(t, s.db)
 	e.Setup(strconv.Itoa(s.accounts))
 	var ws, tokenOnly []*Worker
 	for i := 1; i <= s.workers; i++ {
-		args := []string{"-accounts", strconv.Itoa(s.accounts), "-think", "0s..1s", "-job", s.job, "-seed", fmt.Sprint(seed + uint64(i))}
+		// A transaction gives up after 10 s (a database cut off or frozen); the
+		// window between the writes and COMMIT is where a database kill makes a
+		// commit's outcome unknown.
+		args := []string{"-accounts", strconv.Itoa(s.accounts), "-think", "0s..1s", "-job", s.job,
+			"-commit-delay", "0s..200ms", "-timeout", "10s", "-seed", fmt.Sprint(seed + uint64(i))}
 		switch {
 		case s.noFence:
 			args = append(args, "-no-fence", "-grant", "token")
@@ -97,8 +118,9 @@ func runSoak(t *testing.T, s soak) Report {
 	var round []string
 	began := time.Now()
 	end := began.Add(s.duration)
-	for time.Now().Before(end) {
-		e.Sleep(randomDuration(3*time.Second, 6*time.Second))
+	// Every round is finished, so every kind runs at least once.
+	for time.Now().Before(end) || len(round) > 0 {
+		e.Sleep(randomDuration(2*time.Second, 4*time.Second))
 		if len(round) == 0 {
 			round = append([]string(nil), s.faults...)
 			rng.Shuffle(len(round), func(i, j int) { round[i], round[j] = round[j], round[i] })
@@ -131,6 +153,18 @@ func runSoak(t *testing.T, s soak) Report {
 			w.CutFromEtcd()
 			e.Sleep(Lease + randomDuration(time.Second, 3*time.Second))
 			w.Reconnect()
+		case "db-kill", "db-kill-tx", "db-kill-commit":
+			dbKill(e, ws, kind, rng.IntN(len(ws)))
+			e.Sleep(randomDuration(500*time.Millisecond, 2*time.Second))
+			e.RestartDatabase()
+		case "db-cut":
+			e.CutDatabase()
+			e.Sleep(Lease + randomDuration(time.Second, 3*time.Second))
+			e.RestoreDatabase()
+		case "db-freeze":
+			e.FreezeDatabase()
+			e.Sleep(Lease + randomDuration(500*time.Millisecond, 2*time.Second))
+			e.ThawDatabase()
 		case "leader":
 			var l *Member
 			e.Eventually("an etcd leader", func() bool {
@@ -166,9 +200,32 @@ func runSoak(t *testing.T, s soak) Report {
 	if s.noFence {
 		mode = "no fence"
 	}
-	t.Logf("soak (%s, seed %d): %d workers, %d accounts, %v; faults injected %d (%s)\n%s",
-		mode, seed, s.workers, s.accounts, ran, total, strings.Join(kinds, ", "), r.Verdict())
+	if os.Getenv("FENCEGATE_E2E_TIMELINE") != "" {
+		t.Logf("timeline:\n%s", e.Timeline())
+	}
+	t.Logf("soak (%s, %s, seed %d): %d workers, %d accounts, %v; faults injected %d (%s)\n%s",
+		mode, s.db, seed, s.workers, s.accounts, ran, total, strings.Join(kinds, ", "), r.Verdict())
 	return r
+}
+
+// dbKill kills the database server: anywhere ("db-kill"); while a worker is inside
+// a fenced transaction, between its read and its write, when one is ("db-kill-tx");
+// or frozen first, so that the COMMITs of the workers that finish their writes
+// meanwhile are sent and never read ("db-kill-commit").
+func dbKill(e *Env, ws []*Worker, kind string, from int) {
+	switch kind {
+	case "db-kill-tx":
+		if w := inJob(ws, from, "read"); w != nil {
+			e.Note("%s is inside a fenced transaction", w.ID)
+		}
+	case "db-kill-commit":
+		e.FreezeDatabase()
+		e.Sleep(500 * time.Millisecond) // longer than -commit-delay
+		if w := inJob(ws, from, "wrote"); w != nil {
+			e.Note("%s has sent COMMIT to the frozen server", w.ID)
+		}
+	}
+	e.KillDatabase()
 }
 
 // lostUpdates counts the accounts whose counter is below their ledger rows, in one

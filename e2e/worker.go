@@ -38,6 +38,8 @@ func (ev Event) Describe() string {
 		return fmt.Sprintf("takes %s: token %d", ev.Account, ev.Token)
 	case "read":
 		return fmt.Sprintf("reads %s = %d (token %d)", ev.Account, ev.Value, ev.Token)
+	case "wrote":
+		return fmt.Sprintf("writes %s = %d with token %d inside its transaction; COMMIT next", ev.Account, ev.Value, ev.Token)
 	case "commit":
 		return fmt.Sprintf("writes %s = %d with token %d: committed", ev.Account, ev.Value, ev.Token)
 	case "refused":
@@ -48,7 +50,9 @@ func (ev Event) Describe() string {
 	case "lost":
 		return fmt.Sprintf("notices its lock on %s (token %d) is lost; %s", ev.Account, ev.Token, ev.Reason)
 	case "aborted":
-		return fmt.Sprintf("job on %s (token %d) aborted: %s", ev.Account, ev.Token, ev.Err)
+		return fmt.Sprintf("write to %s (token %d) failed %s, rolled back: %s", ev.Account, ev.Token, ev.Reason, ev.Err)
+	case "unknown":
+		return fmt.Sprintf("writes %s = %d with token %d: COMMIT OUTCOME UNKNOWN: %s", ev.Account, ev.Value, ev.Token, ev.Err)
 	case "released":
 		return fmt.Sprintf("releases %s (token %d)", ev.Account, ev.Token)
 	default:

@@ -3,15 +3,19 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
@@ -27,6 +31,9 @@ func TestParseConfig_badInput(t *testing.T) {
 		{[]string{"-accounts", "0"}, "-accounts"},
 		{[]string{"-think", "5s..1s"}, "range"},
 		{[]string{"-job", "fast"}, "duration"},
+		{[]string{"-commit-delay", "2s..1s"}, "range"},
+		{[]string{"-timeout", "-1s"}, "-timeout"},
+		{[]string{"-timeout", "soon"}, "-timeout"},
 		{[]string{"-seed", "x"}, "-seed"},
 		{[]string{"-dsn", ""}, "-dsn"},
 		{[]string{"-etcd", ""}, "-etcd"},
@@ -130,4 +137,42 @@ func joinInts(ns []int64) string {
 		s[i] = fmt.Sprint(n)
 	}
 	return strings.Join(s, ",")
+}
+
+// The log tells an unknown commit outcome from an acknowledged write, a refusal, a
+// lost lock and a rollback: the e2e checker accepts either fate only for "unknown".
+func TestWorker_outcome(t *testing.T) {
+	grant := fence.NewGrant("account-42", 7)
+	tests := []struct {
+		name      string
+		err       error
+		wrote     bool
+		kind, why string
+	}{
+		{"acknowledged", nil, true, "commit", ""},
+		{"stale", &fence.StaleError{Resource: "account-42", Presented: 7, Seen: 9}, false, "refused", "stale"},
+		{"lost", &fence.LostError{Resource: "account-42", Token: 7}, true, "refused", "lost"},
+		{"commit unknown", fmt.Errorf("job: %w", &fence.CommitUnknownError{Resource: grant.Resource(), Token: grant.Token(), Op: "commit", Err: io.ErrUnexpectedEOF}), true, "unknown", ""},
+		{"failed before the writes", context.DeadlineExceeded, false, "aborted", "before its writes"},
+		{"failed after the writes", errors.New("commit: serialization failure"), true, "aborted", "after its writes"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var buf bytes.Buffer
+			w := newWorker(config{id: "w1"}, newLog(&buf, "w1"))
+			ctx, cancel := context.WithCancel(t.Context())
+			cancel() // no back-off sleep after a failure
+			w.outcome(ctx, "account-42", 7, 3, tt.wrote, tt.err)
+			var ev event
+			if err := json.Unmarshal(buf.Bytes(), &ev); err != nil {
+				t.Fatalf("log %q: %v", buf.String(), err)
+			}
+			if ev.Event != tt.kind || ev.Reason != tt.why || ev.Token != 7 || ev.Account != "account-42" {
+				t.Fatalf("logged %+v, want event %q reason %q", ev, tt.kind, tt.why)
+			}
+			if tt.kind != "refused" && ev.Value != 3 {
+				t.Fatalf("logged value %d, want the balance written, 3", ev.Value)
+			}
+		})
+	}
 }

@@ -25,18 +25,20 @@ import (
 // config is the worker's configuration: flags, each defaulting to an environment
 // variable.
 type config struct {
-	id       string
-	etcd     []string
-	dsn      string
-	lease    time.Duration
-	accounts []string
-	think    span
-	job      span
-	jobs     int
-	noFence  bool
-	grant    string
-	seed     uint64
-	setup    bool
+	id          string
+	etcd        []string
+	dsn         string
+	lease       time.Duration
+	accounts    []string
+	think       span
+	job         span
+	commitDelay span
+	timeout     time.Duration
+	jobs        int
+	noFence     bool
+	grant       string
+	seed        uint64
+	setup       bool
 }
 
 func main() {
@@ -65,7 +67,7 @@ func parseConfig(args []string) (config, error) {
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("billing", flag.ContinueOnError)
 	var cfg config
-	var etcd, accounts, lease, jobs, seed string
+	var etcd, accounts, lease, jobs, seed, timeout string
 	cfg.think, cfg.job = span{}, span{min: 200 * time.Millisecond, max: 200 * time.Millisecond}
 	fs.StringVar(&cfg.id, "id", env("BILLING_WORKER", host), "worker id written with every log line and write (env BILLING_WORKER)")
 	fs.StringVar(&etcd, "etcd", env("BILLING_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints (env BILLING_ETCD)")
@@ -74,6 +76,8 @@ func parseConfig(args []string) (config, error) {
 	fs.StringVar(&accounts, "accounts", env("BILLING_ACCOUNTS", "account-42"), "comma-separated account names, or a count n for account-1..account-n (env BILLING_ACCOUNTS)")
 	fs.Var(&cfg.think, "think", "work between taking the lock and the transaction, which does not look at the lock: a duration or a range like 100ms..400ms (env BILLING_THINK)")
 	fs.Var(&cfg.job, "job", "work inside the transaction, between reading and writing the balance: a duration or a range (env BILLING_JOB)")
+	fs.Var(&cfg.commitDelay, "commit-delay", "work after the writes, before COMMIT: a duration or a range (env BILLING_COMMIT_DELAY)")
+	fs.StringVar(&timeout, "timeout", env("BILLING_TIMEOUT", "0s"), "how long a job's transaction may take before its context ends; 0 does not bound it (env BILLING_TIMEOUT)")
 	fs.StringVar(&jobs, "jobs", env("BILLING_JOBS", "0"), "stop after this many jobs; 0 runs until SIGTERM (env BILLING_JOBS)")
 	fs.BoolVar(&cfg.noFence, "no-fence", os.Getenv("BILLING_NO_FENCE") != "", "write in a plain transaction without fencing: the lock alone, which loses updates (env BILLING_NO_FENCE)")
 	fs.StringVar(&cfg.grant, "grant", env("BILLING_GRANT", "lock"), `what a write presents: "lock" (the lock itself: refused before any I/O once the client knows it is lost, and the job's context ends with the lock) or "token" (only resource and token, as a process that cannot see its lock's state: only the database can refuse it) (env BILLING_GRANT)`)
@@ -82,7 +86,7 @@ func parseConfig(args []string) (config, error) {
 	for _, v := range []struct {
 		s    *span
 		name string
-	}{{&cfg.think, "BILLING_THINK"}, {&cfg.job, "BILLING_JOB"}} {
+	}{{&cfg.think, "BILLING_THINK"}, {&cfg.job, "BILLING_JOB"}, {&cfg.commitDelay, "BILLING_COMMIT_DELAY"}} {
 		if e := os.Getenv(v.name); e != "" {
 			if err := v.s.Set(e); err != nil {
 				return cfg, fmt.Errorf("%s: %w", v.name, err)
@@ -98,6 +102,9 @@ func parseConfig(args []string) (config, error) {
 	var err error
 	if cfg.lease, err = time.ParseDuration(lease); err != nil {
 		return cfg, fmt.Errorf("-lease %q: %w", lease, err)
+	}
+	if cfg.timeout, err = time.ParseDuration(timeout); err != nil || cfg.timeout < 0 {
+		return cfg, fmt.Errorf("-timeout %q: want a duration >= 0", timeout)
 	}
 	if cfg.jobs, err = strconv.Atoi(jobs); err != nil || cfg.jobs < 0 {
 		return cfg, fmt.Errorf("-jobs %q: want a count >= 0", jobs)

@@ -172,29 +172,45 @@ func (w *worker) job(ctx context.Context, db store, lock *lockclient.Lock) {
 		return
 	}
 
+	// A transaction that cannot finish (its database frozen or cut off) is given
+	// up after -timeout, like any job with a deadline.
+	txCtx, cancelTx := jobCtx, context.CancelFunc(func() {})
+	if w.cfg.timeout > 0 {
+		txCtx, cancelTx = context.WithTimeout(jobCtx, w.cfg.timeout)
+	}
+	defer cancelTx()
 	var value int64
 	wrote := false
 	fn := func(tx txn) error {
-		balance, tokens, err := tx.read(jobCtx, account)
+		balance, tokens, err := tx.read(txCtx, account)
 		if err != nil {
 			return err
 		}
 		w.log.log(event{Event: "read", Account: account, Token: token, Value: balance})
-		w.sleep(jobCtx, w.draw(w.cfg.job))
+		w.sleep(txCtx, w.draw(w.cfg.job))
 		value = balance + 1
-		if err := tx.write(jobCtx, account, value, append(tokens, token), token, w.cfg.id); err != nil {
+		if err := tx.write(txCtx, account, value, append(tokens, token), token, w.cfg.id); err != nil {
 			return err
 		}
 		wrote = true
-		return nil
+		w.log.log(event{Event: "wrote", Account: account, Token: token, Value: value})
+		// The window between the last write and COMMIT, where a fault can land.
+		w.sleep(txCtx, w.draw(w.cfg.commitDelay))
+		return txCtx.Err()
 	}
 	var err error
 	if w.cfg.noFence {
-		err = db.plain(jobCtx, fn)
+		err = db.plain(txCtx, fn)
 	} else {
-		err = db.fenced(jobCtx, grant, fn)
+		err = db.fenced(txCtx, grant, fn)
 	}
+	w.outcome(ctx, account, token, value, wrote, err)
+}
 
+// outcome logs how the job's write ended. Only fence.ErrCommitUnknown makes it
+// "unknown"; every other error is a write that did not land ("aborted"), which the
+// history checker holds the database to.
+func (w *worker) outcome(ctx context.Context, account string, token, value int64, wrote bool, err error) {
 	var stale *fence.StaleError
 	switch {
 	case err == nil:
@@ -203,11 +219,17 @@ func (w *worker) job(ctx context.Context, db store, lock *lockclient.Lock) {
 		w.log.log(event{Event: "refused", Account: account, Token: token, Reason: "stale", Seen: int64(stale.Seen), Error: err.Error()})
 	case errors.Is(err, fence.ErrLost):
 		w.log.log(event{Event: "refused", Account: account, Token: token, Reason: "lost", Error: err.Error()})
-	case wrote:
-		// The writes were made and the commit failed: it may or may not have landed.
+	case errors.Is(err, fence.ErrCommitUnknown):
+		// COMMIT was sent and no answer came back: it may or may not have landed.
 		w.log.log(event{Event: "unknown", Account: account, Token: token, Value: value, Error: err.Error()})
 	default:
-		w.log.log(event{Event: "aborted", Account: account, Token: token, Error: err.Error()})
+		reason := "before its writes"
+		if wrote {
+			reason = "after its writes"
+		}
+		w.log.log(event{Event: "aborted", Account: account, Token: token, Value: value, Reason: reason, Error: err.Error()})
+		// The database may be down: do not spin through locks meanwhile.
+		w.sleep(ctx, 200*time.Millisecond)
 	}
 }
 
