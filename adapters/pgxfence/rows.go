@@ -16,7 +16,9 @@ import (
 // refused once a newer token has written any row of the resource by any form. The
 // key must pick at most one row (a primary key or unique index). Writing unchanged
 // values with the same token again succeeds. A missing row leaves the fence row as it
-// was.
+// was. It is one round trip when the resource's fence row exists and the write is
+// accepted; a second statement (the raise that inserts the fence row) runs when the
+// resource has none yet, or when the write was refused.
 //
 // When it changes no row it reads the row and the fence row once more and returns a
 // *fence.StaleError with the higher token, or fence.ErrNotFound. It returns the grant
