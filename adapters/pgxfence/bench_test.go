@@ -233,3 +233,36 @@ func benchAlternatives(b *testing.B, workers int) {
 		b.Run(v.name, func(b *testing.B) { benchpair.Compare(b, next, beginFunc, v.f) })
 	}
 }
+
+// BenchmarkUpdateRaise compares Update's two ways of raising the fence row, in one
+// run: base is the upsert (INSERT ... ON CONFLICT DO UPDATE, which Update falls back
+// to when the resource has no fence row), other the plain UPDATE Update tries first.
+// Each operation presents a new token, so both raise.
+func BenchmarkUpdateRaise(b *testing.B) {
+	for _, workers := range []int{16, 64} {
+		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
+			pool := benchPool(b, workers)
+			res := resources(workers)
+			next := make([]int, workers)
+			form := func(bump bool) op {
+				q, err := pgxfence.UpdateSQL(fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", 0)}}, []fence.Col{fence.C("val", 0)}, bump)
+				if err != nil {
+					b.Fatal(err)
+				}
+				return func(ctx context.Context, w, i int) error {
+					// Both forms write: base presents tokens 2, 4, ...; other 3, 5, ...
+					tok := int64(2*i + 2)
+					if bump {
+						tok++
+					}
+					tag, err := pool.Exec(ctx, q, res[w], tok, i, w)
+					if err == nil && tag.RowsAffected() != 1 {
+						err = fmt.Errorf("worker %d: %d rows written", w, tag.RowsAffected())
+					}
+					return err
+				}
+			}
+			benchpair.Compare(b, next, form(false), form(true))
+		})
+	}
+}
