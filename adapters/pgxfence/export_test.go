@@ -20,4 +20,6 @@ const MaxShapes = shapecache.Max
 
 // UpdateSQL builds Update's statement: bump raises the fence row with a plain UPDATE,
 // else with the upsert; for the benchmark that compares the two.
-func UpdateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) { return updateSQL(r, set, bump) }
+func UpdateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
+	return updateSQL(r, set, bump)
+}
