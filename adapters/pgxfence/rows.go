@@ -63,14 +63,11 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // arguments are the resource, the token, the set values and the key values, in that
 // order. The fence row is raised first (the UPDATE's EXISTS on the CTE is an InitPlan,
 // run before any target row is locked), so Update locks in the order Fenced does:
-// fence row, then data. With bump, a fence row holding the token already (a holder
-// writing many rows) is locked (FOR NO KEY UPDATE, which waits for any other raise)
-// but not rewritten, and a lower one is raised by a plain UPDATE, which costs the
-// server less than the upsert (no speculative insertion, no separate tuple lock); a
-// resource without a fence row gets nothing, and the caller falls back to the
-// upsert. Each of the three re-checks its own WHERE on the newest version of a fence
-// row it waited for (the lock's and the UPDATE's EvalPlanQual), so a newer holder's
-// raise committed meanwhile refuses it: testBlockedStaleUpdate in internal/fencetest.
+// fence row, then data. bump raises an existing fence row with a plain UPDATE, which
+// costs the server less than the upsert (no speculative insertion, no separate tuple
+// lock) but writes nothing when the resource has no fence row yet. Either way the
+// raise's own WHERE (token <= ours) is re-checked on the newest version of a fence row
+// it waited for, so a newer holder's raise committed meanwhile refuses it.
 func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 	rw, setNames, err := checkRow(r, set, true)
 	if err != nil {
@@ -88,14 +85,10 @@ func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 	rw.where(&match, keys)
 	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
 	exists := "EXISTS (SELECT 1 FROM " + rw.table + " WHERE " + match.sql.String() + ")"
-	fenced := " AND EXISTS (SELECT 1 FROM fencegate_raised)"
 	if bump {
-		st.sql.WriteString("WITH fencegate_held AS (SELECT 1 FROM fence_tokens AS fencegate_ft WHERE fencegate_ft.resource = " +
-			res + "::varchar AND fencegate_ft.token = " + tok + "::bigint FOR NO KEY UPDATE), " +
-			"fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = " + tok +
-			"::bigint, updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = " + res + "::varchar AND fencegate_ft.token < " +
+		st.sql.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = " + tok +
+			"::bigint, updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = " + res + "::varchar AND fencegate_ft.token <= " +
 			tok + "::bigint AND " + exists + " RETURNING 1) ")
-		fenced = " AND (EXISTS (SELECT 1 FROM fencegate_held) OR EXISTS (SELECT 1 FROM fencegate_raised))"
 	} else {
 		fenceCTE(&st, res, tok, exists)
 	}
@@ -103,7 +96,7 @@ func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 	for i := range set {
 		st.write(setNames[i], " = ", vals[i], ", ")
 	}
-	st.write(rw.token, " = ", tok, " WHERE ", match.sql.String(), fenced)
+	st.write(rw.token, " = ", tok, " WHERE ", match.sql.String(), " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return st.sql.String(), nil
 }
 

@@ -191,26 +191,16 @@ func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant, bump bool) (string, []
 			b.WriteString(t + c + " = ?, ")
 		}
 		args = append(args, st.setArgs...)
-		// Assignments run left to right: updated_at sees the old token. A fence row
-		// holding the token already is then left unchanged, which InnoDB does not
-		// rewrite (the join still locks it).
-		b.WriteString(t + st.tok + " = ?, fencegate_ft.updated_at = IF(fencegate_ft.token = ?, fencegate_ft.updated_at, " +
-			"CURRENT_TIMESTAMP(6)), fencegate_ft.token = ?" +
+		b.WriteString(t + st.tok + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
 			" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.tok + " <= ?")
-		return b.String(), append(args, tok, tok, tok, g.Resource(), tok, tok)
+		return b.String(), append(args, tok, tok, g.Resource(), tok, tok)
 	}
 	match := st.where + " AND " + st.tok + " <= ?"
-	fenced := " AND EXISTS (SELECT 1 FROM fencegate_raised)"
 	if bump {
-		// A fence row holding the token already is locked, not rewritten; a lower one
-		// is raised by a plain UPDATE (see pgxfence's updateSQL for why this is safe).
-		b.WriteString("WITH fencegate_held AS (SELECT 1 FROM fence_tokens AS fencegate_ft WHERE fencegate_ft.resource = " +
-			"CAST(? AS VARCHAR) AND fencegate_ft.token = CAST(? AS BIGINT) FOR NO KEY UPDATE), " +
-			"fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = CAST(? AS BIGINT), " +
-			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = CAST(? AS VARCHAR) AND fencegate_ft.token < CAST(? AS BIGINT) " +
+		b.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = CAST(? AS BIGINT), " +
+			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = CAST(? AS VARCHAR) AND fencegate_ft.token <= CAST(? AS BIGINT) " +
 			"AND EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") RETURNING 1) ")
-		args = append(args, g.Resource(), tok, tok, g.Resource(), tok)
-		fenced = " AND (EXISTS (SELECT 1 FROM fencegate_held) OR EXISTS (SELECT 1 FROM fencegate_raised))"
+		args = append(args, tok, g.Resource(), tok)
 	} else {
 		b.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) " +
 			"SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") " +
@@ -219,6 +209,6 @@ func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant, bump bool) (string, []
 		args = append(args, g.Resource(), tok)
 	}
 	args = append(append(args, st.keyArgs...), tok)
-	b.WriteString(st.plainUpdate() + fenced)
+	b.WriteString(st.plainUpdate() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return b.String(), append(args, st.plainArgs(g)...)
 }
