@@ -23,18 +23,20 @@ func mariaPools(t *testing.T) map[string]*sql.DB {
 // TestStore_Fenced_idleTimeoutRestored checks that MariaDB's session idle timeout,
 // set for a fenced transaction, is what the transaction sees (WithIdleTimeout) and is
 // back to the server's default when the connection returns to the pool, however the
-// transaction ended: committed, rolled back after fn's error or panic, or refused.
+// transaction ended: committed, rolled back after fn's error or panic or when ctx
+// ended inside fn, or refused.
 func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 	errFn := errors.New("fn failed")
 	ends := []struct {
 		name  string
 		token fence.Token
-		fn    func() error
+		fn    func(cancel context.CancelFunc) error
 		want  error
 	}{
-		{"commit", 5, func() error { return nil }, nil},
-		{"fn error", 5, func() error { return errFn }, errFn},
-		{"fn panic", 5, func() error { panic("fn panicked") }, nil},
+		{"commit", 5, func(context.CancelFunc) error { return nil }, nil},
+		{"fn error", 5, func(context.CancelFunc) error { return errFn }, errFn},
+		{"fn panic", 5, func(context.CancelFunc) error { panic("fn panicked") }, nil},
+		{"ctx cancelled", 5, func(cancel context.CancelFunc) error { cancel(); return errFn }, context.Canceled},
 		{"stale", 4, nil, fence.ErrStale},
 	}
 	for name, db := range mariaPools(t) {
@@ -46,12 +48,21 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 		for _, e := range ends {
 			t.Run(name+"/"+e.name, func(t *testing.T) {
 				var inside int64
-				err := fencedRecover(t.Context(), store, fence.NewGrant("restore-"+name, e.token), func(tx *sql.Tx) error {
-					if err := tx.QueryRowContext(t.Context(), "SELECT @@SESSION.idle_transaction_timeout").Scan(&inside); err != nil {
+				ctx, cancel := context.WithCancel(t.Context())
+				defer cancel()
+				err := fencedRecover(ctx, store, fence.NewGrant("restore-"+name, e.token), func(tx *sql.Tx) error {
+					if err := tx.QueryRowContext(ctx, "SELECT @@SESSION.idle_transaction_timeout").Scan(&inside); err != nil {
 						return err
 					}
-					return e.fn()
+					return e.fn(cancel)
 				})
+				if e.want == context.Canceled {
+					// The transaction ended on ctx: fn's error or ctx's, never a commit.
+					e.want = errFn
+					if errors.Is(err, context.Canceled) {
+						e.want = context.Canceled
+					}
+				}
 				if !errors.Is(err, e.want) {
 					t.Fatalf("Exec = %v, want %v", err, e.want)
 				}
