@@ -1,6 +1,9 @@
 package pgxfence
 
-import "github.com/fencegate/fencegate/internal/shapecache"
+import (
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/shapecache"
+)
 
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.
 var QuoteTable = quoteTable
@@ -14,3 +17,9 @@ const RaiseSQL = raiseSQL
 
 // MaxShapes is how many single-row statements a Store keeps.
 const MaxShapes = shapecache.Max
+
+// UpdateSQL builds Update's statement: bump raises the fence row with a plain UPDATE,
+// else with the upsert; for the benchmark that compares the two.
+func UpdateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
+	return updateSQL(r, set, bump)
+}

@@ -148,6 +148,17 @@ func BenchmarkMariaDB_Update(b *testing.B) {
 	pairBench(b, db, sqlfence.MySQL, true, plainUpdate(db, sqlfence.MySQL), fencedUpdate(sqlfence.New(db, sqlfence.MySQL)))
 }
 
+// BenchmarkMariaDB_UpdateSameGrant is BenchmarkMariaDB_Update where each worker holds
+// one grant for all its writes (a holder writing many rows under one token): the fence
+// row is locked but not rewritten.
+func BenchmarkMariaDB_UpdateSameGrant(b *testing.B) {
+	db := benchDB(b, mysqlDB)
+	fenced := fencedUpdate(sqlfence.New(db, sqlfence.MySQL))
+	pairBench(b, db, sqlfence.MySQL, true, plainUpdate(db, sqlfence.MySQL), func(ctx context.Context, id string, _ fence.Token) error {
+		return fenced(ctx, id, 1)
+	})
+}
+
 // BenchmarkMariaDB_Exec: fence.Exec with one UPDATE against BEGIN, the same UPDATE,
 // COMMIT. The fence row raise is one more round trip in the transaction.
 func BenchmarkMariaDB_Exec(b *testing.B) {

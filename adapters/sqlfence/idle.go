@@ -22,10 +22,15 @@ import (
 //   - PostgreSQL: idle_in_transaction_session_timeout, set for the transaction only
 //     (set_config(..., true)) inside the fence raise statement: no round trip of its
 //     own. The server ends the session (SQLSTATE 25P03).
-//   - MariaDB: idle_transaction_timeout (whole seconds, rounded up) on the session
-//     of a connection pinned for the transaction, set before BEGIN and restored to
-//     the server's default after it ends: two round trips more per transaction.
-//     MySQL, which lacks it, gets wait_timeout the same way.
+//   - MariaDB: idle_transaction_timeout (whole seconds, rounded up) on the session,
+//     restored to the server's default when the transaction ends, so a connection
+//     returns to the pool with the server's default and the caller's own
+//     transactions never inherit it. Through a pool opened by OpenMySQL this costs
+//     no round trip: the SET, BEGIN and fence raise are one compound statement, and
+//     COMMIT (or ROLLBACK) and the restore another. Through a pool opened otherwise
+//     the transaction runs on a pinned connection whose timeout is set before BEGIN
+//     and restored after: two round trips more. MySQL, which lacks
+//     idle_transaction_timeout, gets wait_timeout the second way.
 //   - SQLite: nothing to set. Writers are one host's processes and the lock is the
 //     database file's: a frozen writer holds it until it wakes or dies, and a
 //     waiter's call ends with its ctx's error, wrapped in ErrBusy where the Store

@@ -187,31 +187,3 @@ func resumeChild(t *testing.T, c *frozenChild, out *bufio.Scanner) string {
 	}
 	return last
 }
-
-// TestStore_Fenced_idleTimeoutRestored checks that MariaDB's session idle timeout,
-// set for a fenced transaction, is back to the server's default when the connection
-// returns to the pool, and that WithIdleTimeout sets what the transaction sees.
-func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
-	db, _ := mysqlDB(t)
-	db.SetMaxOpenConns(1) // one connection: the fenced one is the one read after
-	store, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var inside int64
-	err = fence.Exec(t.Context(), store, fence.NewGrant("restore", 1), func(tx *sql.Tx) error {
-		return tx.QueryRowContext(t.Context(), "SELECT @@SESSION.idle_transaction_timeout").Scan(&inside)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if inside != 2 {
-		t.Fatalf("idle_transaction_timeout inside = %d, want 2 (1.5 s rounded up)", inside)
-	}
-	if got := queryInt(t, db, "SELECT @@SESSION.idle_transaction_timeout = @@GLOBAL.idle_transaction_timeout"); got != 1 {
-		t.Fatal("the pooled connection kept the fenced transaction's idle timeout")
-	}
-	if _, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
-		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
-	}
-}

@@ -138,6 +138,9 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
+	if s.d == MySQL && s.fast(g) {
+		return s.fencedFast(ctx, g, fn)
+	}
 	if s.d == MySQL {
 		return s.fencedPinned(ctx, g, fn)
 	}

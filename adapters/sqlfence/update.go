@@ -17,7 +17,9 @@ import (
 // leaves the fence row as it was. How, per database:
 //
 //   - PostgreSQL: one statement, the fence row raised by a data-modifying CTE before
-//     the UPDATE locks the row (the order Fenced locks in).
+//     the UPDATE locks the row (the order Fenced locks in); a second one, whose raise
+//     also inserts the fence row, when the resource has none yet or the first was
+//     refused.
 //   - MySQL: one multi-table UPDATE of the fence row joined (STRAIGHT_JOIN: fence
 //     row first) with the row. A resource without a fence row yet is written as
 //     SQLite's are, in a transaction that inserts it.
@@ -55,9 +57,38 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return nil
 }
 
-// updateOne is Update in one statement (PostgreSQL, MySQL).
+// updateOne is Update in one statement (PostgreSQL, MySQL). On PostgreSQL the fence
+// row is raised by a plain UPDATE first (cheaper for the server) and by the upsert,
+// which also inserts it, only when that wrote nothing.
 func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error {
-	q, args := st.fencedUpdate(s.d, g)
+	bumps := []bool{false}
+	if s.d == Postgres {
+		bumps = []bool{true, false}
+	}
+	for _, bump := range bumps {
+		n, err := s.updateTry(ctx, g, st, bump)
+		if err != nil || n > 0 {
+			return err
+		}
+	}
+	fenceTok, found, err := s.fenceToken(ctx, g.Resource())
+	switch {
+	case err != nil:
+		return err
+	case found && fenceTok > g.Token():
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fenceTok}
+	case !found && s.d == MySQL:
+		// The join needs the fence row: the resource's first write goes in a
+		// transaction that inserts it, as SQLite's do.
+		return s.txUpdate(ctx, g, st)
+	}
+	return s.refused(ctx, s.db, g, st)
+}
+
+// updateTry runs the one-statement Update once, trying again while busy, and returns
+// the rows it changed.
+func (s *Store) updateTry(ctx context.Context, g fence.Grant, st *rowStmt, bump bool) (int64, error) {
+	q, args := st.fencedUpdate(s.d, g, bump)
 	q = s.d.rebind(q)
 	var n int64
 	err := s.retry(ctx, func() error {
@@ -73,21 +104,7 @@ func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error
 		}
 		return err
 	})
-	if err != nil || n > 0 {
-		return err
-	}
-	fenceTok, found, err := s.fenceToken(ctx, g.Resource())
-	switch {
-	case err != nil:
-		return err
-	case found && fenceTok > g.Token():
-		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fenceTok}
-	case !found && s.d == MySQL:
-		// The join needs the fence row: the resource's first write goes in a
-		// transaction that inserts it, as SQLite's do.
-		return s.txUpdate(ctx, g, st)
-	}
-	return s.refused(ctx, s.db, g, st)
+	return n, err
 }
 
 // txUpdate is Update in a transaction that raises the fence row first (writeTx).
@@ -150,8 +167,10 @@ func (st *rowStmt) plainArgs(g fence.Grant) []any {
 }
 
 // fencedUpdate builds the one-statement Update of PostgreSQL or MySQL and its
-// arguments (? placeholders).
-func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant) (string, []any) {
+// arguments (? placeholders). On PostgreSQL, bump raises the fence row with a plain
+// UPDATE (nothing when the row is missing), else with the upsert; either re-checks
+// its WHERE on the newest version of a fence row it waited for.
+func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant, bump bool) (string, []any) {
 	tok := int64(g.Token())
 	args := make([]any, 0, 2*len(st.keyArgs)+len(st.setArgs)+5)
 	var b strings.Builder
@@ -177,11 +196,19 @@ func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant) (string, []any) {
 		return b.String(), append(args, tok, tok, g.Resource(), tok, tok)
 	}
 	match := st.where + " AND " + st.tok + " <= ?"
-	b.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) " +
-		"SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") " +
-		"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP " +
-		"WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
-	args = append(append(append(args, g.Resource(), tok), st.keyArgs...), tok)
+	if bump {
+		b.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = CAST(? AS BIGINT), " +
+			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = CAST(? AS VARCHAR) AND fencegate_ft.token <= CAST(? AS BIGINT) " +
+			"AND EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") RETURNING 1) ")
+		args = append(args, tok, g.Resource(), tok)
+	} else {
+		b.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) " +
+			"SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") " +
+			"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP " +
+			"WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
+		args = append(args, g.Resource(), tok)
+	}
+	args = append(append(args, st.keyArgs...), tok)
 	b.WriteString(st.plainUpdate() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return b.String(), append(args, st.plainArgs(g)...)
 }

@@ -48,6 +48,7 @@ func Run[Tx any](t *testing.T, h Harness[Tx]) {
 	t.Run("GCPauseTimeline", func(t *testing.T) { testGCPause(t, h) })
 	t.Run("Race50", func(t *testing.T) { testRace(t, h) })
 	t.Run("BlockedStaleTx", func(t *testing.T) { testBlockedStale(t, h) })
+	t.Run("BlockedStaleUpdate", func(t *testing.T) { testBlockedStaleUpdate(t, h) })
 	t.Run("RollbackOnError", func(t *testing.T) { testRollback(t, h) })
 	t.Run("BadGrant", func(t *testing.T) { testBadGrant(t, h) })
 	t.Run("LostBeforeCommit", func(t *testing.T) { testLostBeforeCommit(t, h) })
