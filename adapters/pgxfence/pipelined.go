@@ -42,12 +42,9 @@ func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Gra
 					return err
 				}
 			}
-			err := t.tx.Commit(ctx)
-			if err == nil {
-				return nil
-			}
-			if u := unknownOutcome("commit", g, err); u != nil {
-				return u
+			err := commit(ctx, t.tx, g)
+			if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
+				return err
 			}
 			return refusal(ctx, g, err, conn)
 		},

@@ -331,15 +331,16 @@ func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.T
 	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
 		Rollback: func() { _ = tx.Rollback(ctx) }, // after a failed commit, ErrTxClosed
 		Commit: func() error {
-			err := tx.Commit(ctx)
-			if err == nil {
+			if s.nested {
+				// A savepoint's release decides nothing durable: only the caller's commit does.
+				if err := tx.Commit(ctx); err != nil {
+					return refusal(ctx, g, err, lookup)
+				}
 				return nil
 			}
-			if !s.nested {
-				// A savepoint's release decides nothing durable: only the caller's commit does.
-				if u := unknownOutcome("commit", g, err); u != nil {
-					return u
-				}
+			err := commit(ctx, tx, g)
+			if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
+				return err
 			}
 			return refusal(ctx, g, err, lookup)
 		},

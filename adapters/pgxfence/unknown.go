@@ -48,6 +48,27 @@ func replyLost(err error) bool {
 	return true
 }
 
+// commit commits tx and returns a *fence.CommitUnknownError when COMMIT may have
+// been applied without its reply arriving. Besides replyLost: when the connection
+// dies while COMMIT's reply is awaited, pgx drops the read error and reports the
+// connection it then finds closed as "conn closed", an error it marks safe to retry
+// though COMMIT went out; a connection open just before COMMIT and closed by its end
+// is therefore unknown too.
+func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
+	open := !tx.Conn().IsClosed()
+	err := tx.Commit(ctx)
+	if err == nil {
+		return nil
+	}
+	if open && errors.Is(err, pgconn.ErrConnClosed) {
+		return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: "commit", Err: err}
+	}
+	if u := unknownOutcome("commit", g, err); u != nil {
+		return u
+	}
+	return err
+}
+
 // unknownOutcome returns a *fence.CommitUnknownError for err when its reply was lost,
 // or nil.
 func unknownOutcome(op string, g fence.Grant, err error) error {
