@@ -135,7 +135,9 @@ func commitsAfter(e *Env, w *Worker, token int64) Event {
 }
 
 func dbKilledInTransaction(t *testing.T, e *Env) {
-	w := oneWorker(e, "-job", "3s", "-timeout", "15s")
+	// The job sits in its transaction for longer than the lease; the server's idle
+	// bound (the lock's lease by default) would end it before the kill lands.
+	w := oneWorker(e, "-job", "3s", "-timeout", "15s", "-idle-timeout", "30s")
 	t1 := w.WaitFor("read", 1)[0].Token
 	e.KillDatabase()
 	e.RestartDatabase()
@@ -173,7 +175,9 @@ func commitSent(e *Env, w *Worker) int64 {
 }
 
 func dbKilledInCommit(t *testing.T, e *Env) {
-	w := oneWorker(e, "-job", "0s", "-commit-delay", commitDelay.String(), "-timeout", "15s")
+	// The freeze holds the transaction open past the lease: the idle bound is lifted
+	// so that only the kill decides its fate.
+	w := oneWorker(e, "-job", "0s", "-commit-delay", commitDelay.String(), "-timeout", "15s", "-idle-timeout", "30s")
 	t1 := commitSent(e, w)
 	e.KillDatabase()
 	e.RestartDatabase()
@@ -188,7 +192,9 @@ func dbKilledInCommit(t *testing.T, e *Env) {
 }
 
 func dbCommitReplyLost(t *testing.T, e *Env) {
-	w := oneWorker(e, "-job", "0s", "-commit-delay", commitDelay.String(), "-timeout", "6s")
+	// The freeze holds the transaction open past the lease: with the idle bound the
+	// thawed server could end the session before it reads COMMIT.
+	w := oneWorker(e, "-job", "0s", "-commit-delay", commitDelay.String(), "-timeout", "6s", "-idle-timeout", "30s")
 	t1 := commitSent(e, w)
 	e.CutDatabase()
 	e.ThawDatabase() // the server commits; its reply cannot reach the worker

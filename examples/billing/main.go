@@ -25,6 +25,7 @@ import (
 // config is the worker's configuration: flags, each defaulting to an environment
 // variable.
 type config struct {
+	idle        time.Duration // -idle-timeout; 0: the lock\'s lease
 	id          string
 	etcd        []string
 	dsn         string
@@ -67,7 +68,7 @@ func parseConfig(args []string) (config, error) {
 	host, _ := os.Hostname()
 	fs := flag.NewFlagSet("billing", flag.ContinueOnError)
 	var cfg config
-	var etcd, accounts, lease, jobs, seed, timeout string
+	var etcd, accounts, lease, jobs, seed, timeout, idle string
 	cfg.think, cfg.job = span{}, span{min: 200 * time.Millisecond, max: 200 * time.Millisecond}
 	fs.StringVar(&cfg.id, "id", env("BILLING_WORKER", host), "worker id written with every log line and write (env BILLING_WORKER)")
 	fs.StringVar(&etcd, "etcd", env("BILLING_ETCD", "http://127.0.0.1:2379"), "comma-separated etcd endpoints (env BILLING_ETCD)")
@@ -78,6 +79,7 @@ func parseConfig(args []string) (config, error) {
 	fs.Var(&cfg.job, "job", "work inside the transaction, between reading and writing the balance: a duration or a range (env BILLING_JOB)")
 	fs.Var(&cfg.commitDelay, "commit-delay", "work after the writes, before COMMIT: a duration or a range (env BILLING_COMMIT_DELAY)")
 	fs.StringVar(&timeout, "timeout", env("BILLING_TIMEOUT", "0s"), "how long a job's transaction may take before its context ends; 0 does not bound it (env BILLING_TIMEOUT)")
+	fs.StringVar(&idle, "idle-timeout", env("BILLING_IDLE_TIMEOUT", "0s"), "how long a fenced transaction may sit idle on the database before the server ends it; 0: the lock's lease (env BILLING_IDLE_TIMEOUT)")
 	fs.StringVar(&jobs, "jobs", env("BILLING_JOBS", "0"), "stop after this many jobs; 0 runs until SIGTERM (env BILLING_JOBS)")
 	fs.BoolVar(&cfg.noFence, "no-fence", os.Getenv("BILLING_NO_FENCE") != "", "write in a plain transaction without fencing: the lock alone, which loses updates (env BILLING_NO_FENCE)")
 	fs.StringVar(&cfg.grant, "grant", env("BILLING_GRANT", "lock"), `what a write presents: "lock" (the lock itself: refused before any I/O once the client knows it is lost, and the job's context ends with the lock) or "token" (only resource and token, as a process that cannot see its lock's state: only the database can refuse it) (env BILLING_GRANT)`)
@@ -105,6 +107,9 @@ func parseConfig(args []string) (config, error) {
 	}
 	if cfg.timeout, err = time.ParseDuration(timeout); err != nil || cfg.timeout < 0 {
 		return cfg, fmt.Errorf("-timeout %q: want a duration >= 0", timeout)
+	}
+	if cfg.idle, err = time.ParseDuration(idle); err != nil || cfg.idle < 0 {
+		return cfg, fmt.Errorf("-idle-timeout %q: want a duration >= 0", idle)
 	}
 	if cfg.jobs, err = strconv.Atoi(jobs); err != nil || cfg.jobs < 0 {
 		return cfg, fmt.Errorf("-jobs %q: want a count >= 0", jobs)

@@ -37,28 +37,29 @@ type txn interface {
 }
 
 // openStore picks the database by the DSN's scheme: postgres:// or postgresql://,
-// mysql://<go-sql-driver DSN>, sqlite://<file path>. It does no I/O.
-func openStore(ctx context.Context, dsn string) (store, error) {
+// mysql://<go-sql-driver DSN>, sqlite://<file path>. idle, when > 0, replaces the
+// lock's lease as the bound on a fenced transaction's idle time. It does no I/O.
+func openStore(ctx context.Context, dsn string, idle time.Duration) (store, error) {
 	switch {
 	case strings.HasPrefix(dsn, "postgres://"), strings.HasPrefix(dsn, "postgresql://"):
 		db, err := pgxpool.New(ctx, dsn)
 		if err != nil {
 			return nil, err
 		}
-		return pgStore{db}, nil
+		return pgStore{db, idle}, nil
 	case strings.HasPrefix(dsn, "mysql://"):
 		db, err := sqlfence.OpenMySQL(strings.TrimPrefix(dsn, "mysql://"))
 		if err != nil {
 			return nil, err
 		}
 		db.SetMaxIdleConns(4)
-		return sqlStore{db, sqlfence.MySQL}, nil
+		return sqlStore{db, sqlfence.MySQL, idle}, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
 		db, err := sqlfence.OpenSQLite(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
 			return nil, err
 		}
-		return sqlStore{db, sqlfence.SQLite}, nil
+		return sqlStore{db, sqlfence.SQLite, idle}, nil
 	}
 	return nil, errors.New("-dsn: want postgres://..., mysql://user:pass@tcp(host:port)/db or sqlite://path")
 }
@@ -83,12 +84,23 @@ func waitDB(ctx context.Context, s store) error {
 	}
 }
 
-type pgStore struct{ db *pgxpool.Pool }
+type pgStore struct {
+	db   *pgxpool.Pool
+	idle time.Duration
+}
 
 type pgTxn struct{ tx pgx.Tx }
 
 func (s pgStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error) error {
-	return fence.Exec(ctx, pgxfence.New(s.db), g, func(tx pgx.Tx) error { return fn(pgTxn{tx}) })
+	var opts []pgxfence.Option
+	if s.idle > 0 {
+		opts = append(opts, pgxfence.WithIdleTimeout(s.idle))
+	}
+	st, err := pgxfence.NewWithOptions(s.db, opts...)
+	if err != nil {
+		return err
+	}
+	return fence.Exec(ctx, st, g, func(tx pgx.Tx) error { return fn(pgTxn{tx}) })
 }
 
 func (s pgStore) plain(ctx context.Context, fn func(txn) error) error {
@@ -145,14 +157,23 @@ func (s pgStore) setup(ctx context.Context, accounts []string) error {
 // sqlStore keeps the row's tokens as comma-separated text (MySQL and SQLite have no
 // arrays).
 type sqlStore struct {
-	db *sql.DB
-	d  sqlfence.Dialect
+	db   *sql.DB
+	d    sqlfence.Dialect
+	idle time.Duration
 }
 
 type sqlTxn struct{ tx *sql.Tx }
 
 func (s sqlStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error) error {
-	return fence.Exec(ctx, sqlfence.New(s.db, s.d), g, func(tx *sql.Tx) error { return fn(sqlTxn{tx}) })
+	var opts []sqlfence.Option
+	if s.idle > 0 {
+		opts = append(opts, sqlfence.WithIdleTimeout(s.idle))
+	}
+	st, err := sqlfence.NewWithOptions(s.db, s.d, opts...)
+	if err != nil {
+		return err
+	}
+	return fence.Exec(ctx, st, g, func(tx *sql.Tx) error { return fn(sqlTxn{tx}) })
 }
 
 func (s sqlStore) plain(ctx context.Context, fn func(txn) error) error {

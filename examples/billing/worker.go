@@ -63,7 +63,7 @@ func newWorker(cfg config, log *eventLog) *worker {
 func (w *worker) run(ctx context.Context) error {
 	w.log.log(event{Event: "start", Reason: w.mode()})
 	defer w.log.log(event{Event: "stop"})
-	db, err := openStore(ctx, w.cfg.dsn)
+	db, err := openStore(ctx, w.cfg.dsn, w.cfg.idle)
 	if err != nil {
 		return err
 	}
