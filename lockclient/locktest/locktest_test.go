@@ -1,12 +1,18 @@
 package locktest_test
 
 import (
+	"context"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
-func TestStart(t *testing.T) {
+func TestStart_putGet(t *testing.T) {
 	s := locktest.Start(t)
 	cli := s.Client(t)
 	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
@@ -41,5 +47,37 @@ func TestCluster_stopRestartLeader(t *testing.T) {
 	resp, err := mc.Get(t.Context(), "during")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("restarted member Get = %v, %v", resp, err)
+	}
+}
+
+func TestStartTLS_refusesPlain(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	s := locktest.StartTLS(t, certs)
+	for _, ep := range s.Endpoints() {
+		if !strings.HasPrefix(ep, "https://") {
+			t.Fatalf("endpoint %q: want https", ep)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), TLS: certs.ClientTLS(t), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
+		t.Fatalf("Put over TLS: %v", err)
+	}
+	// A client without the client certificate must be refused.
+	plain := s.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := plain.Get(ctx, "k"); err == nil {
+		t.Fatal("Get without TLS succeeded")
+	}
+}
+
+func TestBinary_envMissing(t *testing.T) {
+	t.Setenv(locktest.EnvBinary, filepath.Join(t.TempDir(), "no-etcd"))
+	if _, err := locktest.Binary(t.Context()); err == nil {
+		t.Fatalf("Binary with %s naming no file: no error", locktest.EnvBinary)
 	}
 }
