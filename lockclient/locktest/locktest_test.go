@@ -2,6 +2,8 @@ package locktest_test
 
 import (
 	"context"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -79,5 +81,27 @@ func TestBinary_envMissing(t *testing.T) {
 	t.Setenv(locktest.EnvBinary, filepath.Join(t.TempDir(), "no-etcd"))
 	if _, err := locktest.Binary(t.Context()); err == nil {
 		t.Fatalf("Binary with %s naming no file: no error", locktest.EnvBinary)
+	}
+}
+
+// TestStart_failureShowsStderr runs this test binary again with an "etcd" that
+// writes to stderr and exits: the start failure must say so.
+func TestStart_failureShowsStderr(t *testing.T) {
+	if os.Getenv("LOCKTEST_CHILD") == "1" {
+		locktest.Start(t)
+		return
+	}
+	fake := filepath.Join(t.TempDir(), "etcd")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'member broke: disk on fire' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestStart_failureShowsStderr$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), "LOCKTEST_CHILD=1", locktest.EnvBinary+"="+fake)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("Start with a failing member passed:\n%s", out)
+	}
+	if !strings.Contains(string(out), "disk on fire") {
+		t.Fatalf("start failure does not show the member's stderr:\n%s", out)
 	}
 }
