@@ -21,7 +21,7 @@ import (
 )
 
 // The benchmark compares this client with etcd's concurrency.Mutex on one
-// 3-member embedded cluster in one run: uncontended acquire+release pairs at
+// 3-member etcd cluster (locktest) in one run: uncontended acquire+release pairs at
 // maximum and at a fixed 1,000 jobs/s, and contended try-acquires. Each phase
 // alternates the two in rounds, so that load from elsewhere on the machine falls
 // on both alike. Run it once (it times itself):
@@ -326,8 +326,8 @@ func BenchmarkLockclient(b *testing.B) {
 		})
 		b.Run("hold_10000", func(b *testing.B) {
 			// One Client holding 10,000 locks (half with manual renewal). The heap
-			// growth includes the embedded etcd members' copies of the keys, so it
-			// is an upper bound on the client's own memory.
+			// growth is this process's: the client's own memory (the etcd members
+			// run in processes of their own).
 			// A Client of its own, closed at the end, so that a rerun (a larger
 			// -benchtime) starts from no locks held.
 			c, err := lockclient.New(cl.Client(b))

@@ -10,7 +10,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/lockclient"
@@ -31,7 +30,7 @@ const lockerPassword = "locker-secret"
 func startSecureEtcd(t *testing.T) *secureEtcd {
 	t.Helper()
 	certs := locktest.NewCerts(t)
-	srv := locktest.StartWithConfig(t, func(c *embed.Config) { c.ClientTLSInfo = certs.ServerTLS() })
+	srv := locktest.StartTLS(t, certs)
 	s := &secureEtcd{srv: srv, certs: certs}
 	root := s.client(t, "", "")
 	ctx := t.Context()

@@ -1,81 +1,81 @@
 package lockclient_test
 
 import (
-	"math"
+	"bufio"
+	"context"
+	"fmt"
+	"net/http"
 	"os"
 	"runtime"
 	"runtime/pprof"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 )
 
-// serverSide tells the embedded etcd members' code (server, raft, storage,
-// gRPC's server transport) from the clients' in a stack.
-func serverSide(stack string) bool {
-	for _, s := range []string{"go.etcd.io/etcd/server/", "go.etcd.io/raft/", "go.etcd.io/bbolt", "http2Server", "grpc.(*Server)"} {
-		if strings.Contains(stack, s) {
-			return true
-		}
-	}
-	return false
+// sideUsage is what one side of the seed benchmark uses: the clients (this
+// process) or the etcd members (their own processes, summed).
+type sideUsage struct {
+	goroutines float64
+	heap       float64 // live heap bytes
+	cpu        time.Duration
 }
 
-// goroutinesBySide counts the process's goroutines: [0] the clients', [1] the
-// embedded members'.
-func goroutinesBySide() (n [2]int) {
-	buf := make([]byte, 256<<20)
-	buf = buf[:runtime.Stack(buf, true)]
-	for _, g := range strings.Split(string(buf), "\n\n") {
-		if serverSide(g) {
-			n[1]++
-		} else {
-			n[0]++
-		}
-	}
-	return n
+// clientUsage measures this process: the workers' clients and the benchmark.
+func clientUsage() sideUsage {
+	runtime.GC()
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return sideUsage{goroutines: float64(runtime.NumGoroutine()), heap: float64(ms.HeapAlloc), cpu: processCPU()}
 }
 
-// heapBySide estimates the live heap by where it was allocated, from the
-// runtime's sampled heap profile scaled as pprof scales it: [0] the clients',
-// [1] the embedded members'.
-func heapBySide() (bytes [2]float64) {
-	runtime.GC()
-	runtime.GC()
-	var recs []runtime.MemProfileRecord
-	for {
-		n, ok := runtime.MemProfile(recs, false)
-		if ok {
-			recs = recs[:n]
-			break
+// etcdUsage sums the members' own accounts of themselves, from the /metrics
+// endpoint each serves on its client URL.
+func etcdUsage(b *testing.B, endpoints []string) sideUsage {
+	b.Helper()
+	var u sideUsage
+	for _, ep := range endpoints {
+		m, err := scrapeMetrics(b.Context(), ep+"/metrics")
+		if err != nil {
+			b.Fatalf("member metrics: %v", err)
 		}
-		recs = make([]runtime.MemProfileRecord, n+100)
+		u.goroutines += m["go_goroutines"]
+		u.heap += m["go_memstats_heap_alloc_bytes"]
+		u.cpu += time.Duration(m["process_cpu_seconds_total"] * float64(time.Second))
 	}
-	rate := float64(runtime.MemProfileRate)
-	for _, r := range recs {
-		if r.AllocObjects == 0 || r.InUseBytes() == 0 {
+	return u
+}
+
+// scrapeMetrics reads the unlabelled samples of a Prometheus text exposition.
+func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	m := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
 			continue
 		}
-		avg := float64(r.AllocBytes) / float64(r.AllocObjects)
-		scaled := float64(r.InUseBytes()) / (1 - math.Exp(-avg/rate))
-		var sb strings.Builder
-		frames := runtime.CallersFrames(r.Stack())
-		for {
-			f, more := frames.Next()
-			sb.WriteString(f.Function)
-			sb.WriteByte('\n')
-			if !more {
-				break
-			}
-		}
-		if serverSide(sb.String()) {
-			bytes[1] += scaled
-		} else {
-			bytes[0] += scaled
+		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {
+			m[name] = v
 		}
 	}
-	return bytes
+	return m, sc.Err()
 }
 
 func startProfile(b *testing.B, path string) (stop func()) {

@@ -24,7 +24,7 @@ import (
 // BenchmarkSeedScale is the problem statement's load as users would run it: N
 // workers, each a lockclient.Client with its own session lease (as each would
 // be its own server), sharing seedConns etcd connections only to fit on one
-// machine; a fresh 3-member embedded cluster per variant; 1,000 jobs a second
+// machine; a fresh 3-member cluster per variant; 1,000 jobs a second
 // offered open-loop, each acquiring a random one of 100,000 accounts through a
 // random worker, holding it 50 ms and releasing it. etcd's concurrency.Session
 // and Mutex do the same on a cluster of their own in the same run, the two
@@ -41,9 +41,9 @@ import (
 // FENCEGATE_SEED_RATE sets the jobs offered a second (default 1000; 0 measures
 // what idle sessions cost: the CPU of the renewals alone). FENCEGATE_SEED_SECONDS sets the measured time (default 30 s, three TTLs, so
 // that a session that cannot be kept is seen lost), and FENCEGATE_SEED_PROFILE a
-// directory for a CPU profile of each variant's measured time (the cluster runs
-// in the same process, so it shows where both the cluster's and the clients'
-// CPU goes: go tool pprof -top FILE).
+// directory for a CPU profile of the clients' side of each variant's measured
+// time (go tool pprof -top FILE). The members run in processes of their own; their
+// goroutines, heap and CPU come from their /metrics endpoints.
 func BenchmarkSeedScale(b *testing.B) {
 	counts := os.Getenv("FENCEGATE_SEED_WORKERS")
 	if counts == "" {
@@ -150,10 +150,11 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	for i := range conns {
 		conns[i] = cl.Client(b)
 	}
-	g0, h0 := goroutinesBySide(), heapBySide()
+	eps := cl.Endpoints()
+	c0, e0 := clientUsage(), etcdUsage(b, eps)
 	losses := &lossCounter{}
 	workers := startSeedWorkers(b, variant, n, conns, losses)
-	g1, h1 := goroutinesBySide(), heapBySide()
+	c1, e1 := clientUsage(), etcdUsage(b, eps)
 	defer closeSeedWorkers(workers)
 	term0, started0 := cl.Term(), losses.started.Load()
 
@@ -161,9 +162,9 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	if dir := os.Getenv("FENCEGATE_SEED_PROFILE"); dir != "" {
 		stopProfile = startProfile(b, filepath.Join(dir, fmt.Sprintf("seed-%d-%s.cpu.pprof", n, variant)))
 	}
-	cpu0 := processCPU()
+	cpu0, ecpu0 := processCPU(), etcdUsage(b, eps).cpu
 	r := offerJobs(b, workers, measure, seedJobRate(b))
-	cpu := processCPU() - cpu0
+	cpu, ecpu := processCPU()-cpu0, etcdUsage(b, eps).cpu-ecpu0
 	if stopProfile != nil {
 		stopProfile()
 	}
@@ -182,13 +183,15 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 		b.ReportMetric(float64(losses.started.Load()-started0), "sessions-granted")
 	}
 	b.ReportMetric(float64(cl.Term()-term0), "elections")
-	b.ReportMetric(float64(g1[0]-g0[0])/float64(n), "client-goroutines/worker")
-	b.ReportMetric(float64(g1[1]-g0[1])/float64(n), "etcd-goroutines/worker")
-	b.ReportMetric((h1[0]-h0[0])/float64(n)/1024, "client-heap-KiB/worker")
-	b.ReportMetric((h1[1]-h0[1])/float64(n)/1024, "etcd-heap-KiB/worker")
+	b.ReportMetric((c1.goroutines-c0.goroutines)/float64(n), "client-goroutines/worker")
+	b.ReportMetric((e1.goroutines-e0.goroutines)/float64(n), "etcd-goroutines/worker")
+	b.ReportMetric((c1.heap-c0.heap)/float64(n)/1024, "client-heap-KiB/worker")
+	b.ReportMetric((e1.heap-e0.heap)/float64(n)/1024, "etcd-heap-KiB/worker")
 	b.ReportMetric(loadAvg(), "loadavg-1m")
-	// The whole process: the three members and the clients.
-	b.ReportMetric(cpu.Seconds()/r.elapsed.Seconds(), "cpu-cores")
+	// The clients (this process) and the three members (their processes).
+	b.ReportMetric(cpu.Seconds()/r.elapsed.Seconds(), "client-cpu-cores")
+	b.ReportMetric(ecpu.Seconds()/r.elapsed.Seconds(), "etcd-cpu-cores")
+	b.ReportMetric((cpu+ecpu).Seconds()/r.elapsed.Seconds(), "cpu-cores")
 	if r.errors.Load() > 0 {
 		b.Logf("%d jobs failed; first: %v", r.errors.Load(), r.firstErr.Load())
 	}

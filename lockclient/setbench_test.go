@@ -10,7 +10,7 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// BenchmarkAcquireSet compares, in one run on one embedded etcd member, an
+// BenchmarkAcquireSet compares, in one run on one etcd member, an
 // uncontended AcquireSet + Release of n names (other) with the baseline: the same
 // n names taken one Acquire after another and released one by one (n = 1: one
 // Acquire + Release). Each worker uses names of its own, so nothing waits. The

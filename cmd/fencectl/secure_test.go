@@ -8,7 +8,6 @@ import (
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/lockclient"
@@ -20,7 +19,7 @@ import (
 // only the default lock prefix.
 func TestRun_TLSAndAuth(t *testing.T) {
 	certs := locktest.NewCerts(t)
-	srv := locktest.StartWithConfig(t, func(c *embed.Config) { c.ClientTLSInfo = certs.ServerTLS() })
+	srv := locktest.StartTLS(t, certs)
 	newCli := func(user, pw string) *clientv3.Client {
 		cli, err := clientv3.New(clientv3.Config{Endpoints: srv.Endpoints(), TLS: certs.ClientTLS(t),
 			Username: user, Password: pw, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})

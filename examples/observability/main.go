@@ -10,8 +10,9 @@
 //   - a job that forgets to renew a manual-renewal lock loses it (a loss,
 //     logged with its cause).
 //
-// With no flags it starts an embedded etcd and uses a temporary SQLite file,
-// so it needs nothing installed:
+// With no flags it starts a throwaway etcd (lockclient/locktest: an etcd server
+// process, built with the go command on first use) and uses a temporary SQLite
+// file, so it needs nothing but Go installed:
 //
 //	go run ./examples/observability                   # scenario, then the metrics
 //	go run ./examples/observability -serve :9464      # and keep serving /metrics
@@ -63,7 +64,7 @@ func main() {
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("observability", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	endpoints := fs.String("etcd", "", "etcd endpoints, comma-separated (default: an embedded etcd)")
+	endpoints := fs.String("etcd", "", "etcd endpoints, comma-separated (default: a throwaway etcd)")
 	serve := fs.String("serve", "", "keep serving /metrics on this address after the scenario, until interrupted")
 	level := fs.String("log-level", "info", "debug, info, warn or error")
 	if err := fs.Parse(args); err != nil {

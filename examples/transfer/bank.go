@@ -31,7 +31,7 @@ type bank struct {
 // openBank opens the SQLite file (sqlfence.OpenSQLite: WAL, a busy timeout,
 // BEGIN IMMEDIATE), applies the library's migrations and opens both accounts.
 // The two accounts' fence rows are cleared because each run starts a fresh
-// embedded etcd whose revisions, and so tokens, begin again at 1; a real
+// throwaway etcd whose revisions, and so tokens, begin again at 1; a real
 // deployment never lowers a stored token.
 func openBank(ctx context.Context, path string) (*bank, error) {
 	db, err := sqlfence.OpenSQLite(path)

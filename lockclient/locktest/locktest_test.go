@@ -1,12 +1,20 @@
 package locktest_test
 
 import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 )
 
-func TestStart(t *testing.T) {
+func TestStart_putGet(t *testing.T) {
 	s := locktest.Start(t)
 	cli := s.Client(t)
 	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
@@ -41,5 +49,59 @@ func TestCluster_stopRestartLeader(t *testing.T) {
 	resp, err := mc.Get(t.Context(), "during")
 	if err != nil || len(resp.Kvs) != 1 {
 		t.Fatalf("restarted member Get = %v, %v", resp, err)
+	}
+}
+
+func TestStartTLS_refusesPlain(t *testing.T) {
+	certs := locktest.NewCerts(t)
+	s := locktest.StartTLS(t, certs)
+	for _, ep := range s.Endpoints() {
+		if !strings.HasPrefix(ep, "https://") {
+			t.Fatalf("endpoint %q: want https", ep)
+		}
+	}
+	cli, err := clientv3.New(clientv3.Config{Endpoints: s.Endpoints(), TLS: certs.ClientTLS(t), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
+		t.Fatalf("Put over TLS: %v", err)
+	}
+	// A client without the client certificate must be refused.
+	plain := s.Client(t)
+	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
+	defer cancel()
+	if _, err := plain.Get(ctx, "k"); err == nil {
+		t.Fatal("Get without TLS succeeded")
+	}
+}
+
+func TestBinary_envMissing(t *testing.T) {
+	t.Setenv(locktest.EnvBinary, filepath.Join(t.TempDir(), "no-etcd"))
+	if _, err := locktest.Binary(t.Context()); err == nil {
+		t.Fatalf("Binary with %s naming no file: no error", locktest.EnvBinary)
+	}
+}
+
+// TestStart_failureShowsStderr runs this test binary again with an "etcd" that
+// writes to stderr and exits: the start failure must say so.
+func TestStart_failureShowsStderr(t *testing.T) {
+	if os.Getenv("LOCKTEST_CHILD") == "1" {
+		locktest.Start(t)
+		return
+	}
+	fake := filepath.Join(t.TempDir(), "etcd")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho 'member broke: disk on fire' >&2\nexit 3\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run", "^TestStart_failureShowsStderr$", "-test.count", "1")
+	cmd.Env = append(os.Environ(), "LOCKTEST_CHILD=1", locktest.EnvBinary+"="+fake)
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Fatalf("Start with a failing member passed:\n%s", out)
+	}
+	if !strings.Contains(string(out), "disk on fire") {
+		t.Fatalf("start failure does not show the member's stderr:\n%s", out)
 	}
 }

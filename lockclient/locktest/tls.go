@@ -8,59 +8,28 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/pem"
+	"fmt"
 	"math/big"
 	"net"
-	"net/url"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"go.etcd.io/etcd/client/pkg/v3/transport"
-	"go.etcd.io/etcd/server/v3/embed"
 )
 
-// StartWithConfig starts a single etcd member like Start, after configure has
-// adjusted its configuration (TLS, auth token settings, quotas), and stops it
-// when the test ends. When configure sets ClientTLSInfo, the client URLs use
-// https. Server.Client makes plain clients without TLS or credentials; tests
-// of such servers build their own (see Certs.ClientTLS).
-func StartWithConfig(t testing.TB, configure func(*embed.Config)) *Server {
+// StartTLS starts a single etcd member like Start whose clients must use TLS
+// with a client certificate of certs (the server's certificate is certs', client
+// certificates are required and checked against its CA), and stops it when the
+// test ends. Its client URL uses https. Server.Client makes plain clients, which
+// such a server refuses; tests build their own with Certs.ClientTLS.
+func StartTLS(t testing.TB, certs *Certs) *Server {
 	t.Helper()
-	dir := t.TempDir()
-	m := &member{
-		name:      "m0",
-		dir:       filepath.Join(dir, "m0"),
-		peerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
-		clientURL: url.URL{Scheme: "http", Host: freeAddr(t)},
+	if certs == nil {
+		t.Fatal("locktest: StartTLS with nil certs")
 	}
-	m.initial = m.name + "=" + m.peerURL.String()
-	cfg := m.config()
-	if configure != nil {
-		configure(cfg)
-	}
-	if !cfg.ClientTLSInfo.Empty() {
-		m.clientURL.Scheme = "https"
-		cfg.ListenClientUrls = []url.URL{m.clientURL}
-		cfg.AdvertiseClientUrls = []url.URL{m.clientURL}
-	}
-	c := &Cluster{t: t, members: []*member{m}}
-	t.Cleanup(c.stopAll)
-	e, err := embed.StartEtcd(cfg)
-	if err != nil {
-		t.Fatalf("locktest: start member: %v", err)
-	}
-	select {
-	case <-e.Server.ReadyNotify():
-	case err := <-e.Err():
-		e.Close()
-		t.Fatalf("locktest: member failed: %v", err)
-	case <-time.After(startTimeout):
-		e.Close()
-		t.Fatalf("locktest: member not ready after %v", startTimeout)
-	}
-	m.etcd = e
-	return &Server{c: c}
+	return &Server{c: startCluster(t, 1, certs)}
 }
 
 // Certs is a throwaway certificate authority with a server certificate for
@@ -141,7 +110,7 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-// ServerTLS is the server side for embed.Config.ClientTLSInfo: the server
+// ServerTLS is the server side, as StartTLS configures it: the server
 // certificate, and client certificates required and checked against the CA.
 func (c *Certs) ServerTLS() transport.TLSInfo {
 	return transport.TLSInfo{CertFile: c.ServerCert, KeyFile: c.ServerKey, TrustedCAFile: c.CAFile, ClientCertAuth: true}
@@ -151,9 +120,17 @@ func (c *Certs) ServerTLS() transport.TLSInfo {
 // certificate, and the server's checked against the CA.
 func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
 	t.Helper()
-	cfg, err := transport.TLSInfo{CertFile: c.ClientCert, KeyFile: c.ClientKey, TrustedCAFile: c.CAFile}.ClientConfig()
+	cfg, err := c.clientConfig()
 	if err != nil {
 		t.Fatal(err)
 	}
 	return cfg
+}
+
+func (c *Certs) clientConfig() (*tls.Config, error) {
+	cfg, err := transport.TLSInfo{CertFile: c.ClientCert, KeyFile: c.ClientKey, TrustedCAFile: c.CAFile}.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("client tls: %w", err)
+	}
+	return cfg, nil
 }

@@ -1,0 +1,137 @@
+package locktest
+
+import (
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Endpoints returns the client URLs of all members, running or not, so that a
+// client made from them finds a member that comes back.
+func (c *Cluster) Endpoints() []string {
+	var eps []string
+	for _, m := range c.members {
+		eps = append(eps, m.clientURL.String())
+	}
+	return eps
+}
+
+// Client returns a new etcd client of all members, closed when the test ends.
+// It uses neither TLS nor credentials.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	return newClient(t, c.Endpoints(), "locktest: client")
+}
+
+// MemberClient returns a client that talks to member i only, closed when the test
+// ends; use it to check what one member has.
+func (c *Cluster) MemberClient(t testing.TB, i int) *clientv3.Client {
+	t.Helper()
+	c.check(t, i)
+	return newClient(t, []string{c.members[i].clientURL.String()}, "locktest: client of a member")
+}
+
+func newClient(t testing.TB, endpoints []string, what string) *clientv3.Client {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:   endpoints,
+		DialTimeout: 5 * time.Second,
+		Logger:      zap.NewNop(),
+	})
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return cli
+}
+
+// Size is the number of members, running or stopped.
+func (c *Cluster) Size() int { return len(c.members) }
+
+// Leader returns the index of the running member that says it is leader, or -1
+// when none does (each member is asked, with a second to answer).
+func (c *Cluster) Leader() int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, m := range c.members {
+		if _, leader, ok := m.raftStatus(); ok && leader {
+			return i
+		}
+	}
+	return -1
+}
+
+// WaitLeader waits until a running member is leader and returns its index. It
+// fails the test if none is elected within a minute.
+func (c *Cluster) WaitLeader(t testing.TB) int {
+	t.Helper()
+	deadline := time.Now().Add(startTimeout)
+	for time.Now().Before(deadline) {
+		if i := c.Leader(); i >= 0 {
+			return i
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Fatal("locktest: no leader elected")
+	return -1
+}
+
+// Stop kills member i's process as a crash would (SIGKILL, no leadership
+// transfer). Stopping the leader makes the others elect a new one, if a majority
+// remains.
+func (c *Cluster) Stop(i int) {
+	c.t.Helper()
+	c.check(c.t, i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.members[i].stop()
+}
+
+// Restart starts stopped member i again from its data, on the same ports, and
+// waits until it answers as a member of the cluster.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	c.check(c.t, i)
+	c.mu.Lock()
+	m := c.members[i]
+	if m.running() {
+		c.mu.Unlock()
+		c.t.Fatalf("locktest: member %d is running", i)
+	}
+	err := m.start(c.bin)
+	c.mu.Unlock()
+	if err != nil {
+		c.t.Fatalf("locktest: restart: %v", err)
+	}
+}
+
+// Term returns the highest raft term among the running members: it rises with
+// every election, so a test or benchmark can tell whether one happened.
+func (c *Cluster) Term() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var term uint64
+	for _, m := range c.members {
+		if t, _, ok := m.raftStatus(); ok {
+			term = max(term, t)
+		}
+	}
+	return term
+}
+
+// Running reports whether member i runs (was started and not stopped).
+func (c *Cluster) Running(i int) bool {
+	c.check(c.t, i)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.members[i].running()
+}
+
+func (c *Cluster) check(t testing.TB, i int) {
+	t.Helper()
+	if i < 0 || i >= len(c.members) {
+		t.Fatalf("locktest: no member %d in a cluster of %d", i, len(c.members))
+	}
+}
