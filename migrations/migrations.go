@@ -44,7 +44,9 @@ var (
 // MigrationsTable is the table in which Up and Down record fencegate's schema version.
 const MigrationsTable = "fencegate_schema_migrations"
 
-// Dialect selects the SQL folder and how the version is recorded.
+// Dialect names a database for the whole library: it selects the SQL folder and how
+// the version is recorded here, and the SQL sqlfence and fencemark write. This
+// package imports no driver, so any user can name a dialect without linking one.
 type Dialect int
 
 // The supported dialects. The zero Dialect is none of them.

@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // childEnv makes the test binary a writer process of TestSQLite_multiProcess
@@ -48,7 +49,7 @@ func sqliteChild() int {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	store := sqlfence.New(db, sqlfence.SQLite)
+	store := sqlfence.New(db, migrations.SQLite)
 	// Start together: the parent creates the go file once every process runs.
 	for {
 		if _, err := os.Stat(parts[0] + ".go"); err == nil {
@@ -220,7 +221,7 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := sqlfence.New(tt.db, sqlfence.SQLite)
+			store := sqlfence.New(tt.db, migrations.SQLite)
 			g := fence.NewGrant("busy", 1)
 			calls := map[string]func(ctx context.Context) error{
 				"Fenced": func(ctx context.Context) error {
@@ -257,7 +258,7 @@ func TestSQLite_busy_retriedWithoutTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { plain.Close() })
 	release := holdWriteLock(t, path)
-	store := sqlfence.New(plain, sqlfence.SQLite)
+	store := sqlfence.New(plain, migrations.SQLite)
 	done := make(chan error, 1)
 	go func() {
 		done <- store.Fenced(t.Context(), fence.NewGrant("retry", 7), func(tx *sql.Tx) error {

@@ -52,13 +52,13 @@ func openStore(ctx context.Context, dsn string) (store, error) {
 			return nil, err
 		}
 		db.SetMaxIdleConns(4)
-		return sqlStore{db, sqlfence.MySQL}, nil
+		return sqlStore{db, migrations.MySQL}, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
 		db, err := sqlfence.OpenSQLite(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
 			return nil, err
 		}
-		return sqlStore{db, sqlfence.SQLite}, nil
+		return sqlStore{db, migrations.SQLite}, nil
 	}
 	return nil, errors.New("-dsn: want postgres://..., mysql://user:pass@tcp(host:port)/db or sqlite://path")
 }
@@ -146,7 +146,7 @@ func (s pgStore) setup(ctx context.Context, accounts []string) error {
 // arrays).
 type sqlStore struct {
 	db *sql.DB
-	d  sqlfence.Dialect
+	d  migrations.Dialect
 }
 
 type sqlTxn struct{ tx *sql.Tx }
@@ -202,7 +202,7 @@ func (s sqlStore) setup(ctx context.Context, accounts []string) error {
 		`CREATE TABLE IF NOT EXISTS billing_accounts (account TEXT PRIMARY KEY, balance INTEGER NOT NULL DEFAULT 0, tokens TEXT NOT NULL DEFAULT '')`,
 		`CREATE TABLE IF NOT EXISTS billing_writes (seq INTEGER PRIMARY KEY AUTOINCREMENT, account TEXT NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL, balance INTEGER NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
 	}, `INSERT OR IGNORE INTO billing_accounts (account) VALUES (?)`
-	if s.d == sqlfence.MySQL {
+	if s.d == migrations.MySQL {
 		md, schema, insert = migrations.MySQL, []string{
 			`CREATE TABLE IF NOT EXISTS billing_accounts (account VARCHAR(200) PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, tokens TEXT NOT NULL)`,
 			`CREATE TABLE IF NOT EXISTS billing_writes (seq BIGINT AUTO_INCREMENT PRIMARY KEY, account VARCHAR(200) NOT NULL, token BIGINT NOT NULL, worker VARCHAR(200) NOT NULL, balance BIGINT NOT NULL, at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
