@@ -27,8 +27,11 @@ var (
 	ErrInvalidToken = errors.New("fence: invalid token")
 	// ErrInvalidResource means a resource name is empty, too long or not UTF-8.
 	ErrInvalidResource = errors.New("fence: invalid resource")
-	// ErrInvalidIdentifier means a table or column name given to a builder is empty,
-	// too long or contains a NUL byte. Other characters are quoted, never refused.
+	// ErrInvalidIdentifier means a table or column name given to a builder or to
+	// migrations.GenerateTokenColumn is empty, not UTF-8, contains a NUL byte or is
+	// longer than the database allows (PostgreSQL 63 bytes, MySQL 64 characters,
+	// SQLite 128 characters, a bound of fencegate's). Other characters are quoted,
+	// never refused.
 	ErrInvalidIdentifier = errors.New("fence: invalid identifier")
 	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
 	// function, an amount <= 0, an empty key).

@@ -29,9 +29,6 @@ var (
 	ErrUnknownDialect = errors.New("migrations: unknown dialect")
 	// ErrInvalidArgument means an argument is unusable: a nil *sql.DB, an empty folder.
 	ErrInvalidArgument = errors.New("migrations: invalid argument")
-	// ErrInvalidTable means a table name given to the generator is empty, too long,
-	// has more than one dot or contains a NUL byte or another control character.
-	ErrInvalidTable = errors.New("migrations: invalid table name")
 	// ErrExists means the generator would have overwritten a file, or a migration
 	// adding the token column to the table is already in the folder.
 	ErrExists = errors.New("migrations: migration already exists")

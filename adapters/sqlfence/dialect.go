@@ -7,12 +7,12 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/sqlident"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -49,19 +49,6 @@ func (d dialect) check() error {
 	return nil
 }
 
-// tooLong reports whether an identifier part is longer than the database accepts:
-// MySQL 64 characters, PostgreSQL 63 bytes (it would truncate, not refuse), SQLite
-// none of its own (1024 bytes only bounds the statement).
-func (d dialect) tooLong(name string) (bool, string) {
-	switch d {
-	case dMySQL:
-		return utf8.RuneCountInString(name) > 64, "64 characters"
-	case dPostgres:
-		return len(name) > 63, "63 bytes"
-	}
-	return len(name) > 1024, "1024 bytes"
-}
-
 // rebind turns the ? placeholders of a statement built by this package into $1, $2,
 // ... for PostgreSQL. The only quoted text such a statement holds is double-quoted
 // identifiers (values are always arguments), and a ? inside one is left alone.
@@ -86,53 +73,14 @@ func (d dialect) rebind(q string) string {
 	return b.String()
 }
 
-// quote quotes one identifier the way the database does: MySQL with backticks,
-// SQLite and PostgreSQL with double quotes, the quote character itself doubled. It is never
-// concatenated unquoted, so a name can only ever name something.
-func (d dialect) quote(name string) string {
-	q := `"`
-	if d == dMySQL {
-		q = "`"
-	}
-	return q + strings.ReplaceAll(name, q, q+q) + q
-}
-
-// ident checks and quotes a column name.
+// ident checks and quotes a column name (internal/core/sqlident: the limits and
+// the error, fence.ErrInvalidIdentifier, are the migrations generator's too).
 func (d dialect) ident(what, name string) (string, error) {
-	switch {
-	case name == "":
-		return "", fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, what)
-	case !utf8.ValidString(name):
-		return "", fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, what, name)
-	case strings.IndexByte(name, 0) >= 0:
-		return "", fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, what, name)
-	}
-	if long, limit := d.tooLong(name); long {
-		return "", fmt.Errorf("%w: %s name %q is longer than %s's %s", fence.ErrInvalidIdentifier, what, name, d, limit)
-	}
-	return d.quote(name), nil
+	return sqlident.Ident(sqlident.Dialect(d), what, name)
 }
 
-// table checks and quotes a table name; one dot separates a schema (a MySQL database,
-// an attached SQLite database) from the table.
-func (d dialect) table(name string) (string, error) {
-	schema, tbl, dotted := strings.Cut(name, ".")
-	if !dotted {
-		return d.ident("table", name)
-	}
-	if strings.Contains(tbl, ".") {
-		return "", fmt.Errorf("%w: table name %q has more than one dot (schema.table)", fence.ErrInvalidIdentifier, name)
-	}
-	qs, err := d.ident("schema", schema)
-	if err != nil {
-		return "", err
-	}
-	qt, err := d.ident("table", tbl)
-	if err != nil {
-		return "", err
-	}
-	return qs + "." + qt, nil
-}
+// table checks and quotes a table name; one dot separates a schema from the table.
+func (d dialect) table(name string) (string, error) { return sqlident.Table(sqlident.Dialect(d), name) }
 
 // bumpSQL raises an existing fence row whose token is not higher, locking it to
 // commit. Arguments: token, resource, token.
