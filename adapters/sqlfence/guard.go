@@ -63,7 +63,7 @@ func (d dialect) decrementSQL(table, col, where string) string {
 //
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
 // (the counter cannot be a key column); fence.ErrInvalidIdentifier; migrations.ErrUnknownDialect;
-// ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
+// fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
 func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
@@ -143,10 +143,10 @@ func (s *Store) counter(c fence.Counter) (table, col, where string, err error) {
 	return table, col, strings.Join(conds, " AND "), nil
 }
 
-// counterErr wraps a driver error of Decrement; ErrBusy and ctx's errors pass as they
+// counterErr wraps a driver error of Decrement; fence.ErrBusy and ctx's errors pass as they
 // are.
 func counterErr(op, table string, err error) error {
-	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
@@ -217,7 +217,7 @@ func describeCols(key []fence.Col) string {
 // the driver's error.
 //
 // Other errors: fence.ErrInvalidArgument for no columns or a column named twice,
-// fence.ErrInvalidIdentifier, migrations.ErrUnknownDialect, ErrBusy when SQLite stayed locked
+// fence.ErrInvalidIdentifier, migrations.ErrUnknownDialect, fence.ErrBusy when SQLite stayed locked
 // until ctx ended, and the driver's error wrapped.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if err := s.usable(); err != nil {

@@ -128,7 +128,7 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 // ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
 // fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), migrations.ErrUnknownDialect, fn's own error as is after
-// rolling back fn's writes and the key, ErrBusy when the database stayed locked (no
+// rolling back fn's writes and the key, fence.ErrBusy when the database stayed locked (no
 // retry is left, or the lock was met after fn ran: nothing was written, run the call
 // again), or the driver's error wrapped. If fn panics, the transaction is rolled back
 // and the panic goes on.
@@ -178,7 +178,7 @@ func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn fun
 // of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
 // has deleted what it reports. Schedule it as often as the table's growth calls for.
 //
-// Errors: fence.ErrInvalidArgument for a nil Store, migrations.ErrUnknownDialect, ErrBusy when
+// Errors: fence.ErrInvalidArgument for a nil Store, migrations.ErrUnknownDialect, fence.ErrBusy when
 // the database stayed locked until ctx ended, or the driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if err := s.usable(); err != nil {
@@ -220,16 +220,16 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 	for attempt := 1; ; attempt++ {
 		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(ttl), fn)
 		switch {
-		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, ErrBusy):
+		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err
 		case stage == fnRan || attempt == maxOnceAttempts:
-			return r, fmt.Errorf("%w: once %q, nothing was written: %w", ErrBusy, key, err)
+			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", ErrBusy, key, context.Cause(ctx), err)
+			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, context.Cause(ctx), err)
 		case <-t.C:
 		}
 		wait = min(2*wait, 50*time.Millisecond)
@@ -332,7 +332,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, 
 // keyErr wraps an error of the idempotency-key statements. busy() still sees the
 // driver's error through it.
 func keyErr(op string, err error) error {
-	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if isNoKeysTable(err) {

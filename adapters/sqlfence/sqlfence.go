@@ -31,7 +31,7 @@
 // and BEGIN IMMEDIATE; OpenSQLite sets all three. When the begin of a fenced
 // transaction finds the database locked (nothing of the caller's has run yet), the
 // Store tries again until ctx ends; a lock that outlasts ctx returns ctx's error,
-// wrapped in ErrBusy when the driver gave up before ctx did. The driver's raw
+// wrapped in fence.ErrBusy when the driver gave up before ctx did. The driver's raw
 // "database is locked" does not reach the caller from the Store's own statements.
 package sqlfence
 
@@ -59,10 +59,6 @@ var (
 // Errors returned by this package, besides the fence package's sentinels and typed
 // errors (fence.ErrStale, fence.ErrNotFound, fence.ErrInvalidIdentifier, ...).
 var (
-	// ErrBusy means the database stayed locked by other writers (SQLITE_BUSY, or a
-	// MySQL deadlock or lock wait timeout) until ctx ended, or a commit found it
-	// locked. Nothing was written. It wraps the driver's error and ctx's.
-	ErrBusy = errors.New("sqlfence: database busy")
 	// ErrFoundRows means a MySQL connection counts changed rows instead of matched
 	// rows, so a fenced write of unchanged values would look refused. Add
 	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
@@ -117,7 +113,7 @@ func (s *Store) Dialect() migrations.Dialect { return migrations.Dialect(s.d) }
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back), migrations.ErrUnknownDialect,
-// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy
+// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
@@ -169,7 +165,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*
 func (s *Store) commitErr(ctx context.Context, err error) error {
 	switch {
 	case busy(err):
-		return fmt.Errorf("%w: commit refused, nothing was written: %w", ErrBusy, err)
+		return fmt.Errorf("%w: commit refused, nothing was written: %w", fence.ErrBusy, err)
 	case errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil:
 		return fmt.Errorf("sqlfence: commit: %w (rolled back)", ctx.Err())
 	}
@@ -296,7 +292,7 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: %w; last error: %w", ErrBusy, context.Cause(ctx), err)
+			return fmt.Errorf("%w: %w; last error: %w", fence.ErrBusy, context.Cause(ctx), err)
 		case <-t.C:
 		}
 		wait = min(2*wait, 100*time.Millisecond)

@@ -193,7 +193,7 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 }
 
 // TestSQLite_busy_outlastsContext: a write lock held past ctx's end ends the wait
-// with ctx's error, and with ErrBusy where the Store itself was retrying (a pool
+// with ctx's error, and with fence.ErrBusy where the Store itself was retrying (a pool
 // without busy timeout); never with the driver's raw "database is locked".
 func TestSQLite_busy_outlastsContext(t *testing.T) {
 	db, path := sqliteDB(t)
@@ -215,7 +215,7 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 		want []error
 	}{
 		{"OpenSQLite (driver waits)", opened, []error{context.DeadlineExceeded}},
-		// ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
+		// fence.ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
 		// loaded machine the deadline can pass first, so only ctx's error is required.
 		{"no busy timeout (Store retries)", plain, []error{context.DeadlineExceeded}},
 	}

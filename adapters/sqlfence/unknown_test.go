@@ -188,7 +188,7 @@ func wantUnknown(t *testing.T, err error) {
 	if !errors.Is(err, fence.ErrCommitUnknown) {
 		t.Fatalf("error = %v, want fence.ErrCommitUnknown", err)
 	}
-	for _, other := range []error{fence.ErrStale, fence.ErrLost, fence.ErrNotFound, sqlfence.ErrBusy} {
+	for _, other := range []error{fence.ErrStale, fence.ErrLost, fence.ErrNotFound, fence.ErrBusy} {
 		if errors.Is(err, other) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
