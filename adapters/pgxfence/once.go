@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/idemkey"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 )
 
 var (

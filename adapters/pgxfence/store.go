@@ -40,8 +40,8 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // Errors returned by this package besides fence's sentinels (fence.ErrStale,

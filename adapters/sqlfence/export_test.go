@@ -1,7 +1,7 @@
 package sqlfence
 
 import (
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 	"github.com/fencegate/fencegate/migrations"
 )
 

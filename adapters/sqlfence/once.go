@@ -13,7 +13,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/idemkey"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 )
 
 var (

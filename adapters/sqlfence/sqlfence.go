@@ -48,7 +48,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
 )
 
 var (

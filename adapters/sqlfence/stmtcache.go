@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // shape is Decrement's SQL for one counter shape (table, counter column, key columns
