@@ -90,7 +90,7 @@ func TestGenerateTokenColumn_badInput(t *testing.T) {
 		{"too long for mysql", dir, strings.Repeat("a", 65), migrations.MySQL, fence.ErrInvalidIdentifier},
 		{"too long for sqlite", dir, strings.Repeat("a", 129), migrations.SQLite, fence.ErrInvalidIdentifier},
 		{"unknown dialect", dir, "invoices", migrations.Dialect(0), migrations.ErrUnknownDialect},
-		{"empty folder name", "", "invoices", migrations.Postgres, migrations.ErrInvalidArgument},
+		{"empty folder name", "", "invoices", migrations.Postgres, fence.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

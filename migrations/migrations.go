@@ -21,14 +21,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/fencegate/fencegate/fence"
 )
 
-// Errors returned by this package. Errors from the database are wrapped with %w.
+// Errors returned by this package besides fence.ErrInvalidArgument (a nil *sql.DB,
+// an empty folder) and fence.ErrInvalidIdentifier (a table name the generator cannot
+// use). Errors from the database are wrapped with %w.
 var (
 	// ErrUnknownDialect means a Dialect value is none of Postgres, MySQL, SQLite.
 	ErrUnknownDialect = errors.New("migrations: unknown dialect")
-	// ErrInvalidArgument means an argument is unusable: a nil *sql.DB, an empty folder.
-	ErrInvalidArgument = errors.New("migrations: invalid argument")
 	// ErrExists means the generator would have overwritten a file, or a migration
 	// adding the token column to the table is already in the folder.
 	ErrExists = errors.New("migrations: migration already exists")
@@ -110,7 +112,7 @@ func FS(d Dialect) (fs.FS, error) {
 // each migration and its version commit together; on MySQL, whose DDL commits as it
 // runs, the version is marked dirty around each migration. An in-memory SQLite
 // database is a separate database per connection: give it a *sql.DB limited to one
-// (SetMaxOpenConns(1)). It returns ErrInvalidArgument for a nil db,
+// (SetMaxOpenConns(1)). It returns fence.ErrInvalidArgument for a nil db,
 // ErrUnknownDialect, ErrDirty when an earlier run failed half way, ctx's error, or the
 // wrapped error of the database.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
@@ -127,7 +129,7 @@ func Down(ctx context.Context, db *sql.DB, d Dialect) error {
 
 func run(ctx context.Context, db *sql.DB, d Dialect, up bool) error {
 	if db == nil {
-		return fmt.Errorf("%w: nil *sql.DB", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
 	if err := d.check(); err != nil {
 		return err
