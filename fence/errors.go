@@ -21,14 +21,24 @@ var (
 	// distinct from a refusal (ErrStale), a rollback (fn's error) and a lost lock
 	// (ErrLost). Adapters never retry such a write; read the data to learn its fate.
 	ErrCommitUnknown = errors.New("fence: commit outcome unknown")
+	// ErrBusy means the database refused the transaction because of concurrent ones,
+	// with nothing written and the grant, if any, still current: run the whole
+	// transaction again. It is the one error for a serialization failure (PostgreSQL
+	// SQLSTATE 40001, under REPEATABLE READ or SERIALIZABLE), a deadlock (40P01, MySQL
+	// 1213), a lock wait given up (55P03, MySQL 1205) and SQLite staying locked
+	// (SQLITE_BUSY, SQLITE_LOCKED), in every adapter; it wraps the driver's error.
+	ErrBusy = errors.New("fence: database busy, retry the transaction")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")
 	// ErrInvalidToken means a token <= 0 was presented.
 	ErrInvalidToken = errors.New("fence: invalid token")
 	// ErrInvalidResource means a resource name is empty, too long or not UTF-8.
 	ErrInvalidResource = errors.New("fence: invalid resource")
-	// ErrInvalidIdentifier means a table or column name given to a builder is empty,
-	// too long or contains a NUL byte. Other characters are quoted, never refused.
+	// ErrInvalidIdentifier means a table or column name given to a builder or to
+	// migrations.GenerateTokenColumn is empty, not UTF-8, contains a NUL byte or is
+	// longer than the database allows (PostgreSQL 63 bytes, MySQL 64 characters,
+	// SQLite 128 characters, a bound of fencegate's). Other characters are quoted,
+	// never refused.
 	ErrInvalidIdentifier = errors.New("fence: invalid identifier")
 	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
 	// function, an amount <= 0, an empty key).

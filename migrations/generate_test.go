@@ -8,6 +8,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -80,17 +81,16 @@ func TestGenerateTokenColumn_badInput(t *testing.T) {
 		d     migrations.Dialect
 		want  error
 	}{
-		{"empty table", dir, "", migrations.Postgres, migrations.ErrInvalidTable},
-		{"blank part", dir, "billing. ", migrations.Postgres, migrations.ErrInvalidTable},
-		{"leading dot", dir, ".invoices", migrations.Postgres, migrations.ErrInvalidTable},
-		{"two dots", dir, "a.b.c", migrations.Postgres, migrations.ErrInvalidTable},
-		{"nul", dir, "inv\x00oices", migrations.Postgres, migrations.ErrInvalidTable},
-		{"newline", dir, "invoices\n-- x", migrations.SQLite, migrations.ErrInvalidTable},
-		{"not utf-8", dir, "inv\xffoices", migrations.MySQL, migrations.ErrInvalidTable},
-		{"too long for postgres", dir, strings.Repeat("a", 64), migrations.Postgres, migrations.ErrInvalidTable},
-		{"too long for mysql", dir, strings.Repeat("a", 65), migrations.MySQL, migrations.ErrInvalidTable},
+		{"empty table", dir, "", migrations.Postgres, fence.ErrInvalidIdentifier},
+		{"leading dot", dir, ".invoices", migrations.Postgres, fence.ErrInvalidIdentifier},
+		{"two dots", dir, "a.b.c", migrations.Postgres, fence.ErrInvalidIdentifier},
+		{"nul", dir, "inv\x00oices", migrations.Postgres, fence.ErrInvalidIdentifier},
+		{"not utf-8", dir, "inv\xffoices", migrations.MySQL, fence.ErrInvalidIdentifier},
+		{"too long for postgres", dir, strings.Repeat("a", 64), migrations.Postgres, fence.ErrInvalidIdentifier},
+		{"too long for mysql", dir, strings.Repeat("a", 65), migrations.MySQL, fence.ErrInvalidIdentifier},
+		{"too long for sqlite", dir, strings.Repeat("a", 129), migrations.SQLite, fence.ErrInvalidIdentifier},
 		{"unknown dialect", dir, "invoices", migrations.Dialect(0), migrations.ErrUnknownDialect},
-		{"empty folder name", "", "invoices", migrations.Postgres, migrations.ErrInvalidArgument},
+		{"empty folder name", "", "invoices", migrations.Postgres, fence.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -21,17 +21,16 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+
+	"github.com/fencegate/fencegate/fence"
 )
 
-// Errors returned by this package. Errors from the database are wrapped with %w.
+// Errors returned by this package besides fence.ErrInvalidArgument (a nil *sql.DB,
+// an empty folder) and fence.ErrInvalidIdentifier (a table name the generator cannot
+// use). Errors from the database are wrapped with %w.
 var (
 	// ErrUnknownDialect means a Dialect value is none of Postgres, MySQL, SQLite.
 	ErrUnknownDialect = errors.New("migrations: unknown dialect")
-	// ErrInvalidArgument means an argument is unusable: a nil *sql.DB, an empty folder.
-	ErrInvalidArgument = errors.New("migrations: invalid argument")
-	// ErrInvalidTable means a table name given to the generator is empty, too long,
-	// has more than one dot or contains a NUL byte or another control character.
-	ErrInvalidTable = errors.New("migrations: invalid table name")
 	// ErrExists means the generator would have overwritten a file, or a migration
 	// adding the token column to the table is already in the folder.
 	ErrExists = errors.New("migrations: migration already exists")
@@ -44,7 +43,9 @@ var (
 // MigrationsTable is the table in which Up and Down record fencegate's schema version.
 const MigrationsTable = "fencegate_schema_migrations"
 
-// Dialect selects the SQL folder and how the version is recorded.
+// Dialect names a database for the whole library: it selects the SQL folder and how
+// the version is recorded here, and the SQL sqlfence and fencemark write. This
+// package imports no driver, so any user can name a dialect without linking one.
 type Dialect int
 
 // The supported dialects. The zero Dialect is none of them.
@@ -111,7 +112,7 @@ func FS(d Dialect) (fs.FS, error) {
 // each migration and its version commit together; on MySQL, whose DDL commits as it
 // runs, the version is marked dirty around each migration. An in-memory SQLite
 // database is a separate database per connection: give it a *sql.DB limited to one
-// (SetMaxOpenConns(1)). It returns ErrInvalidArgument for a nil db,
+// (SetMaxOpenConns(1)). It returns fence.ErrInvalidArgument for a nil db,
 // ErrUnknownDialect, ErrDirty when an earlier run failed half way, ctx's error, or the
 // wrapped error of the database.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
@@ -128,7 +129,7 @@ func Down(ctx context.Context, db *sql.DB, d Dialect) error {
 
 func run(ctx context.Context, db *sql.DB, d Dialect, up bool) error {
 	if db == nil {
-		return fmt.Errorf("%w: nil *sql.DB", ErrInvalidArgument)
+		return fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
 	if err := d.check(); err != nil {
 		return err

@@ -18,6 +18,7 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib"
 	_ "modernc.org/sqlite"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
 	"github.com/fencegate/fencegate/migrations"
@@ -253,7 +254,7 @@ func TestUp_badInput(t *testing.T) {
 		call func() error
 		want error
 	}{
-		{"nil db", func() error { return migrations.Up(ctx, nil, migrations.SQLite) }, migrations.ErrInvalidArgument},
+		{"nil db", func() error { return migrations.Up(ctx, nil, migrations.SQLite) }, fence.ErrInvalidArgument},
 		{"zero dialect", func() error { return migrations.Up(ctx, db, 0) }, migrations.ErrUnknownDialect},
 		{"unknown dialect", func() error { return migrations.Up(ctx, db, migrations.Dialect(9)) }, migrations.ErrUnknownDialect},
 		{"down unknown dialect", func() error { return migrations.Down(ctx, db, migrations.Dialect(-1)) }, migrations.ErrUnknownDialect},

@@ -58,7 +58,7 @@ func ExampleRaise() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	before, after, err := fencemark.Raise(ctx, db, sqlfence.SQLite, "account-42", next)
+	before, after, err := fencemark.Raise(ctx, db, migrations.SQLite, "account-42", next)
 	if err != nil {
 		log.Fatal(err)
 	}

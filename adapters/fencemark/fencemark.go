@@ -3,7 +3,7 @@
 // stuck or runaway lock holder at once, whether or not anyone holds its lock.
 //
 //	next, err := locks.NextToken(ctx) // etcd's revision + 1: above every token granted so far
-//	before, after, err := fencemark.Raise(ctx, db, sqlfence.Postgres, "account-42", next)
+//	before, after, err := fencemark.Raise(ctx, db, migrations.Postgres, "account-42", next)
 //
 // From then on the database refuses, with fence.ErrStale, every fenced write of
 // the adapters (fence.Exec, Update, Upsert, Delete: each checks the resource's
@@ -14,7 +14,7 @@
 //
 // It works through database/sql on PostgreSQL (pgx's stdlib driver; a pgxpool
 // user can pass stdlib.OpenDBFromPool(pool)), MySQL/MariaDB and SQLite, named by
-// an sqlfence.Dialect. Errors are the fence package's and sqlfence's sentinels,
+// a migrations.Dialect. Errors are the fence and migrations packages' sentinels,
 // or the driver's error wrapped; this package defines none of its own.
 package fencemark
 
@@ -24,8 +24,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // statements is the SQL of one dialect, with ? placeholders already rewritten.
@@ -33,16 +33,16 @@ type statements struct {
 	read, lock, raise string
 }
 
-func sqlOf(d sqlfence.Dialect) (statements, error) {
+func sqlOf(d migrations.Dialect) (statements, error) {
 	switch d {
-	case sqlfence.Postgres:
+	case migrations.Postgres:
 		return statements{
 			read: "SELECT token FROM fence_tokens WHERE resource = $1",
 			lock: "SELECT token FROM fence_tokens WHERE resource = $1 FOR UPDATE",
 			raise: "INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE " +
 				"SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE f.token < EXCLUDED.token",
 		}, nil
-	case sqlfence.MySQL:
+	case migrations.MySQL:
 		// Assignments run left to right, each seeing the ones before: updated_at
 		// is decided on the old token.
 		return statements{
@@ -52,7 +52,7 @@ func sqlOf(d sqlfence.Dialect) (statements, error) {
 				"updated_at = IF(token < VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 				"token = IF(token < VALUES(token), VALUES(token), token)",
 		}, nil
-	case sqlfence.SQLite:
+	case migrations.SQLite:
 		// A transaction on a pool from sqlfence.OpenSQLite begins IMMEDIATE: it
 		// holds the write lock from its first read.
 		return statements{
@@ -62,10 +62,10 @@ func sqlOf(d sqlfence.Dialect) (statements, error) {
 				"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token < excluded.token",
 		}, nil
 	}
-	return statements{}, fmt.Errorf("%w: %d: want sqlfence.Postgres, MySQL or SQLite", sqlfence.ErrUnknownDialect, int(d))
+	return statements{}, fmt.Errorf("%w: %d: want migrations.Postgres, MySQL or SQLite", migrations.ErrUnknownDialect, int(d))
 }
 
-func check(db *sql.DB, d sqlfence.Dialect, resource string) (statements, error) {
+func check(db *sql.DB, d migrations.Dialect, resource string) (statements, error) {
 	if db == nil {
 		return statements{}, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
@@ -79,9 +79,9 @@ func check(db *sql.DB, d sqlfence.Dialect, resource string) (statements, error) 
 // (no fenced write for it has reached this database). ctx governs the query.
 //
 // It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
-// a bad resource and sqlfence.ErrUnknownDialect before any I/O, or the driver's
+// a bad resource and migrations.ErrUnknownDialect before any I/O, or the driver's
 // error wrapped (a missing fence_tokens table: apply the migrations).
-func Read(ctx context.Context, db *sql.DB, d sqlfence.Dialect, resource string) (fence.Token, error) {
+func Read(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string) (fence.Token, error) {
 	st, err := check(db, d, resource)
 	if err != nil {
 		return 0, err
@@ -99,9 +99,9 @@ func Read(ctx context.Context, db *sql.DB, d sqlfence.Dialect, resource string) 
 //
 // It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
 // a bad resource, a *fence.InvalidTokenError for a token <= 0 and
-// sqlfence.ErrUnknownDialect, all before any I/O; or the driver's error wrapped,
+// migrations.ErrUnknownDialect, all before any I/O; or the driver's error wrapped,
 // after which nothing was changed.
-func Raise(ctx context.Context, db *sql.DB, d sqlfence.Dialect, resource string, token fence.Token) (before, after fence.Token, err error) {
+func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string, token fence.Token) (before, after fence.Token, err error) {
 	st, err := check(db, d, resource)
 	if err != nil {
 		return 0, 0, err

@@ -39,7 +39,7 @@ func TestMain(m *testing.M) {
 type backend struct {
 	name string
 	db   *sql.DB
-	d    sqlfence.Dialect
+	d    migrations.Dialect
 	dsn  string
 }
 
@@ -52,7 +52,7 @@ type opener struct {
 // backends returns a fresh database of every kind: SQLite always, PostgreSQL
 // and MariaDB from the test harnesses (skipped without a server unless CI is set).
 func backends() []opener {
-	open := func(name string, d sqlfence.Dialect, md migrations.Dialect, dsn func(*testing.T) string, openDB func(string) (*sql.DB, error)) opener {
+	open := func(name string, d migrations.Dialect, md migrations.Dialect, dsn func(*testing.T) string, openDB func(string) (*sql.DB, error)) opener {
 		return opener{name, func(t *testing.T) backend {
 			t.Helper()
 			src := dsn(t)
@@ -68,11 +68,11 @@ func backends() []opener {
 		}}
 	}
 	return []opener{
-		open("sqlite", sqlfence.SQLite, migrations.SQLite,
+		open("sqlite", migrations.SQLite, migrations.SQLite,
 			func(t *testing.T) string { return filepath.Join(t.TempDir(), "app.db") }, sqlfence.OpenSQLite),
-		open("postgres", sqlfence.Postgres, migrations.Postgres,
+		open("postgres", migrations.Postgres, migrations.Postgres,
 			func(t *testing.T) string { return postgres.DSN(t) }, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }),
-		open("mariadb", sqlfence.MySQL, migrations.MySQL,
+		open("mariadb", migrations.MySQL, migrations.MySQL,
 			func(t *testing.T) string { return mariadb.DSN(t) }, sqlfence.OpenMySQL),
 	}
 }
@@ -128,17 +128,17 @@ func TestRaise_badInput(t *testing.T) {
 	tests := []struct {
 		name     string
 		db       *sql.DB
-		d        sqlfence.Dialect
+		d        migrations.Dialect
 		resource string
 		token    fence.Token
 		is       error
 	}{
-		{"nil db", nil, sqlfence.SQLite, "r", 1, fence.ErrInvalidArgument},
-		{"unknown dialect", closed, sqlfence.Dialect(0), "r", 1, sqlfence.ErrUnknownDialect},
-		{"empty resource", closed, sqlfence.SQLite, "", 1, fence.ErrInvalidResource},
-		{"long resource", closed, sqlfence.SQLite, string(make([]byte, fence.MaxResourceLen+1)), 1, fence.ErrInvalidResource},
-		{"zero token", closed, sqlfence.SQLite, "r", 0, fence.ErrInvalidToken},
-		{"negative token", closed, sqlfence.Postgres, "r", -4, fence.ErrInvalidToken},
+		{"nil db", nil, migrations.SQLite, "r", 1, fence.ErrInvalidArgument},
+		{"unknown dialect", closed, migrations.Dialect(0), "r", 1, migrations.ErrUnknownDialect},
+		{"empty resource", closed, migrations.SQLite, "", 1, fence.ErrInvalidResource},
+		{"long resource", closed, migrations.SQLite, string(make([]byte, fence.MaxResourceLen+1)), 1, fence.ErrInvalidResource},
+		{"zero token", closed, migrations.SQLite, "r", 0, fence.ErrInvalidToken},
+		{"negative token", closed, migrations.Postgres, "r", -4, fence.ErrInvalidToken},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -152,7 +152,7 @@ func TestRaise_badInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := fencemark.Read(t.Context(), closed, sqlfence.SQLite, "r"); err == nil {
+	if _, err := fencemark.Read(t.Context(), closed, migrations.SQLite, "r"); err == nil {
 		t.Fatal("Read on a closed pool succeeded: the table above proves nothing")
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // TestRaise_liveHolder: a holder that still holds its lock in etcd has written
@@ -27,7 +28,7 @@ func TestRaise_liveHolder(t *testing.T) {
 			ctx := t.Context()
 			exec := func(q string, args ...any) {
 				t.Helper()
-				if b.d == sqlfence.Postgres {
+				if b.d == migrations.Postgres {
 					for i := 1; strings.Contains(q, "?"); i++ {
 						q = strings.Replace(q, "?", "$"+string(rune('0'+i)), 1)
 					}
@@ -52,7 +53,7 @@ func TestRaise_liveHolder(t *testing.T) {
 			credit := func(g fence.Grant) error {
 				return fence.Exec(ctx, store, g, func(tx *sql.Tx) error {
 					q := "UPDATE balances SET cents = cents + 1 WHERE account = ?"
-					if b.d == sqlfence.Postgres {
+					if b.d == migrations.Postgres {
 						q = strings.Replace(q, "?", "$1", 1)
 					}
 					_, err := tx.ExecContext(ctx, q, "account-42")
@@ -85,7 +86,7 @@ func TestRaise_liveHolder(t *testing.T) {
 			if err := store.Upsert(ctx, holder, row, fence.C("cents", 0)); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("the holder's Upsert after the fence = %v, want ErrStale", err)
 			}
-			if b.d == sqlfence.Postgres {
+			if b.d == migrations.Postgres {
 				err := fence.Exec(ctx, pgxStore(t, b.dsn), holder, func(tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, "UPDATE balances SET cents = 0 WHERE account = $1", "account-42")
 					return err

@@ -52,7 +52,7 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 					return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 				}
 			}
-			return fmt.Errorf("%w: fence %q at token %d: %w", ErrSerialization, g.Resource(), g.Token(), err)
+			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
 		case codeNoFunction, codeNoTable:
 			return fmt.Errorf("%w: %w", ErrSchema, err)
 		case codeIdleTimeout:

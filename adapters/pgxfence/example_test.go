@@ -66,7 +66,7 @@ func ExampleStore_Update() {
 
 // Fenced transactions at SERIALIZABLE: a concurrent fence raise by a newer holder is
 // a *fence.StaleError; a serialization failure while this grant is still current is
-// ErrSerialization, and the whole transaction may be run again.
+// fence.ErrBusy, and the whole transaction may be run again.
 func ExampleNewWithOptions() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
@@ -84,7 +84,7 @@ func ExampleNewWithOptions() {
 			_, err := tx.Exec(ctx, `UPDATE accounts SET balance = balance - 50 WHERE id = $1`, 42)
 			return err
 		})
-		if !errors.Is(err, pgxfence.ErrSerialization) {
+		if !errors.Is(err, fence.ErrBusy) {
 			break
 		}
 	}

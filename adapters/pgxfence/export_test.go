@@ -2,7 +2,7 @@ package pgxfence
 
 import (
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.

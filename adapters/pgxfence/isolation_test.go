@@ -114,8 +114,8 @@ func testIsolation(t *testing.T, pool *pgxpool.Pool, iso pgx.TxIsoLevel, pipelin
 			}
 		default:
 			var pgErr *pgconn.PgError
-			if !errors.Is(err, pgxfence.ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-				t.Fatalf("token 42 racing 41 under %s = %v, want ErrSerialization wrapping 40001", iso, err)
+			if !errors.Is(err, fence.ErrBusy) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+				t.Fatalf("token 42 racing 41 under %s = %v, want fence.ErrBusy wrapping 40001", iso, err)
 			}
 			if err := invoice(s, res, late, int64(late)); err != nil {
 				t.Fatalf("retry of token 42: %v", err)
@@ -133,7 +133,7 @@ func testIsolation(t *testing.T, pool *pgxpool.Pool, iso pgx.TxIsoLevel, pipelin
 
 // TestStore_Fenced_serializableCommitFailure makes a SERIALIZABLE write skew between
 // two fenced transactions on different resources: the second to commit fails at
-// COMMIT with 40001, which Fenced returns as ErrSerialization (its grant is current).
+// COMMIT with 40001, which Fenced returns as fence.ErrBusy (its grant is current).
 func TestStore_Fenced_serializableCommitFailure(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE oncall (doctor TEXT PRIMARY KEY, on_duty BOOLEAN NOT NULL)")
@@ -175,8 +175,8 @@ func TestStore_Fenced_serializableCommitFailure(t *testing.T) {
 	close(bobCommit)
 	err = <-bob
 	var pgErr *pgconn.PgError
-	if !errors.Is(err, pgxfence.ErrSerialization) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
-		t.Fatalf("second to commit = %v, want ErrSerialization wrapping 40001", err)
+	if !errors.Is(err, fence.ErrBusy) || !errors.As(err, &pgErr) || pgErr.Code != "40001" {
+		t.Fatalf("second to commit = %v, want fence.ErrBusy wrapping 40001", err)
 	}
 	if got := mustInt(t, pool, "SELECT count(*) FROM oncall WHERE on_duty"); got != 1 {
 		t.Fatalf("%d doctors on duty, want 1", got)

@@ -5,7 +5,7 @@ import (
 	"log/slog"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/observe"
+	"github.com/fencegate/fencegate/internal/core/observe"
 )
 
 // WithLogger makes the Store log every refused fenced write (Fenced, Update,

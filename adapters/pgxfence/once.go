@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/idemkey"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 )
 
 var (
@@ -76,7 +76,7 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 // ran), fence.ErrInvalidArgument (nil store or fn, an empty key or one over
 // fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), fn's own error as is after rolling back fn's
-// writes and the key, ErrSerialization when a serialization failure hit fn's work
+// writes and the key, fence.ErrBusy when a serialization failure hit fn's work
 // or the commit (run the call again), ErrSchema when idempotency_keys is missing,
 // or the driver's error wrapped. If fn panics, the transaction is rolled back and
 // the panic goes on.
@@ -280,7 +280,7 @@ func keyError(op string, err error) error {
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case codeSerialization:
-			return fmt.Errorf("%w: %s: %w", ErrSerialization, op, err)
+			return fmt.Errorf("%w: %s: %w", fence.ErrBusy, op, err)
 		case codeNoTable:
 			return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
 		}

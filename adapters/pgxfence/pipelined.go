@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
 )
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:

@@ -2,7 +2,7 @@ package pgxfence
 
 import (
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // A Store keeps the SQL of its single-row writes and guarded takes by shape (the

@@ -40,18 +40,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // Errors returned by this package besides fence's sentinels (fence.ErrStale,
 // fence.ErrNotFound, fence.ErrInvalidArgument, ...).
 var (
-	// ErrSerialization means PostgreSQL refused the fence raise or the commit of a
-	// REPEATABLE READ or SERIALIZABLE transaction with a serialization failure
-	// (SQLSTATE 40001) while no higher token was stored: the grant is still current,
-	// so run the whole transaction again. The error also wraps the *pgconn.PgError.
-	ErrSerialization = errors.New("pgxfence: serialization failure, retry the transaction")
 	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
 	ErrInvalidOption = errors.New("pgxfence: invalid option")
 	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
@@ -253,8 +248,8 @@ func (s *Store) check(g fence.Grant) error {
 // migrations were not applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
 // a serialization failure (40001): it is returned as a *fence.StaleError when a
 // higher token is stored by the time it is looked at (retrying could never succeed),
-// otherwise wrapped with ErrSerialization, for the caller to retry the whole
-// transaction. Inside a caller's pgx.Tx the 40001 is always ErrSerialization: only
+// otherwise wrapped with fence.ErrBusy, for the caller to retry the whole
+// transaction. Inside a caller's pgx.Tx the 40001 is always fence.ErrBusy: only
 // the caller can restart its transaction. When the reply to COMMIT is lost (the
 // connection broke or closed, the backend was terminated: a FATAL reply, ctx ended
 // while the reply was awaited) it returns a *fence.CommitUnknownError

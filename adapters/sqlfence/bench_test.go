@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // benchParallelism * GOMAXPROCS workers, each on its own row and resource, so the
@@ -24,7 +25,7 @@ type benchOp func(ctx context.Context, id string, tok fence.Token) error
 // pairBench runs the baseline and the fenced variant alternately in every worker, so
 // both meet the same load, and reports each one's mean latency and their throughput
 // ratio, fenced/base = baseline time / fenced time (1.0: fencing costs nothing).
-func pairBench(b *testing.B, db *sql.DB, d sqlfence.Dialect, parallel bool, base, fenced benchOp) {
+func pairBench(b *testing.B, db *sql.DB, d migrations.Dialect, parallel bool, base, fenced benchOp) {
 	par := 0
 	if parallel {
 		par = benchParallelism
@@ -33,7 +34,7 @@ func pairBench(b *testing.B, db *sql.DB, d sqlfence.Dialect, parallel bool, base
 }
 
 // pairBenchN is pairBench with par * GOMAXPROCS workers (0: one, in b.Loop).
-func pairBenchN(b *testing.B, db *sql.DB, d sqlfence.Dialect, par int, base, fenced benchOp) {
+func pairBenchN(b *testing.B, db *sql.DB, d migrations.Dialect, par int, base, fenced benchOp) {
 	b.Helper()
 	var baseNs, fencedNs, ops, workers atomic.Int64
 	run := func(next func() bool) {
@@ -92,8 +93,8 @@ func benchDB(b *testing.B, open func(testing.TB) (*sql.DB, string)) *sql.DB {
 }
 
 // benchSQL rewrites ? placeholders for PostgreSQL.
-func benchSQL(d sqlfence.Dialect, q string) string {
-	if d == sqlfence.Postgres {
+func benchSQL(d migrations.Dialect, q string) string {
+	if d == migrations.Postgres {
 		return dollars(q)
 	}
 	return q
@@ -101,7 +102,7 @@ func benchSQL(d sqlfence.Dialect, q string) string {
 
 const benchUpdate = "UPDATE bench SET val = ? WHERE id = ?"
 
-func plainUpdate(db *sql.DB, d sqlfence.Dialect) benchOp {
+func plainUpdate(db *sql.DB, d migrations.Dialect) benchOp {
 	q := benchSQL(d, benchUpdate)
 	return func(ctx context.Context, id string, tok fence.Token) error {
 		_, err := db.ExecContext(ctx, q, int64(tok), id)
@@ -116,7 +117,7 @@ func fencedUpdate(s *sqlfence.Store) benchOp {
 	}
 }
 
-func unfencedTx(db *sql.DB, d sqlfence.Dialect) benchOp {
+func unfencedTx(db *sql.DB, d migrations.Dialect) benchOp {
 	q := benchSQL(d, benchUpdate)
 	return func(ctx context.Context, id string, tok fence.Token) error {
 		tx, err := db.BeginTx(ctx, nil)
@@ -145,7 +146,7 @@ func fencedTx(s *sqlfence.Store) benchOp {
 // plain UPDATE of the same row; target fenced/base >= 0.95.
 func BenchmarkMariaDB_Update(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, sqlfence.MySQL, true, plainUpdate(db, sqlfence.MySQL), fencedUpdate(sqlfence.New(db, sqlfence.MySQL)))
+	pairBench(b, db, migrations.MySQL, true, plainUpdate(db, migrations.MySQL), fencedUpdate(sqlfence.New(db, migrations.MySQL)))
 }
 
 // BenchmarkMariaDB_UpdateSameGrant is BenchmarkMariaDB_Update where each worker holds
@@ -153,8 +154,8 @@ func BenchmarkMariaDB_Update(b *testing.B) {
 // row is locked but not rewritten.
 func BenchmarkMariaDB_UpdateSameGrant(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	fenced := fencedUpdate(sqlfence.New(db, sqlfence.MySQL))
-	pairBench(b, db, sqlfence.MySQL, true, plainUpdate(db, sqlfence.MySQL), func(ctx context.Context, id string, _ fence.Token) error {
+	fenced := fencedUpdate(sqlfence.New(db, migrations.MySQL))
+	pairBench(b, db, migrations.MySQL, true, plainUpdate(db, migrations.MySQL), func(ctx context.Context, id string, _ fence.Token) error {
 		return fenced(ctx, id, 1)
 	})
 }
@@ -163,29 +164,29 @@ func BenchmarkMariaDB_UpdateSameGrant(b *testing.B) {
 // COMMIT. The fence row raise is one more round trip in the transaction.
 func BenchmarkMariaDB_Exec(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, sqlfence.MySQL, true, unfencedTx(db, sqlfence.MySQL), fencedTx(sqlfence.New(db, sqlfence.MySQL)))
+	pairBench(b, db, migrations.MySQL, true, unfencedTx(db, migrations.MySQL), fencedTx(sqlfence.New(db, migrations.MySQL)))
 }
 
 // BenchmarkSQLite_Update and BenchmarkSQLite_Exec: the same pairs on the embedded
 // database, one writer (SQLite has one write lock per file).
 func BenchmarkSQLite_Update(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, sqlfence.SQLite, false, plainUpdate(db, sqlfence.SQLite), fencedUpdate(sqlfence.New(db, sqlfence.SQLite)))
+	pairBench(b, db, migrations.SQLite, false, plainUpdate(db, migrations.SQLite), fencedUpdate(sqlfence.New(db, migrations.SQLite)))
 }
 
 func BenchmarkSQLite_Exec(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, sqlfence.SQLite, false, unfencedTx(db, sqlfence.SQLite), fencedTx(sqlfence.New(db, sqlfence.SQLite)))
+	pairBench(b, db, migrations.SQLite, false, unfencedTx(db, migrations.SQLite), fencedTx(sqlfence.New(db, migrations.SQLite)))
 }
 
 // BenchmarkPostgres_Update and BenchmarkPostgres_Exec: the same pairs on PostgreSQL
 // through database/sql (pgx's stdlib driver); pgxfence has the pgx-native numbers.
 func BenchmarkPostgres_Update(b *testing.B) {
 	db := benchDB(b, postgresDB)
-	pairBench(b, db, sqlfence.Postgres, true, plainUpdate(db, sqlfence.Postgres), fencedUpdate(sqlfence.New(db, sqlfence.Postgres)))
+	pairBench(b, db, migrations.Postgres, true, plainUpdate(db, migrations.Postgres), fencedUpdate(sqlfence.New(db, migrations.Postgres)))
 }
 
 func BenchmarkPostgres_Exec(b *testing.B) {
 	db := benchDB(b, postgresDB)
-	pairBench(b, db, sqlfence.Postgres, true, unfencedTx(db, sqlfence.Postgres), fencedTx(sqlfence.New(db, sqlfence.Postgres)))
+	pairBench(b, db, migrations.Postgres, true, unfencedTx(db, migrations.Postgres), fencedTx(sqlfence.New(db, migrations.Postgres)))
 }

@@ -7,75 +7,53 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"unicode/utf8"
 
 	"github.com/go-sql-driver/mysql"
 	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/sqlident"
+	"github.com/fencegate/fencegate/migrations"
 )
 
-// Dialect is the handful of things that differ between the databases a Store speaks
+// dialect is the handful of things that differ between the databases a Store speaks
 // to: identifier quoting, the fence-row upsert, the token-column upsert and how the
 // driver reports unique-key violations and lock contention. Everything else is one
-// code path.
-type Dialect int
+// code path. Its values are migrations.Dialect's:
+//
+//   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
+//     github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
+//     UPDATE, which MySQL 8.0.20 and later accept with a deprecation warning. The
+//     connection must report matched rows (clientFoundRows=true); OpenMySQL sets it,
+//     and a Store refuses a pool without it.
+//   - migrations.SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver
+//     name "sqlite"). See OpenSQLite for the settings concurrent writers need.
+//   - migrations.Postgres is PostgreSQL 12 and later through a database/sql driver
+//     such as github.com/jackc/pgx/v5/stdlib; the pgxfence adapter does the same
+//     through pgx directly, with fewer round trips.
+type dialect migrations.Dialect
 
-// The supported dialects. The zero Dialect is none of them.
 const (
-	// MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
-	// github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
-	// UPDATE, which MySQL 8.0.20 and later accept with a deprecation warning.
-	// The connection must report matched rows (clientFoundRows=true); OpenMySQL sets
-	// it, and a Store refuses a pool without it. See OpenMySQL.
-	MySQL Dialect = iota + 1
-	// SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver name
-	// "sqlite"). See OpenSQLite for the settings concurrent writers need.
-	SQLite
-	// Postgres is PostgreSQL 12 and later through a database/sql driver such as
-	// github.com/jackc/pgx/v5/stdlib, for code that uses database/sql; the pgxfence
-	// adapter does the same through pgx directly, with fewer round trips.
-	Postgres
+	dMySQL    = dialect(migrations.MySQL)
+	dSQLite   = dialect(migrations.SQLite)
+	dPostgres = dialect(migrations.Postgres)
 )
 
-// String returns "mysql", "sqlite" or "postgres".
-func (d Dialect) String() string {
-	switch d {
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	case Postgres:
-		return "postgres"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
+// String returns the dialect's name, as migrations.Dialect does.
+func (d dialect) String() string { return migrations.Dialect(d).String() }
 
-func (d Dialect) check() error {
-	if d != MySQL && d != SQLite && d != Postgres {
-		return fmt.Errorf("%w: %d: want sqlfence.MySQL, SQLite or Postgres", ErrUnknownDialect, int(d))
+func (d dialect) check() error {
+	if d != dMySQL && d != dSQLite && d != dPostgres {
+		return fmt.Errorf("%w: %d: want migrations.Postgres, MySQL or SQLite", migrations.ErrUnknownDialect, int(d))
 	}
 	return nil
-}
-
-// tooLong reports whether an identifier part is longer than the database accepts:
-// MySQL 64 characters, PostgreSQL 63 bytes (it would truncate, not refuse), SQLite
-// none of its own (1024 bytes only bounds the statement).
-func (d Dialect) tooLong(name string) (bool, string) {
-	switch d {
-	case MySQL:
-		return utf8.RuneCountInString(name) > 64, "64 characters"
-	case Postgres:
-		return len(name) > 63, "63 bytes"
-	}
-	return len(name) > 1024, "1024 bytes"
 }
 
 // rebind turns the ? placeholders of a statement built by this package into $1, $2,
 // ... for PostgreSQL. The only quoted text such a statement holds is double-quoted
 // identifiers (values are always arguments), and a ? inside one is left alone.
-func (d Dialect) rebind(q string) string {
-	if d != Postgres || !strings.Contains(q, "?") {
+func (d dialect) rebind(q string) string {
+	if d != dPostgres || !strings.Contains(q, "?") {
 		return q
 	}
 	var b strings.Builder
@@ -95,59 +73,20 @@ func (d Dialect) rebind(q string) string {
 	return b.String()
 }
 
-// quote quotes one identifier the way the database does: MySQL with backticks,
-// SQLite and PostgreSQL with double quotes, the quote character itself doubled. It is never
-// concatenated unquoted, so a name can only ever name something.
-func (d Dialect) quote(name string) string {
-	q := `"`
-	if d == MySQL {
-		q = "`"
-	}
-	return q + strings.ReplaceAll(name, q, q+q) + q
+// ident checks and quotes a column name (internal/core/sqlident: the limits and
+// the error, fence.ErrInvalidIdentifier, are the migrations generator's too).
+func (d dialect) ident(what, name string) (string, error) {
+	return sqlident.Ident(sqlident.Dialect(d), what, name)
 }
 
-// ident checks and quotes a column name.
-func (d Dialect) ident(what, name string) (string, error) {
-	switch {
-	case name == "":
-		return "", fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, what)
-	case !utf8.ValidString(name):
-		return "", fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, what, name)
-	case strings.IndexByte(name, 0) >= 0:
-		return "", fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, what, name)
-	}
-	if long, limit := d.tooLong(name); long {
-		return "", fmt.Errorf("%w: %s name %q is longer than %s's %s", fence.ErrInvalidIdentifier, what, name, d, limit)
-	}
-	return d.quote(name), nil
-}
-
-// table checks and quotes a table name; one dot separates a schema (a MySQL database,
-// an attached SQLite database) from the table.
-func (d Dialect) table(name string) (string, error) {
-	schema, tbl, dotted := strings.Cut(name, ".")
-	if !dotted {
-		return d.ident("table", name)
-	}
-	if strings.Contains(tbl, ".") {
-		return "", fmt.Errorf("%w: table name %q has more than one dot (schema.table)", fence.ErrInvalidIdentifier, name)
-	}
-	qs, err := d.ident("schema", schema)
-	if err != nil {
-		return "", err
-	}
-	qt, err := d.ident("table", tbl)
-	if err != nil {
-		return "", err
-	}
-	return qs + "." + qt, nil
-}
+// table checks and quotes a table name; one dot separates a schema from the table.
+func (d dialect) table(name string) (string, error) { return sqlident.Table(sqlident.Dialect(d), name) }
 
 // bumpSQL raises an existing fence row whose token is not higher, locking it to
 // commit. Arguments: token, resource, token.
-func (d Dialect) bumpSQL() string {
+func (d dialect) bumpSQL() string {
 	now := "CURRENT_TIMESTAMP"
-	if d == MySQL {
+	if d == dMySQL {
 		now = "CURRENT_TIMESTAMP(6)"
 	}
 	return "UPDATE fence_tokens SET token = ?, updated_at = " + now + " WHERE resource = ? AND token <= ?"
@@ -161,8 +100,8 @@ func (d Dialect) bumpSQL() string {
 // already assigned, so updated_at is decided before token changes. A refused raise
 // leaves the row as it was and hands the stored token back as LAST_INSERT_ID (the
 // table has no AUTO_INCREMENT column, so a raise reports 0), saving a lookup.
-func (d Dialect) raiseSQL() string {
-	if d == MySQL {
+func (d dialect) raiseSQL() string {
+	if d == dMySQL {
 		return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 			"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 			"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
@@ -173,8 +112,8 @@ func (d Dialect) raiseSQL() string {
 
 // raised reads the result of raiseSQL: whether the raise was refused, and the stored
 // token when the dialect reports it without another query.
-func (d Dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error) {
-	if d == MySQL {
+func (d dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error) {
+	if d == dMySQL {
 		id, err := res.LastInsertId()
 		return id > 0, fence.Token(id), err
 	}
@@ -192,9 +131,9 @@ func (d Dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error
 // (never 0, even for a row with token 0) as LAST_INSERT_ID; the caller reads the row
 // back to tell that from an AUTO_INCREMENT id.
 // SQLite and PostgreSQL: ON CONFLICT on the key columns.
-func (d Dialect) upsertTail(qtable string, keys, set []string, tok string) string {
+func (d dialect) upsertTail(qtable string, keys, set []string, tok string) string {
 	var b strings.Builder
-	if d == MySQL {
+	if d == dMySQL {
 		cond := tok + " <= VALUES(" + tok + ")"
 		for _, k := range keys {
 			cond += " AND " + k + " <=> VALUES(" + k + ")"
@@ -211,7 +150,7 @@ func (d Dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 		fmt.Fprintf(&b, "%s = excluded.%s, ", c, c)
 	}
 	old := tok // SQLite: an unqualified name is the existing row
-	if d == Postgres {
+	if d == dPostgres {
 		old = qtable + "." + tok // PostgreSQL: ambiguous unless qualified
 	}
 	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, old, tok)
@@ -220,8 +159,8 @@ func (d Dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 
 // upserted reads the result of an upsert: refused (or ambiguous, on MySQL) means
 // the caller must read the row back.
-func (d Dialect) upserted(res sql.Result) (check bool, err error) {
-	if d == MySQL {
+func (d dialect) upserted(res sql.Result) (check bool, err error) {
+	if d == dMySQL {
 		id, err := res.LastInsertId()
 		return id != 0, err
 	}

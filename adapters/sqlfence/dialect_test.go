@@ -15,21 +15,21 @@ import (
 type backend struct {
 	name string
 	open func(testing.TB) (*sql.DB, string)
-	d    sqlfence.Dialect
+	d    migrations.Dialect
 }
 
 var backends = []backend{
-	{"mariadb", mysqlDB, sqlfence.MySQL},
-	{"sqlite", sqliteDB, sqlfence.SQLite},
-	{"postgres", postgresDB, sqlfence.Postgres},
+	{"mariadb", mysqlDB, migrations.MySQL},
+	{"sqlite", sqliteDB, migrations.SQLite},
+	{"postgres", postgresDB, migrations.Postgres},
 }
 
 // migrationsDialect is the migrations package's name for d.
-func migrationsDialect(d sqlfence.Dialect) migrations.Dialect {
+func migrationsDialect(d migrations.Dialect) migrations.Dialect {
 	switch d {
-	case sqlfence.SQLite:
+	case migrations.SQLite:
 		return migrations.SQLite
-	case sqlfence.Postgres:
+	case migrations.Postgres:
 		return migrations.Postgres
 	}
 	return migrations.MySQL
@@ -75,9 +75,9 @@ func TestStore_Update_quotedIdentifiers(t *testing.T) {
 	})
 }
 
-func quote(d sqlfence.Dialect, name string) string {
+func quote(d migrations.Dialect, name string) string {
 	q := `"`
-	if d == sqlfence.MySQL {
+	if d == migrations.MySQL {
 		q = "`"
 	}
 	return q + strings.ReplaceAll(name, q, q+q) + q
@@ -91,7 +91,7 @@ func TestStore_duplicateKey(t *testing.T) {
 		mustExec(t, db, "INSERT INTO users (id, email) VALUES ('neo', 'neo@example.com'), ('trinity', 'trinity@example.com')")
 		g := fence.NewGrant("users", 3)
 		want := "users_email"
-		if s.Dialect() == sqlfence.SQLite {
+		if s.Dialect() == migrations.SQLite {
 			want = "users.email" // SQLite names the columns, not the index
 		}
 		check := func(op string, err error) {
@@ -131,14 +131,14 @@ func TestStore_badInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s := sqlfence.New(db, sqlfence.MySQL)
+	s := sqlfence.New(db, migrations.MySQL)
 	tests := []struct {
 		name string
 		err  error
 		want error
 	}{
-		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), sqlfence.ErrUnknownDialect},
-		{"nil db", sqlfence.New(nil, sqlfence.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1)), fence.ErrInvalidArgument},
+		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), migrations.ErrUnknownDialect},
+		{"nil db", sqlfence.New(nil, migrations.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1)), fence.ErrInvalidArgument},
 		{"nil store", nilStore.Delete(t.Context(), g, fence.Row{Table: "t", Key: key}), fence.ErrInvalidArgument},
 		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
 		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
@@ -233,19 +233,19 @@ func TestNewWithOptions(t *testing.T) {
 	t.Cleanup(func() { db.Close() })
 	tests := []struct {
 		name string
-		d    sqlfence.Dialect
+		d    migrations.Dialect
 		db   *sql.DB
 		opts []sqlfence.Option
 		want error
 	}{
-		{"mysql read committed", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, nil},
-		{"sqlite serializable", sqlfence.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable})}, nil},
-		{"sqlite read committed", sqlfence.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, sqlfence.ErrInvalidOption},
-		{"read only", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, sqlfence.ErrInvalidOption},
-		{"snapshot", sqlfence.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, sqlfence.ErrInvalidOption},
-		{"nil option", sqlfence.MySQL, db, []sqlfence.Option{nil}, sqlfence.ErrInvalidOption},
-		{"nil db", sqlfence.MySQL, nil, nil, fence.ErrInvalidArgument},
-		{"unknown dialect", 7, db, nil, sqlfence.ErrUnknownDialect},
+		{"mysql read committed", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, nil},
+		{"sqlite serializable", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable})}, nil},
+		{"sqlite read committed", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, sqlfence.ErrInvalidOption},
+		{"read only", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, sqlfence.ErrInvalidOption},
+		{"snapshot", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, sqlfence.ErrInvalidOption},
+		{"nil option", migrations.MySQL, db, []sqlfence.Option{nil}, sqlfence.ErrInvalidOption},
+		{"nil db", migrations.MySQL, nil, nil, fence.ErrInvalidArgument},
+		{"unknown dialect", 7, db, nil, migrations.ErrUnknownDialect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -266,7 +266,7 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 	levels := []sql.IsolationLevel{sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
 	for i, level := range levels {
 		t.Run(level.String(), func(t *testing.T) {
-			s, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			s, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -1,12 +1,17 @@
 package sqlfence
 
-import "github.com/fencegate/fencegate/internal/shapecache"
+import (
+	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/migrations"
+)
 
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.
-func QuoteTable(d Dialect, name string) (string, error) { return d.table(name) }
+func QuoteTable(d migrations.Dialect, name string) (string, error) { return dialect(d).table(name) }
 
 // QuoteColumn exposes the column quoting every builder uses, for the fuzz test.
-func QuoteColumn(d Dialect, name string) (string, error) { return d.ident("column", name) }
+func QuoteColumn(d migrations.Dialect, name string) (string, error) {
+	return dialect(d).ident("column", name)
+}
 
 // MaxShapes is how many counter shapes a Store keeps built, for the test past it.
 const MaxShapes = shapecache.Max

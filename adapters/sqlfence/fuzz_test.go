@@ -8,6 +8,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/quotetest"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 var hostileNames = []string{
@@ -24,9 +25,9 @@ func FuzzQuoteTable(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
-		for _, d := range []sqlfence.Dialect{sqlfence.MySQL, sqlfence.SQLite, sqlfence.Postgres} {
+		for _, d := range []migrations.Dialect{migrations.MySQL, migrations.SQLite, migrations.Postgres} {
 			qc := byte('"')
-			if d == sqlfence.MySQL {
+			if d == migrations.MySQL {
 				qc = '`'
 			}
 			q, err := sqlfence.QuoteTable(d, name)

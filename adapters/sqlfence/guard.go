@@ -35,8 +35,8 @@ func (s *Store) usable() error {
 // transaction (a transaction with the UPDATE and a SELECT costs four; see
 // BENCHMARKS.md). The column must be an integer >= 0 after the take, which the guard
 // ensures.
-func (d Dialect) decrementSQL(table, col, where string) string {
-	if d == MySQL {
+func (d dialect) decrementSQL(table, col, where string) string {
+	if d == dMySQL {
 		return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
 	}
 	return d.rebind("UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col)
@@ -62,8 +62,8 @@ func (d Dialect) decrementSQL(table, col, where string) string {
 // pays a prepare.
 //
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
-// (the counter cannot be a key column); fence.ErrInvalidIdentifier; ErrUnknownDialect;
-// ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
+// (the counter cannot be a key column); fence.ErrInvalidIdentifier; migrations.ErrUnknownDialect;
+// fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
 func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
@@ -143,10 +143,10 @@ func (s *Store) counter(c fence.Counter) (table, col, where string, err error) {
 	return table, col, strings.Join(conds, " AND "), nil
 }
 
-// counterErr wraps a driver error of Decrement; ErrBusy and ctx's errors pass as they
+// counterErr wraps a driver error of Decrement; fence.ErrBusy and ctx's errors pass as they
 // are.
 func counterErr(op, table string, err error) error {
-	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
@@ -171,7 +171,7 @@ func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64,
 
 // take runs the guarded decrement of sh once: took is false when it changed no row.
 func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
-	if s.d == MySQL {
+	if s.d == dMySQL {
 		var res sql.Result
 		if sh.stmt != nil {
 			res, err = sh.stmt.ExecContext(ctx, args...)
@@ -217,7 +217,7 @@ func describeCols(key []fence.Col) string {
 // the driver's error.
 //
 // Other errors: fence.ErrInvalidArgument for no columns or a column named twice,
-// fence.ErrInvalidIdentifier, ErrUnknownDialect, ErrBusy when SQLite stayed locked
+// fence.ErrInvalidIdentifier, migrations.ErrUnknownDialect, fence.ErrBusy when SQLite stayed locked
 // until ctx ended, and the driver's error wrapped.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if err := s.usable(); err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // hostile are names and values that would end a badly quoted identifier or
@@ -29,10 +30,10 @@ func TestStore_builders_hostileNames(t *testing.T) {
 		d := s.Dialect()
 		ctx := t.Context()
 		ph, charset := "?", "" // the test's own placeholder; dollars() would rewrite a ? inside a quoted name
-		if d == sqlfence.Postgres {
+		if d == migrations.Postgres {
 			ph = "$1"
 		}
-		if d == sqlfence.MySQL {
+		if d == migrations.MySQL {
 			charset = " DEFAULT CHARSET=utf8mb4" // the test database's default cannot hold U+202E
 		}
 		mustExec(t, db, "CREATE TABLE canary (id INT PRIMARY KEY)")

@@ -33,7 +33,7 @@ import (
 //     idle_transaction_timeout, gets wait_timeout the second way.
 //   - SQLite: nothing to set. Writers are one host's processes and the lock is the
 //     database file's: a frozen writer holds it until it wakes or dies, and a
-//     waiter's call ends with its ctx's error, wrapped in ErrBusy where the Store
+//     waiter's call ends with its ctx's error, wrapped in fence.ErrBusy where the Store
 //     was retrying (the driver's busy timeout, SQLiteBusyTimeoutMS, bounds each
 //     wait; the Store retries until ctx ends).
 func WithIdleTimeout(d time.Duration) Option {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // The frozen holder runs as this test binary re-executed with these variables set.
@@ -43,12 +44,12 @@ func (g leasedGrant) Lease() time.Duration { return g.lease }
 func idleChild() int {
 	ctx := context.Background()
 	n, _ := strconv.Atoi(os.Getenv(idleChildEnv))
-	d := sqlfence.Dialect(n)
+	d := migrations.Dialect(n)
 	var (
 		db  *sql.DB
 		err error
 	)
-	if d == sqlfence.MySQL {
+	if d == migrations.MySQL {
 		db, err = sqlfence.OpenMySQL(os.Getenv(idleDSNEnv))
 	} else {
 		db, err = sql.Open("pgx", os.Getenv(idleDSNEnv))
@@ -79,12 +80,12 @@ func idleChild() int {
 // (within a generous bound), and the frozen holder, once resumed, gets an error and
 // nothing of its transaction is stored.
 func TestStore_Fenced_frozenHolder(t *testing.T) {
-	for _, d := range []sqlfence.Dialect{sqlfence.MySQL, sqlfence.Postgres} {
+	for _, d := range []migrations.Dialect{migrations.MySQL, migrations.Postgres} {
 		t.Run(d.String(), func(t *testing.T) {
 			ctx := t.Context()
 			var db *sql.DB
 			var dsn string
-			if d == sqlfence.MySQL {
+			if d == migrations.MySQL {
 				db, dsn = mysqlDB(t)
 			} else {
 				db, dsn = postgresDB(t)
@@ -120,7 +121,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 				t.Fatalf("val = %d, want the successor's 6", got)
 			}
 			q := "SELECT token FROM fence_tokens WHERE resource = ?"
-			if d == sqlfence.Postgres {
+			if d == migrations.Postgres {
 				q = dollars(q)
 			}
 			if got := queryInt(t, db, q, res); got != 6 {

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // mariaPools are the two ways a MariaDB pool reaches a Store: OpenMySQL (the
@@ -41,7 +42,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 	}
 	for name, db := range mariaPools(t) {
 		db.SetMaxOpenConns(1) // one connection: the fenced one is the one read after
-		store, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
+		store, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -79,7 +80,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 		}
 	}
 	db, _ := mysqlDB(t)
-	if _, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
+	if _, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
 		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
 	}
 }
@@ -103,7 +104,7 @@ func TestStore_Fenced_roundTrips(t *testing.T) {
 	if _, err := db.ExecContext(t.Context(), "CREATE TABLE rt (id INT PRIMARY KEY, v INT)"); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, sqlfence.MySQL)
+	store := sqlfence.New(db, migrations.MySQL)
 	write := func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(t.Context(), "INSERT INTO rt (id, v) VALUES (1, 1) ON DUPLICATE KEY UPDATE v = v + 1")
 		return err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/internal/delayproxy"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // BenchmarkMariaDB_Net is BenchmarkMariaDB_Update's and _Exec's pairs on loopback and
@@ -28,7 +29,7 @@ func BenchmarkMariaDB_Net(b *testing.B) {
 		if oneWay > 0 {
 			db = proxiedMySQL(b, dsn, oneWay)
 		}
-		s := sqlfence.New(db, sqlfence.MySQL)
+		s := sqlfence.New(db, migrations.MySQL)
 		for _, workers := range []int{1, 16, 64} {
 			par := max(1, workers/runtime.GOMAXPROCS(0))
 			if workers == 1 {
@@ -36,10 +37,10 @@ func BenchmarkMariaDB_Net(b *testing.B) {
 			}
 			rtt := fmt.Sprintf("rtt=%v", 2*oneWay)
 			b.Run(fmt.Sprintf("%s/update/workers=%d", rtt, workers), func(b *testing.B) {
-				pairBenchN(b, db, sqlfence.MySQL, par, plainUpdate(db, sqlfence.MySQL), fencedUpdate(s))
+				pairBenchN(b, db, migrations.MySQL, par, plainUpdate(db, migrations.MySQL), fencedUpdate(s))
 			})
 			b.Run(fmt.Sprintf("%s/tx/workers=%d", rtt, workers), func(b *testing.B) {
-				pairBenchN(b, db, sqlfence.MySQL, par, unfencedTx(db, sqlfence.MySQL), fencedTx(s))
+				pairBenchN(b, db, migrations.MySQL, par, unfencedTx(db, migrations.MySQL), fencedTx(s))
 			})
 		}
 	}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // nilLock is a grant type with pointer receivers that dereference, as
@@ -46,8 +47,8 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		want error
 	}{
 		{"nil Store", nilStore, fence.ErrInvalidArgument},
-		{"nil DB", sqlfence.New(nil, sqlfence.MySQL), fence.ErrInvalidArgument},
-		{"no dialect", sqlfence.New(unreachable, 0), sqlfence.ErrUnknownDialect},
+		{"nil DB", sqlfence.New(nil, migrations.MySQL), fence.ErrInvalidArgument},
+		{"no dialect", sqlfence.New(unreachable, 0), migrations.ErrUnknownDialect},
 	}
 	type call struct {
 		name string
@@ -93,7 +94,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 			t.Run(st.name+"/"+c.name, func(t *testing.T) { check(t, func() error { return c.run(st.s) }, st.want) })
 		}
 	}
-	s := sqlfence.New(unreachable, sqlfence.MySQL)
+	s := sqlfence.New(unreachable, migrations.MySQL)
 	bad := []call{
 		{"Fenced typed nil grant", func(s *sqlfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *sqlfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},

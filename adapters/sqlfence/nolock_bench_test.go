@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // BenchmarkNoLock compares, in one run per database, the no-lock path with its
@@ -32,7 +33,7 @@ import (
 func BenchmarkNoLock(b *testing.B) {
 	for _, be := range backends {
 		workers := 16
-		if be.d == sqlfence.SQLite {
+		if be.d == migrations.SQLite {
 			workers = 1
 		}
 		b.Run(be.name, func(b *testing.B) { benchNoLock(b, be, workers) })
@@ -55,11 +56,11 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 	own := func(w int) int { return w }
 	hot := func(int) int { return workers } // the extra row no worker owns
 	unguardedSQL := ph(d, "UPDATE stock SET n = n - ? WHERE id = ? RETURNING n")
-	if d == sqlfence.MySQL {
+	if d == migrations.MySQL {
 		unguardedSQL = "UPDATE stock SET n = LAST_INSERT_ID(n - ?) WHERE id = ?"
 	}
 	unguarded := func(row func(int) int) benchpair.Op {
-		if d == sqlfence.MySQL {
+		if d == migrations.MySQL {
 			return func(ctx context.Context, w, i int) error {
 				res, err := db.ExecContext(ctx, unguardedSQL, int64(1), row(w))
 				if err == nil {
@@ -79,7 +80,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 	}
 	b.Cleanup(func() { prepared.Close() })
 	unguardedPrepared := func(ctx context.Context, w, i int) error {
-		if d == sqlfence.MySQL {
+		if d == migrations.MySQL {
 			res, err := prepared.ExecContext(ctx, int64(1), own(w))
 			if err == nil {
 				_, err = res.LastInsertId()
@@ -150,7 +151,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 	if workers > 1 {
 		b.Run("decrement/hot-row", func(b *testing.B) { benchpair.Compare(b, next, unguarded(hot), guarded(hot)) })
 	}
-	if d == sqlfence.MySQL {
+	if d == migrations.MySQL {
 		b.Run("decrement/tx-select", func(b *testing.B) { benchpair.Compare(b, next, guarded(own), txSelect) })
 	}
 	b.Run("once/fresh-key", func(b *testing.B) { benchpair.Compare(b, next, plainTx, once) })

@@ -23,9 +23,9 @@ import (
 // rather than exhaust the server's connection limit.
 const noLockConns = 8
 
-func noLockHarness(name string, db *sql.DB, d sqlfence.Dialect, store fencetest.NoLockStore[*sql.Tx]) fencetest.NoLockHarness[*sql.Tx] {
+func noLockHarness(name string, db *sql.DB, d migrations.Dialect, store fencetest.NoLockStore[*sql.Tx]) fencetest.NoLockHarness[*sql.Tx] {
 	rw := func(q string) string {
-		if d == sqlfence.Postgres {
+		if d == migrations.Postgres {
 			return dollars(q)
 		}
 		return q
@@ -48,36 +48,36 @@ func noLockHarness(name string, db *sql.DB, d sqlfence.Dialect, store fencetest.
 }
 
 // ph writes a test statement's ? placeholders the backend's way.
-func ph(d sqlfence.Dialect, q string) string {
-	if d == sqlfence.Postgres {
+func ph(d migrations.Dialect, q string) string {
+	if d == migrations.Postgres {
 		return dollars(q)
 	}
 	return q
 }
 
 // nlExec and nlInt run a test statement written with ? placeholders on any backend.
-func nlExec(t testing.TB, db *sql.DB, d sqlfence.Dialect, q string, args ...any) {
+func nlExec(t testing.TB, db *sql.DB, d migrations.Dialect, q string, args ...any) {
 	t.Helper()
-	if d == sqlfence.Postgres {
+	if d == migrations.Postgres {
 		q = dollars(q)
 	}
 	mustExec(t, db, q, args...)
 }
 
-func nlInt(t testing.TB, db *sql.DB, d sqlfence.Dialect, q string, args ...any) int64 {
+func nlInt(t testing.TB, db *sql.DB, d migrations.Dialect, q string, args ...any) int64 {
 	t.Helper()
-	if d == sqlfence.Postgres {
+	if d == migrations.Postgres {
 		q = dollars(q)
 	}
 	return queryInt(t, db, q, args...)
 }
 
 // ago is the dialect's expression for the database's clock minus secs seconds.
-func ago(d sqlfence.Dialect, secs int) string {
+func ago(d migrations.Dialect, secs int) string {
 	switch d {
-	case sqlfence.MySQL:
+	case migrations.MySQL:
 		return fmt.Sprintf("CURRENT_TIMESTAMP(6) - INTERVAL %d SECOND", secs)
-	case sqlfence.Postgres:
+	case migrations.Postgres:
 		return fmt.Sprintf("now() - interval '%d seconds'", secs)
 	}
 	return fmt.Sprintf("strftime('%%Y-%%m-%%d %%H:%%M:%%f', 'now', '%+d seconds')", -secs)
@@ -99,13 +99,13 @@ func TestNoLock(t *testing.T) {
 			{name: "expiring keys", ttl: time.Hour},
 		}
 		switch b.d {
-		case sqlfence.MySQL:
+		case migrations.MySQL:
 			variants = append(variants, struct {
 				name string
 				opts []sqlfence.Option
 				ttl  time.Duration
 			}{"read committed", []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, 0})
-		case sqlfence.Postgres:
+		case migrations.Postgres:
 			variants = append(variants, struct {
 				name string
 				opts []sqlfence.Option
@@ -147,7 +147,7 @@ func TestStore_Insert_constraintNamed(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := "users_name"
-		if d == sqlfence.SQLite {
+		if d == migrations.SQLite {
 			want = "user`s\".name" // SQLite names the columns, not the index
 		}
 		var de *fence.DuplicateError
@@ -277,16 +277,16 @@ func TestStore_Once_firstRollsBack(t *testing.T) {
 // claims waiting on the first call's uncommitted key. SQLite shows no waiters (they
 // sleep in their busy handlers), so there it returns at once and some calls may
 // start only after the first rolled back; the outcome must be the same.
-func waitForKeyWait(t *testing.T, db *sql.DB, d sqlfence.Dialect, n int64) {
+func waitForKeyWait(t *testing.T, db *sql.DB, d migrations.Dialect, n int64) {
 	t.Helper()
 	var q string
 	switch d {
-	case sqlfence.MySQL:
+	case migrations.MySQL:
 		// INNODB_TRX is a cache refreshed on its own schedule and may miss the wait;
 		// the process list shows a claim while it runs, and it runs only while it
 		// waits (the first call's claim finished before its fn began).
 		q = "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE INFO LIKE 'INSERT INTO idempotency_keys%'"
-	case sqlfence.Postgres:
+	case migrations.Postgres:
 		q = "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
 	default:
 		return
@@ -425,7 +425,7 @@ func TestStore_PurgeExpiredKeys(t *testing.T) {
 
 func TestStore_Once_badInput(t *testing.T) {
 	db, _ := sqliteDB(t)
-	s := sqlfence.New(db, sqlfence.SQLite)
+	s := sqlfence.New(db, migrations.SQLite)
 	ok := func(*sql.Tx) ([]byte, error) { return nil, nil }
 	tests := []struct {
 		name, key, fp string
@@ -446,7 +446,7 @@ func TestStore_Once_badInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := sqlfence.New(db, sqlfence.Dialect(0)).Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrUnknownDialect) {
+	if _, err := sqlfence.New(db, migrations.Dialect(0)).Once(t.Context(), "k", "fp", ok); !errors.Is(err, migrations.ErrUnknownDialect) {
 		t.Fatalf("Once on an unknown dialect = %v", err)
 	}
 	if n := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys"); n != 0 {
@@ -481,7 +481,7 @@ func ExampleStore_Decrement() {
 	db.ExecContext(ctx, `CREATE TABLE stock (sku TEXT PRIMARY KEY, items_left INTEGER NOT NULL)`)
 	db.ExecContext(ctx, `INSERT INTO stock VALUES ('sku-42', 2)`)
 
-	store := sqlfence.New(db, sqlfence.SQLite)
+	store := sqlfence.New(db, migrations.SQLite)
 	item := fence.Counter{Table: "stock", Key: []fence.Col{fence.C("sku", "sku-42")}, Column: "items_left"}
 	for buyer := 1; buyer <= 3; buyer++ {
 		left, err := store.Decrement(ctx, item, 1)
@@ -507,7 +507,7 @@ func ExampleStore_Once() {
 	defer done()
 	db.ExecContext(ctx, `CREATE TABLE charges (payment_key TEXT NOT NULL, cents INTEGER NOT NULL)`)
 
-	store := sqlfence.New(db, sqlfence.SQLite)
+	store := sqlfence.New(db, migrations.SQLite)
 	pay := func(fingerprint string) {
 		r, err := fence.Once(ctx, store, "checkout-7", fingerprint, func(tx *sql.Tx) ([]byte, error) {
 			_, err := tx.ExecContext(ctx, `INSERT INTO charges VALUES ('checkout-7', 5000)`)

@@ -13,7 +13,7 @@ import (
 	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/idemkey"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 )
 
 var (
@@ -35,13 +35,13 @@ const (
 )
 
 // The idempotency-key statements that differ by dialect, with ? placeholders
-// (Dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
+// (dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
 // expiry, so clients with skewed clocks agree.
-func (d Dialect) now() string {
+func (d dialect) now() string {
 	switch d {
-	case MySQL:
+	case dMySQL:
 		return "CURRENT_TIMESTAMP(6)"
-	case Postgres:
+	case dPostgres:
 		return "now()"
 	}
 	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
@@ -52,12 +52,12 @@ func (d Dialect) now() string {
 // expires). MySQL reports a stored key as error 1062, which leaves the transaction
 // open; PostgreSQL would abort the transaction on an error, so there (and on SQLite)
 // ON CONFLICT DO NOTHING reports it as no row inserted.
-func (d Dialect) claimKeySQL() string {
+func (d dialect) claimKeySQL() string {
 	const cols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
 	switch d {
-	case MySQL:
+	case dMySQL:
 		return cols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
-	case Postgres:
+	case dPostgres:
 		return d.rebind(cols + "now() + CAST(? AS BIGINT) * INTERVAL '1 microsecond') ON CONFLICT (idem_key) DO NOTHING")
 	}
 	return cols + "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)) ON CONFLICT (idem_key) DO NOTHING"
@@ -68,39 +68,39 @@ func (d Dialect) claimKeySQL() string {
 // duplicate it just waited for. PostgreSQL under READ COMMITTED reads the committed
 // row with a new statement; under its stricter levels the claim that waited failed
 // with 40001 and Once started over.
-func (d Dialect) readKeySQL() string {
+func (d dialect) readKeySQL() string {
 	q := "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
-	if d == MySQL {
+	if d == dMySQL {
 		q += " LOCK IN SHARE MODE"
 	}
 	return d.rebind(q)
 }
 
-func (d Dialect) dropKeySQL() string {
+func (d dialect) dropKeySQL() string {
 	return d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= " + d.now())
 }
 
-func (d Dialect) storeKeySQL() string {
+func (d dialect) storeKeySQL() string {
 	return d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?")
 }
 
 // purgeKeysSQL deletes up to ? expired keys.
-func (d Dialect) purgeKeysSQL() string {
+func (d dialect) purgeKeysSQL() string {
 	switch d {
-	case MySQL:
+	case dMySQL:
 		return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
-	case Postgres:
+	case dPostgres:
 		return "DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys " +
 			"WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)"
 	}
 	return "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= " + d.now() + " LIMIT ?)"
 }
 
-func (d Dialect) ttlArg(ttl time.Duration) any {
+func (d dialect) ttlArg(ttl time.Duration) any {
 	switch {
 	case ttl <= 0:
 		return nil
-	case d == SQLite:
+	case d == dSQLite:
 		return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 	}
 	return ttl.Microseconds()
@@ -127,8 +127,8 @@ func (d Dialect) ttlArg(ttl time.Duration) any {
 // Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
 // ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
 // fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
-// fingerprint over 255 characters), ErrUnknownDialect, fn's own error as is after
-// rolling back fn's writes and the key, ErrBusy when the database stayed locked (no
+// fingerprint over 255 characters), migrations.ErrUnknownDialect, fn's own error as is after
+// rolling back fn's writes and the key, fence.ErrBusy when the database stayed locked (no
 // retry is left, or the lock was met after fn ran: nothing was written, run the call
 // again), or the driver's error wrapped. If fn panics, the transaction is rolled back
 // and the panic goes on.
@@ -178,7 +178,7 @@ func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn fun
 // of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
 // has deleted what it reports. Schedule it as often as the table's growth calls for.
 //
-// Errors: fence.ErrInvalidArgument for a nil Store, ErrUnknownDialect, ErrBusy when
+// Errors: fence.ErrInvalidArgument for a nil Store, migrations.ErrUnknownDialect, fence.ErrBusy when
 // the database stayed locked until ctx ended, or the driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if err := s.usable(); err != nil {
@@ -220,16 +220,16 @@ func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Dura
 	for attempt := 1; ; attempt++ {
 		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(ttl), fn)
 		switch {
-		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, ErrBusy):
+		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err
 		case stage == fnRan || attempt == maxOnceAttempts:
-			return r, fmt.Errorf("%w: once %q, nothing was written: %w", ErrBusy, key, err)
+			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait))
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", ErrBusy, key, context.Cause(ctx), err)
+			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, context.Cause(ctx), err)
 		case <-t.C:
 		}
 		wait = min(2*wait, 50*time.Millisecond)
@@ -320,7 +320,7 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
 	if err != nil {
-		if s.d == MySQL && asDuplicate(err, "idempotency_keys") != nil {
+		if s.d == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
 			return false, nil
 		}
 		return false, err
@@ -332,7 +332,7 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, 
 // keyErr wraps an error of the idempotency-key statements. busy() still sees the
 // driver's error through it.
 func keyErr(op string, err error) error {
-	if errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
 	if isNoKeysTable(err) {

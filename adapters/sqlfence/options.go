@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // Option configures a Store; see NewWithOptions.
@@ -28,7 +29,7 @@ func WithTxOptions(o sql.TxOptions) Option {
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
-			if s.d == SQLite {
+			if s.d == dSQLite {
 				return fmt.Errorf("%w: isolation level %s: %s transactions are always serializable", ErrInvalidOption, o.Isolation, s.d)
 			}
 		default:
@@ -41,13 +42,14 @@ func WithTxOptions(o sql.TxOptions) Option {
 	}
 }
 
-// NewWithOptions is New with options. It returns ErrUnknownDialect for an unknown
+// NewWithOptions is New with options. It returns migrations.ErrUnknownDialect for an unknown
 // dialect, fence.ErrInvalidArgument for a nil db and ErrInvalidOption for an option
 // that cannot be used (with a nil Store). New reports the first two on use instead.
-func NewWithOptions(db *sql.DB, d Dialect, opts ...Option) (*Store, error) {
+func NewWithOptions(db *sql.DB, md migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
+	d := dialect(md)
 	if err := d.check(); err != nil {
 		return nil, err
 	}

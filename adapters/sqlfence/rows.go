@@ -249,7 +249,7 @@ func (s *Store) refused(ctx context.Context, q querier, g fence.Grant, st *rowSt
 }
 
 // failed maps a write's error: a unique-key violation to a *fence.DuplicateError,
-// fence's own errors, ErrBusy and ctx's error as they are, anything else wrapped.
+// fence's own errors, fence.ErrBusy and ctx's error as they are, anything else wrapped.
 func (st *rowStmt) failed(op string, err error) error {
 	if de := asDuplicate(err, st.table); de != nil {
 		return de
@@ -261,7 +261,7 @@ func (st *rowStmt) failed(op string, err error) error {
 	switch {
 	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),
 		errors.Is(err, fence.ErrCommitUnknown),
-		errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, ErrBusy),
+		errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, fence.ErrBusy),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}

@@ -9,7 +9,7 @@
 //	db, err := sqlfence.OpenSQLite("app.db") // or sqlfence.OpenMySQL(dsn)
 //	...
 //	err = migrations.Up(ctx, db, migrations.SQLite) // creates fence_tokens
-//	store := sqlfence.New(db, sqlfence.SQLite)
+//	store := sqlfence.New(db, migrations.SQLite)
 //	err = fence.Exec(ctx, store, lock, func(tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, total, 42)
 //		return err
@@ -17,8 +17,8 @@
 //	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 //
 // The differences between the databases (identifier quoting, placeholders, the upsert
-// syntax, how the driver reports unique-key violations and lock contention) are a
-// Dialect value; the code path is one.
+// syntax, how the driver reports unique-key violations and lock contention) follow
+// the migrations.Dialect the Store is given; the code path is one.
 //
 // MySQL: a Store needs the connection flag clientFoundRows=true (an UPDATE that
 // writes the values a row already has must count as done, not as refused). It checks
@@ -31,7 +31,7 @@
 // and BEGIN IMMEDIATE; OpenSQLite sets all three. When the begin of a fenced
 // transaction finds the database locked (nothing of the caller's has run yet), the
 // Store tries again until ctx ends; a lock that outlasts ctx returns ctx's error,
-// wrapped in ErrBusy when the driver gave up before ctx did. The driver's raw
+// wrapped in fence.ErrBusy when the driver gave up before ctx did. The driver's raw
 // "database is locked" does not reach the caller from the Store's own statements.
 package sqlfence
 
@@ -40,6 +40,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"github.com/fencegate/fencegate/migrations"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -47,7 +48,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
 )
 
 var (
@@ -58,16 +59,10 @@ var (
 // Errors returned by this package, besides the fence package's sentinels and typed
 // errors (fence.ErrStale, fence.ErrNotFound, fence.ErrInvalidIdentifier, ...).
 var (
-	// ErrBusy means the database stayed locked by other writers (SQLITE_BUSY, or a
-	// MySQL deadlock or lock wait timeout) until ctx ended, or a commit found it
-	// locked. Nothing was written. It wraps the driver's error and ctx's.
-	ErrBusy = errors.New("sqlfence: database busy")
 	// ErrFoundRows means a MySQL connection counts changed rows instead of matched
 	// rows, so a fenced write of unchanged values would look refused. Add
 	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
 	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
-	// ErrUnknownDialect means a Dialect value is neither MySQL nor SQLite.
-	ErrUnknownDialect = errors.New("sqlfence: unknown dialect")
 	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
 	ErrInvalidOption = errors.New("sqlfence: invalid option")
 	// ErrSchema means the fence_tokens table is missing: apply the migrations
@@ -80,7 +75,7 @@ var (
 // no connection of its own.
 type Store struct {
 	db     *sql.DB
-	d      Dialect
+	d      dialect
 	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
 	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
@@ -100,13 +95,13 @@ type Store struct {
 // New returns a Store writing through db in dialect d. The library's fence_tokens
 // table must exist (migrations.Up creates it). New does no I/O; a nil db or an
 // unknown dialect is reported by every method, with fence.ErrInvalidArgument or
-// ErrUnknownDialect.
-func New(db *sql.DB, d Dialect) *Store {
-	return &Store{db: db, d: d}
+// migrations.ErrUnknownDialect.
+func New(db *sql.DB, d migrations.Dialect) *Store {
+	return &Store{db: db, d: dialect(d)}
 }
 
 // Dialect returns the store's dialect.
-func (s *Store) Dialect() Dialect { return s.d }
+func (s *Store) Dialect() migrations.Dialect { return migrations.Dialect(s.d) }
 
 // Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
 // g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
@@ -117,8 +112,8 @@ func (s *Store) Dialect() Dialect { return s.d }
 // Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
-// checked immediately before COMMIT, the transaction then rolls back), ErrUnknownDialect,
-// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, ErrBusy
+// checked immediately before COMMIT, the transaction then rolls back), migrations.ErrUnknownDialect,
+// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
@@ -138,10 +133,10 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	if s.d == MySQL && s.fast(g) {
+	if s.d == dMySQL && s.fast(g) {
 		return s.fencedFast(ctx, g, fn)
 	}
-	if s.d == MySQL {
+	if s.d == dMySQL {
 		return s.fencedPinned(ctx, g, fn)
 	}
 	tx, err := s.beginFenced(ctx, s.db, g)
@@ -170,7 +165,7 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*
 func (s *Store) commitErr(ctx context.Context, err error) error {
 	switch {
 	case busy(err):
-		return fmt.Errorf("%w: commit refused, nothing was written: %w", ErrBusy, err)
+		return fmt.Errorf("%w: commit refused, nothing was written: %w", fence.ErrBusy, err)
 	case errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil:
 		return fmt.Errorf("sqlfence: commit: %w (rolled back)", ctx.Err())
 	}
@@ -190,7 +185,7 @@ func (s *Store) check(g fence.Grant) error {
 
 // probe checks the connection once per Store where the dialect needs it (MySQL).
 func (s *Store) probe(ctx context.Context) error {
-	if s.d == MySQL {
+	if s.d == dMySQL {
 		return s.probeFoundRows(ctx)
 	}
 	return nil
@@ -225,7 +220,7 @@ func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*s
 // raise raises g's fence row inside tx. The common case, a row that exists with a
 // token not higher, is one plain UPDATE (cheaper for the server than an upsert, which
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
-// the upsert of Dialect.raiseSQL inserts the row or reports the stored token.
+// the upsert of dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	if _, ok := g.(fence.Set); ok {
 		return s.raiseSet(ctx, tx, g)
@@ -233,7 +228,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
 	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
 	raiseArgs := []any{g.Resource(), int64(g.Token())}
-	if s.d == Postgres {
+	if s.d == dPostgres {
 		// The transaction's idle timeout rides on whichever raise runs: set_config
 		// is evaluated for the one row the bump matches, or once by the upsert.
 		bump += " AND set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL"
@@ -297,7 +292,7 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 		select {
 		case <-ctx.Done():
 			t.Stop()
-			return fmt.Errorf("%w: %w; last error: %w", ErrBusy, context.Cause(ctx), err)
+			return fmt.Errorf("%w: %w; last error: %w", fence.ErrBusy, context.Cause(ctx), err)
 		case <-t.C:
 		}
 		wait = min(2*wait, 100*time.Millisecond)

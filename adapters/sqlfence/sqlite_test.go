@@ -18,6 +18,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // childEnv makes the test binary a writer process of TestSQLite_multiProcess
@@ -48,7 +49,7 @@ func sqliteChild() int {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	store := sqlfence.New(db, sqlfence.SQLite)
+	store := sqlfence.New(db, migrations.SQLite)
 	// Start together: the parent creates the go file once every process runs.
 	for {
 		if _, err := os.Stat(parts[0] + ".go"); err == nil {
@@ -192,7 +193,7 @@ func holdWriteLock(t *testing.T, path string) (release func()) {
 }
 
 // TestSQLite_busy_outlastsContext: a write lock held past ctx's end ends the wait
-// with ctx's error, and with ErrBusy where the Store itself was retrying (a pool
+// with ctx's error, and with fence.ErrBusy where the Store itself was retrying (a pool
 // without busy timeout); never with the driver's raw "database is locked".
 func TestSQLite_busy_outlastsContext(t *testing.T) {
 	db, path := sqliteDB(t)
@@ -214,13 +215,13 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 		want []error
 	}{
 		{"OpenSQLite (driver waits)", opened, []error{context.DeadlineExceeded}},
-		// ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
+		// fence.ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
 		// loaded machine the deadline can pass first, so only ctx's error is required.
 		{"no busy timeout (Store retries)", plain, []error{context.DeadlineExceeded}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := sqlfence.New(tt.db, sqlfence.SQLite)
+			store := sqlfence.New(tt.db, migrations.SQLite)
 			g := fence.NewGrant("busy", 1)
 			calls := map[string]func(ctx context.Context) error{
 				"Fenced": func(ctx context.Context) error {
@@ -257,7 +258,7 @@ func TestSQLite_busy_retriedWithoutTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { plain.Close() })
 	release := holdWriteLock(t, path)
-	store := sqlfence.New(plain, sqlfence.SQLite)
+	store := sqlfence.New(plain, migrations.SQLite)
 	done := make(chan error, 1)
 	go func() {
 		done <- store.Fenced(t.Context(), fence.NewGrant("retry", 7), func(tx *sql.Tx) error {

@@ -7,7 +7,7 @@ import (
 	"sync"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 // shape is Decrement's SQL for one counter shape (table, counter column, key columns
@@ -30,7 +30,7 @@ type shape struct {
 // of OpenMySQL at 16 workers (BENCHMARKS.md), at the price of one prepare per pooled
 // connection and shape, the first time. Not PostgreSQL: pgx's stdlib already keeps
 // statements prepared per connection by their text.
-func (d Dialect) preparesTake() bool { return d == SQLite || d == MySQL }
+func (d dialect) preparesTake() bool { return d == dSQLite || d == dMySQL }
 
 // shapeCache is a Store's shapes (shapecache.Map, keyed by appendShapeKey) and the
 // statements prepared for them.
@@ -96,7 +96,7 @@ func (s *Store) shapeOf(ctx context.Context, c fence.Counter) (*shape, error) {
 }
 
 // remember caches sh under key, first preparing its take where the dialect prepares
-// takes (Dialect.preparesTake), and returns the shape to use: the one cached, or sh
+// takes (dialect.preparesTake), and returns the shape to use: the one cached, or sh
 // when the cache is full. A cached shape whose prepare failed is replaced once a
 // prepare succeeds.
 func (s *Store) remember(ctx context.Context, key []byte, sh *shape) *shape {

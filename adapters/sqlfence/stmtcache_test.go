@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // decrement takes n from c through s and fails t unless want is left.
@@ -253,8 +254,8 @@ func TestStore_Decrement_cachedAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first := testing.AllocsPerRun(20, func() { take(sqlfence.New(db, sqlfence.SQLite)) })
-	s := sqlfence.New(db, sqlfence.SQLite)
+	first := testing.AllocsPerRun(20, func() { take(sqlfence.New(db, migrations.SQLite)) })
+	s := sqlfence.New(db, migrations.SQLite)
 	cached := testing.AllocsPerRun(20, func() { take(s) })
 	if cached >= first {
 		t.Fatalf("a cached Decrement allocates %.0f times, a first one %.0f: want fewer", cached, first)

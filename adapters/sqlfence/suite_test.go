@@ -7,11 +7,12 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*sql.Tx] {
 	rebind := func(q string) string { return q }
-	if store.Dialect() == sqlfence.Postgres {
+	if store.Dialect() == migrations.Postgres {
 		rebind = dollars
 	}
 	return fencetest.Harness[*sql.Tx]{
@@ -37,7 +38,7 @@ func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*
 
 func TestSuite_MariaDB(t *testing.T) {
 	db, _ := mysqlDB(t)
-	fencetest.Run(t, harness("mariadb", db, sqlfence.New(db, sqlfence.MySQL)))
+	fencetest.Run(t, harness("mariadb", db, sqlfence.New(db, migrations.MySQL)))
 }
 
 // TestSuite_MariaDB_isolation runs the suite again with InnoDB's other common levels.
@@ -45,7 +46,7 @@ func TestSuite_MariaDB_isolation(t *testing.T) {
 	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelSerializable} {
 		t.Run(level.String(), func(t *testing.T) {
 			db, _ := mysqlDB(t)
-			store, err := sqlfence.NewWithOptions(db, sqlfence.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			store, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -56,7 +57,7 @@ func TestSuite_MariaDB_isolation(t *testing.T) {
 
 func TestSuite_SQLite(t *testing.T) {
 	db, _ := sqliteDB(t)
-	fencetest.Run(t, harness("sqlite", db, sqlfence.New(db, sqlfence.SQLite)))
+	fencetest.Run(t, harness("sqlite", db, sqlfence.New(db, migrations.SQLite)))
 }
 
 // TestSuite_Postgres runs the suite on PostgreSQL through database/sql (pgx's stdlib
@@ -66,7 +67,7 @@ func TestSuite_Postgres(t *testing.T) {
 	for _, level := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelRepeatableRead} {
 		t.Run(level.String(), func(t *testing.T) {
 			db, _ := postgresDB(t)
-			store, err := sqlfence.NewWithOptions(db, sqlfence.Postgres, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			store, err := sqlfence.NewWithOptions(db, migrations.Postgres, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -10,17 +10,18 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // killWhen polls until a session other than db's own runs a statement matching like
 // while waiting (PostgreSQL: wait_event_type = wait; MariaDB: a state LIKE wait), then
 // ends it from the server (pg_terminate_backend, KILL): its reply is lost.
-func killWhen(t *testing.T, db *sql.DB, d sqlfence.Dialect, like, wait string) {
+func killWhen(t *testing.T, db *sql.DB, d migrations.Dialect, like, wait string) {
 	t.Helper()
 	for {
 		var err error
 		killed := false
-		if d == sqlfence.Postgres {
+		if d == migrations.Postgres {
 			var n int64
 			err = db.QueryRowContext(t.Context(), "SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "+
 				"WHERE datname = current_database() AND pid <> pg_backend_pid() AND state = 'active' "+
@@ -58,10 +59,10 @@ func killWhen(t *testing.T, db *sql.DB, d sqlfence.Dialect, like, wait string) {
 // blockCommits makes the next COMMIT of a transaction that wrote wait: on PostgreSQL a
 // deferred constraint trigger on tbl sleeps; on MariaDB another session holds FLUSH
 // TABLES WITH READ LOCK, which blocks commits, until the returned function runs.
-func blockCommits(t *testing.T, db *sql.DB, d sqlfence.Dialect, tbl string) (hold func(), release func()) {
+func blockCommits(t *testing.T, db *sql.DB, d migrations.Dialect, tbl string) (hold func(), release func()) {
 	t.Helper()
 	ctx := t.Context()
-	if d == sqlfence.Postgres {
+	if d == migrations.Postgres {
 		mustExec(t, db, "CREATE OR REPLACE FUNCTION fgt_slow_commit() RETURNS trigger LANGUAGE plpgsql AS "+
 			"$$ BEGIN PERFORM pg_sleep(60); RETURN NULL; END $$")
 		mustExec(t, db, "CREATE CONSTRAINT TRIGGER slow AFTER INSERT ON "+tbl+
@@ -88,10 +89,10 @@ func blockCommits(t *testing.T, db *sql.DB, d sqlfence.Dialect, tbl string) (hol
 // pool serves the next write, and the interrupted transaction did not commit.
 // SQLite runs COMMIT in-process: no reply can be lost there.
 func TestStore_commitUnknown(t *testing.T) {
-	for _, d := range []sqlfence.Dialect{sqlfence.Postgres, sqlfence.MySQL} {
+	for _, d := range []migrations.Dialect{migrations.Postgres, migrations.MySQL} {
 		t.Run(d.String(), func(t *testing.T) {
 			var db *sql.DB
-			if d == sqlfence.Postgres {
+			if d == migrations.Postgres {
 				db, _ = postgresDB(t)
 			} else {
 				db, _ = mysqlDB(t)
@@ -99,7 +100,7 @@ func TestStore_commitUnknown(t *testing.T) {
 			store := sqlfence.New(db, d)
 			rebind := func(q string) string { return q }
 			wait := "%"
-			if d == sqlfence.Postgres {
+			if d == migrations.Postgres {
 				rebind, wait = dollars, "Lock"
 			}
 			t.Run("Fenced", func(t *testing.T) { testFencedUnknown(t, db, d, store) })
@@ -108,7 +109,7 @@ func TestStore_commitUnknown(t *testing.T) {
 	}
 }
 
-func testFencedUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlfence.Store) {
+func testFencedUnknown(t *testing.T, db *sql.DB, d migrations.Dialect, store *sqlfence.Store) {
 	ctx := t.Context()
 	tbl := fmt.Sprintf("slow_commit_%d", time.Now().UnixNano())
 	mustExec(t, db, "CREATE TABLE "+tbl+" (id INT PRIMARY KEY)")
@@ -116,7 +117,7 @@ func testFencedUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlf
 	defer release()
 	res := fmt.Sprintf("unknown-%d", time.Now().UnixNano())
 	commitWait := "Timeout"
-	if d == sqlfence.MySQL {
+	if d == migrations.MySQL {
 		commitWait = "%"
 	}
 	killed := make(chan struct{})
@@ -135,7 +136,7 @@ func testFencedUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlf
 	// may finish a commit its KILL interrupted (it has been seen to): exactly why the
 	// outcome is reported as unknown.
 	n := queryInt(t, db, "SELECT COUNT(*) FROM "+tbl)
-	if n > 1 || (d == sqlfence.Postgres && n != 0) {
+	if n > 1 || (d == migrations.Postgres && n != 0) {
 		t.Fatalf("%d rows committed by a transaction ended during its commit", n)
 	}
 	t.Logf("%s: the interrupted transaction committed %d rows", d, n)
@@ -148,7 +149,7 @@ func testFencedUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlf
 	}
 }
 
-func testRowsUnknown(t *testing.T, db *sql.DB, d sqlfence.Dialect, store *sqlfence.Store, rebind func(string) string, wait string) {
+func testRowsUnknown(t *testing.T, db *sql.DB, d migrations.Dialect, store *sqlfence.Store, rebind func(string) string, wait string) {
 	ctx := t.Context()
 	tbl := fmt.Sprintf("rows_unknown_%d", time.Now().UnixNano())
 	mustExec(t, db, "CREATE TABLE "+tbl+" (id VARCHAR(20) PRIMARY KEY, v INT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
@@ -187,7 +188,7 @@ func wantUnknown(t *testing.T, err error) {
 	if !errors.Is(err, fence.ErrCommitUnknown) {
 		t.Fatalf("error = %v, want fence.ErrCommitUnknown", err)
 	}
-	for _, other := range []error{fence.ErrStale, fence.ErrLost, fence.ErrNotFound, sqlfence.ErrBusy} {
+	for _, other := range []error{fence.ErrStale, fence.ErrLost, fence.ErrNotFound, fence.ErrBusy} {
 		if errors.Is(err, other) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}

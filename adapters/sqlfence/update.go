@@ -33,8 +33,8 @@ import (
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
 // fence.Set grant), fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant,
-// ErrFoundRows, ErrUnknownDialect, ErrSchema (no fence_tokens), a
-// *fence.DuplicateError when a set column hits a unique key, ErrBusy, a
+// ErrFoundRows, migrations.ErrUnknownDialect, ErrSchema (no fence_tokens), a
+// *fence.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
 // *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
@@ -46,7 +46,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	if s.d == SQLite {
+	if s.d == dSQLite {
 		err = s.txUpdate(ctx, g, st)
 	} else {
 		err = s.updateOne(ctx, g, st)
@@ -62,7 +62,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // which also inserts it, only when that wrote nothing.
 func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error {
 	bumps := []bool{false}
-	if s.d == Postgres {
+	if s.d == dPostgres {
 		bumps = []bool{true, false}
 	}
 	for _, bump := range bumps {
@@ -77,7 +77,7 @@ func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error
 		return err
 	case found && fenceTok > g.Token():
 		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fenceTok}
-	case !found && s.d == MySQL:
+	case !found && s.d == dMySQL:
 		// The join needs the fence row: the resource's first write goes in a
 		// transaction that inserts it, as SQLite's do.
 		return s.txUpdate(ctx, g, st)
@@ -170,11 +170,11 @@ func (st *rowStmt) plainArgs(g fence.Grant) []any {
 // arguments (? placeholders). On PostgreSQL, bump raises the fence row with a plain
 // UPDATE (nothing when the row is missing), else with the upsert; either re-checks
 // its WHERE on the newest version of a fence row it waited for.
-func (st *rowStmt) fencedUpdate(d Dialect, g fence.Grant, bump bool) (string, []any) {
+func (st *rowStmt) fencedUpdate(d dialect, g fence.Grant, bump bool) (string, []any) {
 	tok := int64(g.Token())
 	args := make([]any, 0, 2*len(st.keyArgs)+len(st.setArgs)+5)
 	var b strings.Builder
-	if d == MySQL {
+	if d == dMySQL {
 		// Every column is qualified: the caller's table may have columns named like
 		// fence_tokens' own.
 		const t = "fencegate_t."

@@ -26,7 +26,7 @@ type fenceEnv struct {
 	dsn    string
 }
 
-func newFenceEnv(t *testing.T, srv *locktest.Server, db *sql.DB, d sqlfence.Dialect, dsn string) *fenceEnv {
+func newFenceEnv(t *testing.T, srv *locktest.Server, db *sql.DB, d migrations.Dialect, dsn string) *fenceEnv {
 	t.Helper()
 	locks, err := lockclient.New(srv.Client(t), lockclient.WithIdentity("zombie"))
 	if err != nil {
@@ -60,7 +60,7 @@ func TestRun_fence(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	e := newFenceEnv(t, srv, db, sqlfence.SQLite, "sqlite:"+path)
+	e := newFenceEnv(t, srv, db, migrations.SQLite, "sqlite:"+path)
 	tok := e.holder.Token()
 
 	// list -dsn: the holder has written with its token.
@@ -155,10 +155,10 @@ func TestRun_fence_servers(t *testing.T) {
 		dsn  func(testing.TB) string
 		open func(string) (*sql.DB, error)
 		md   migrations.Dialect
-		sd   sqlfence.Dialect
+		sd   migrations.Dialect
 	}{
-		{"postgres", postgres.DSN, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }, migrations.Postgres, sqlfence.Postgres},
-		{"mariadb", mariadb.DSN, sqlfence.OpenMySQL, migrations.MySQL, sqlfence.MySQL},
+		{"postgres", postgres.DSN, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }, migrations.Postgres, migrations.Postgres},
+		{"mariadb", mariadb.DSN, sqlfence.OpenMySQL, migrations.MySQL, migrations.MySQL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := tc.dsn(t)

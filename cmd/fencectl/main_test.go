@@ -112,7 +112,7 @@ func TestRun_tokens(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	s := sqlfence.New(db, sqlfence.SQLite)
+	s := sqlfence.New(db, migrations.SQLite)
 	noop := func(*sql.Tx) error { return nil }
 	for _, g := range []fence.Grant{fence.NewGrant("acct-1", 40), fence.NewGrant("acct-1", 42), fence.NewGrant("it's; DROP", 7)} {
 		if err := s.Fenced(t.Context(), g, noop); err != nil {

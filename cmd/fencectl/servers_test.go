@@ -38,16 +38,16 @@ func TestRun_tokens_servers(t *testing.T) {
 		dsn    func(testing.TB) string
 		driver string
 		md     migrations.Dialect
-		sd     sqlfence.Dialect
+		sd     migrations.Dialect
 	}{
-		{"postgres", postgres.DSN, "pgx", migrations.Postgres, sqlfence.Postgres},
-		{"mariadb", mariadb.DSN, "mysql", migrations.MySQL, sqlfence.MySQL},
+		{"postgres", postgres.DSN, "pgx", migrations.Postgres, migrations.Postgres},
+		{"mariadb", mariadb.DSN, "mysql", migrations.MySQL, migrations.MySQL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := tc.dsn(t)
 			var db *sql.DB
 			var err error
-			if tc.sd == sqlfence.MySQL {
+			if tc.sd == migrations.MySQL {
 				db, err = sqlfence.OpenMySQL(dsn)
 			} else {
 				db, err = sql.Open(tc.driver, dsn)

@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // openDSN opens the database dsn names: postgres:// or postgresql:// through
@@ -77,14 +78,14 @@ func ping(ctx context.Context, driver string, db *sql.DB) error {
 }
 
 // dialect is the sqlfence dialect of an openDSN driver name.
-func dialect(driver string) sqlfence.Dialect {
+func dialect(driver string) migrations.Dialect {
 	switch driver {
 	case "pgx":
-		return sqlfence.Postgres
+		return migrations.Postgres
 	case "mysql":
-		return sqlfence.MySQL
+		return migrations.MySQL
 	}
-	return sqlfence.SQLite
+	return migrations.SQLite
 }
 
 type tokenRow struct {

@@ -23,7 +23,7 @@ func TestRun(t *testing.T) {
 		{"unknown command", []string{"sideways"}, 2, "", `unknown command "sideways"`},
 		{"gen without table", []string{"gen", "-dir", dir, "-dialect", "postgres"}, 2, "", "needs -dir and -table"},
 		{"gen unknown dialect", []string{"gen", "-dir", dir, "-table", "t", "-dialect", "oracle"}, 2, "", "unknown dialect"},
-		{"gen bad table", []string{"gen", "-dir", dir, "-table", "a.b.c", "-dialect", "postgres"}, 1, "", "invalid table name"},
+		{"gen bad table", []string{"gen", "-dir", dir, "-table", "a.b.c", "-dialect", "postgres"}, 1, "", "invalid identifier"},
 		{"gen", []string{"gen", "-dir", dir, "-table", "invoices", "-dialect", "postgres"}, 0, "1_add_fence_token_to_invoices.up.sql", ""},
 		{"gen again", []string{"gen", "-dir", dir, "-table", "invoices", "-dialect", "postgres"}, 1, "", "already exists"},
 		{"up without dsn", []string{"up", "-dialect", "sqlite"}, 2, "", "needs -dsn"},

@@ -53,13 +53,13 @@ func openStore(ctx context.Context, dsn string, idle time.Duration) (store, erro
 			return nil, err
 		}
 		db.SetMaxIdleConns(4)
-		return sqlStore{db, sqlfence.MySQL, idle}, nil
+		return sqlStore{db, migrations.MySQL, idle}, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
 		db, err := sqlfence.OpenSQLite(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
 			return nil, err
 		}
-		return sqlStore{db, sqlfence.SQLite, idle}, nil
+		return sqlStore{db, migrations.SQLite, idle}, nil
 	}
 	return nil, errors.New("-dsn: want postgres://..., mysql://user:pass@tcp(host:port)/db or sqlite://path")
 }
@@ -158,7 +158,7 @@ func (s pgStore) setup(ctx context.Context, accounts []string) error {
 // arrays).
 type sqlStore struct {
 	db   *sql.DB
-	d    sqlfence.Dialect
+	d    migrations.Dialect
 	idle time.Duration
 }
 
@@ -223,7 +223,7 @@ func (s sqlStore) setup(ctx context.Context, accounts []string) error {
 		`CREATE TABLE IF NOT EXISTS billing_accounts (account TEXT PRIMARY KEY, balance INTEGER NOT NULL DEFAULT 0, tokens TEXT NOT NULL DEFAULT '')`,
 		`CREATE TABLE IF NOT EXISTS billing_writes (seq INTEGER PRIMARY KEY AUTOINCREMENT, account TEXT NOT NULL, token INTEGER NOT NULL, worker TEXT NOT NULL, balance INTEGER NOT NULL, at TEXT NOT NULL DEFAULT CURRENT_TIMESTAMP)`,
 	}, `INSERT OR IGNORE INTO billing_accounts (account) VALUES (?)`
-	if s.d == sqlfence.MySQL {
+	if s.d == migrations.MySQL {
 		md, schema, insert = migrations.MySQL, []string{
 			`CREATE TABLE IF NOT EXISTS billing_accounts (account VARCHAR(200) PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, tokens TEXT NOT NULL)`,
 			`CREATE TABLE IF NOT EXISTS billing_writes (seq BIGINT AUTO_INCREMENT PRIMARY KEY, account VARCHAR(200) NOT NULL, token BIGINT NOT NULL, worker VARCHAR(200) NOT NULL, balance BIGINT NOT NULL, at TIMESTAMP NOT NULL DEFAULT CURRENT_TIMESTAMP)`,

@@ -114,7 +114,7 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			where string
 			clean = func() {}
 		)
-		d, md := sqlfence.MySQL, migrations.MySQL
+		d, md := migrations.MySQL, migrations.MySQL
 		if b.kind == "mysql" {
 			if db, err = sqlfence.OpenMySQL(b.dsn); err != nil {
 				return nil, 0, fmt.Errorf("-mysql: %w", err)
@@ -124,7 +124,7 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 				where = fmt.Sprintf("MySQL %s/%s", cfg.Addr, cfg.DBName)
 			}
 		} else {
-			d, md = sqlfence.SQLite, migrations.SQLite
+			d, md = migrations.SQLite, migrations.SQLite
 			path := b.dsn
 			if path == "" {
 				dir, err := os.MkdirTemp("", "flashsale-")

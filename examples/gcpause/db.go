@@ -187,9 +187,9 @@ func openInvoiceDB(ctx context.Context, b backend) (invoiceDB, error) {
 			db.Close()
 			return nil, fmt.Errorf("%s: %w", b.kind, err)
 		}
-		d, upsert := sqlfence.SQLite, upsertInvoice
+		d, upsert := migrations.SQLite, upsertInvoice
 		if b.kind == "mysql" {
-			d, upsert = sqlfence.MySQL, upsertInvoiceMySQL
+			d, upsert = migrations.MySQL, upsertInvoiceMySQL
 		}
 		return &sqlInvoices{db: db, store: sqlfence.New(db, d), upsert: upsert}, nil
 	}

@@ -82,7 +82,7 @@ func TestQuickstart_locktestAndSQLite(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE invoices (account INTEGER PRIMARY KEY, total INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, sqlfence.SQLite)
+	store := sqlfence.New(db, migrations.SQLite)
 
 	first, err := locks.Acquire(ctx, "account-42")
 	if err != nil {

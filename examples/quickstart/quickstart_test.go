@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/migrations"
 )
 
 // A billing job on one account with PostgreSQL: take the lock, write under its
@@ -69,7 +70,7 @@ func Example_databaseSQL() {
 	}
 	defer lock.Release(ctx)
 
-	err = fence.Exec(ctx, sqlfence.New(db, sqlfence.MySQL), lock, func(tx *sql.Tx) error {
+	err = fence.Exec(ctx, sqlfence.New(db, migrations.MySQL), lock, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, 1250, 42)
 		return err
 	})

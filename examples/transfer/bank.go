@@ -53,7 +53,7 @@ func openBank(ctx context.Context, path string) (*bank, error) {
 			return nil, fmt.Errorf("set up the accounts: %w", err)
 		}
 	}
-	return &bank{db: db, store: sqlfence.New(db, sqlfence.SQLite)}, nil
+	return &bank{db: db, store: sqlfence.New(db, migrations.SQLite)}, nil
 }
 
 func (b *bank) Close() error { return b.db.Close() }
@@ -95,7 +95,7 @@ func (b *bank) balance(ctx context.Context, acct string) (int64, error) {
 
 // mark is the account's stored high-water token (0: none).
 func (b *bank) mark(ctx context.Context, acct string) (fence.Token, error) {
-	return fencemark.Read(ctx, b.db, sqlfence.SQLite, acct)
+	return fencemark.Read(ctx, b.db, migrations.SQLite, acct)
 }
 
 func dollars(cents int64) string { return fmt.Sprintf("$%d.%02d", cents/100, cents%100) }

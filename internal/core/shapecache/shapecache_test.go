@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/shapecache"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
 func key(names ...string) []byte {

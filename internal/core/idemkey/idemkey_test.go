@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/idemkey"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 )
 
 func TestCheck(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetx"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
 )
 
 type watched struct {

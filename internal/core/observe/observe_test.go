@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/observe"
+	"github.com/fencegate/fencegate/internal/core/observe"
 )
 
 type recorder []string
