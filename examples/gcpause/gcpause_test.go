@@ -37,10 +37,10 @@ func TestMain(m *testing.M) {
 
 // timeline is what a run's output says, parsed from the table and the row below it.
 type timeline struct {
-	s1Token, s2Token, heldToken, seen int64
-	s1Write, s2Write                  string
-	row                               string
-	order                             []string // which rows appeared, in order
+	s1Token, s2Token, heldToken int64
+	s1Write, s2Write            string
+	row                         string
+	order                       []string // which rows appeared, in order
 }
 
 var rows = []struct {

@@ -232,7 +232,7 @@ func awaitDelete(ctx context.Context, watch clientv3.WatchChan, within time.Dura
 				}
 			}
 		case <-timer.C:
-			return 0, time.Time{}, fmt.Errorf("Server 1's lease did not run out within %v of its freeze", within)
+			return 0, time.Time{}, fmt.Errorf("the lease of Server 1 did not run out within %v of its freeze", within)
 		case <-ctx.Done():
 			return 0, time.Time{}, context.Cause(ctx)
 		}

@@ -76,11 +76,11 @@ type result struct {
 func (r result) verdict() error {
 	switch {
 	case !r.expired:
-		return fmt.Errorf("Server 1's key was not seen expiring before Server 2 took %s", r.resource)
+		return fmt.Errorf("the key of Server 1 was not seen expiring before Server 2 took %s", r.resource)
 	case r.s2Token <= r.s1Token:
 		return fmt.Errorf("tokens did not go up: Server 1 had %d, Server 2 got %d", r.s1Token, r.s2Token)
 	case r.s2Write.Outcome != "accepted":
-		return fmt.Errorf("Server 2's write with the current token %d was not accepted: %s %s", r.s2Token, r.s2Write.Outcome, r.s2Write.Err)
+		return fmt.Errorf("the write of Server 2 with the current token %d was not accepted: %s %s", r.s2Token, r.s2Write.Outcome, r.s2Write.Err)
 	case !r.found:
 		return fmt.Errorf("no invoice row for %s after the run", r.resource)
 	}
@@ -95,7 +95,7 @@ func (r result) verdict() error {
 	}
 	switch {
 	case r.s1Write.Outcome != "refused":
-		return fmt.Errorf("Server 1's stale write (token %d) was not refused by the database: %s %s", r.s1Token, r.s1Write.Outcome, r.s1Write.Err)
+		return fmt.Errorf("the stale write of Server 1 (token %d) was not refused by the database: %s %s", r.s1Token, r.s1Write.Outcome, r.s1Write.Err)
 	case r.s1Write.Presented != r.s1Token || r.s1Write.Seen != r.s2Token:
 		return fmt.Errorf("the refusal named tokens %d (presented) and %d (seen), want %d and %d",
 			r.s1Write.Presented, r.s1Write.Seen, r.s1Token, r.s2Token)
