@@ -39,7 +39,7 @@ func TestResult_verdict(t *testing.T) {
 		{"fenced: no row", func() result { r := fenced(); r.found, r.stored = false, invoice{}; return r }, "no invoice row"},
 		{"tokens did not go up", func() result { r := fenced(); r.s2Token = 33; return r }, "did not go up"},
 		{"Server 2 took before the expiry", func() result { r := fenced(); r.expired = false; return r }, "not seen expiring"},
-		{"Server 2 refused", func() result { r := fenced(); r.s2Write = event{Outcome: "refused"}; return r }, "Server 2's write"},
+		{"Server 2 refused", func() result { r := fenced(); r.s2Write = event{Outcome: "refused"}; return r }, "write of Server 2"},
 		{"-no-fence: stale write refused", func() result { r := unfenced(); r.s1Write = event{Outcome: "refused"}; return r }, "did not land"},
 		{"-no-fence: Server 2's row stands", func() result { r := unfenced(); r.stored = s2; return r }, "not Server 1's stale one"},
 	}
