@@ -26,6 +26,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3fence"
 	"github.com/fencegate/fencegate/adapters/s3fence/s3test"
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 type config struct {
@@ -102,12 +103,17 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 	}
 	etcdWhere := strings.Join(cfg.etcd, ",")
 	if len(cfg.etcd) == 0 {
-		e, err := startEtcd(ctx)
+		dir, err := os.MkdirTemp("", "s3report-etcd-")
 		if err != nil {
-			return err
+			return fmt.Errorf("etcd: data directory: %w", err)
+		}
+		defer os.RemoveAll(dir)
+		e, err := locktest.Run(dir)
+		if err != nil {
+			return fmt.Errorf("start etcd: %w", err)
 		}
 		defer e.Close()
-		cfg.etcd, etcdWhere = e.Endpoints(), "an embedded etcd at "+e.Endpoints()[0]
+		cfg.etcd, etcdWhere = e.Endpoints(), "a local etcd at "+e.Endpoints()[0]
 	}
 	var holders [2]*lockclient.Client
 	for i := range holders {
