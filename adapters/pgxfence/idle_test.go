@@ -1,15 +1,12 @@
 package pgxfence_test
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,16 +15,16 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/testserver"
 )
 
 // The frozen holder runs as this test binary re-executed with these variables set.
 const (
-	idleChildEnv   = "PGXFENCE_IDLE_CHILD" // the DSN
-	idleTableEnv   = "PGXFENCE_IDLE_TABLE"
-	idleResEnv     = "PGXFENCE_IDLE_RESOURCE"
-	idleFirstEnv   = "PGXFENCE_IDLE_FENCE_FIRST"
-	childLease     = 2 * time.Second
-	childReadyLine = "ready"
+	idleChildEnv = "PGXFENCE_IDLE_CHILD" // the DSN
+	idleTableEnv = "PGXFENCE_IDLE_TABLE"
+	idleResEnv   = "PGXFENCE_IDLE_RESOURCE"
+	idleFirstEnv = "PGXFENCE_IDLE_FENCE_FIRST"
+	childLease   = 2 * time.Second
 )
 
 // leasedGrant is a grant that knows its lease (fence.Leased).
@@ -63,7 +60,7 @@ func idleChild() int {
 		if _, err := tx.Exec(ctx, "UPDATE "+os.Getenv(idleTableEnv)+" SET val = 5 WHERE id = 1"); err != nil {
 			return err
 		}
-		fmt.Println(childReadyLine)
+		fmt.Println(testserver.ChildReadyLine)
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return nil
 	})
@@ -89,7 +86,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			if first {
 				env = append(env, idleFirstEnv+"=1")
 			}
-			child, out := startFrozenChild(t, env)
+			child := testserver.StartFrozen(t, env)
 
 			start := time.Now()
 			wctx, cancel := context.WithTimeout(ctx, childLease+30*time.Second)
@@ -106,7 +103,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			if waited > childLease+10*time.Second {
 				t.Fatalf("the successor waited %v for a holder frozen with a %v lease", waited, childLease)
 			}
-			result := resumeChild(t, child, out)
+			result := child.Resume(t)
 			if !strings.Contains(result, "idle-timeout=true") {
 				t.Fatalf("the resumed holder's Fenced: %q, want ErrIdleTimeout", result)
 			}
@@ -118,65 +115,6 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			}
 		})
 	}
-}
-
-// frozenChild is a re-executed test binary and its stdin.
-type frozenChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-}
-
-// startFrozenChild starts the child, waits for its ready line and stops it.
-func startFrozenChild(t *testing.T, env []string) (*frozenChild, *bufio.Scanner) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	c := &frozenChild{cmd: cmd, stdin: stdin}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	out := bufio.NewScanner(stdout)
-	for out.Scan() {
-		if out.Text() == childReadyLine {
-			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			return c, out
-		}
-	}
-	t.Fatalf("the child exited before it was ready: %v", out.Err())
-	return nil, nil
-}
-
-// resumeChild continues the child, lets it return from fn and returns its last line.
-func resumeChild(t *testing.T, c *frozenChild, out *bufio.Scanner) string {
-	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.stdin.Close()
-	last := ""
-	for out.Scan() {
-		last = out.Text()
-	}
-	if err := c.cmd.Wait(); err != nil {
-		t.Fatalf("child: %v (%q)", err, last)
-	}
-	return last
 }
 
 // TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the

@@ -1,33 +1,30 @@
 package sqlfence_test
 
 import (
-	"bufio"
 	"context"
 	"database/sql"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/testserver"
 	"github.com/fencegate/fencegate/migrations"
 )
 
 // The frozen holder runs as this test binary re-executed with these variables set.
 const (
-	idleChildEnv   = "SQLFENCE_IDLE_CHILD" // the dialect's number
-	idleDSNEnv     = "SQLFENCE_IDLE_DSN"
-	idleTableEnv   = "SQLFENCE_IDLE_TABLE"
-	idleResEnv     = "SQLFENCE_IDLE_RESOURCE"
-	childLease     = 2 * time.Second
-	childReadyLine = "ready"
+	idleChildEnv = "SQLFENCE_IDLE_CHILD" // the dialect's number
+	idleDSNEnv   = "SQLFENCE_IDLE_DSN"
+	idleTableEnv = "SQLFENCE_IDLE_TABLE"
+	idleResEnv   = "SQLFENCE_IDLE_RESOURCE"
+	childLease   = 2 * time.Second
 )
 
 // leasedGrant is a grant that knows its lease (fence.Leased).
@@ -66,7 +63,7 @@ func idleChild() int {
 		if _, err := tx.ExecContext(ctx, q); err != nil {
 			return err
 		}
-		fmt.Println(childReadyLine)
+		fmt.Println(testserver.ChildReadyLine)
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return nil
 	})
@@ -94,7 +91,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			res := "frozen-" + tbl
 			mustExec(t, db, "CREATE TABLE "+tbl+" (id INT PRIMARY KEY, val INT NOT NULL)")
 			mustExec(t, db, "INSERT INTO "+tbl+" VALUES (1, 0)")
-			child, out := startFrozenChild(t, []string{idleChildEnv + "=" + strconv.Itoa(int(d)),
+			child := testserver.StartFrozen(t, []string{idleChildEnv + "=" + strconv.Itoa(int(d)),
 				idleDSNEnv + "=" + dsn, idleTableEnv + "=" + tbl, idleResEnv + "=" + res})
 
 			start := time.Now()
@@ -112,7 +109,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			if waited > childLease+10*time.Second {
 				t.Fatalf("the successor waited %v for a holder frozen with a %v lease", waited, childLease)
 			}
-			result := resumeChild(t, child, out)
+			result := child.Resume(t)
 			t.Logf("%s: the resumed holder: %s", d, result)
 			if !strings.Contains(result, "failed=true") {
 				t.Fatalf("the resumed holder's Fenced: %q, want an error", result)
@@ -129,62 +126,4 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			}
 		})
 	}
-}
-
-// frozenChild is a re-executed test binary and its stdin.
-type frozenChild struct {
-	cmd   *exec.Cmd
-	stdin io.WriteCloser
-}
-
-// startFrozenChild starts the child, waits for its ready line and stops it.
-func startFrozenChild(t *testing.T, env []string) (*frozenChild, *bufio.Scanner) {
-	t.Helper()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), env...)
-	stdin, err := cmd.StdinPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	stdout, err := cmd.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cmd.Stderr = os.Stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = cmd.Process.Signal(syscall.SIGCONT)
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-	})
-	out := bufio.NewScanner(stdout)
-	for out.Scan() {
-		if out.Text() == childReadyLine {
-			if err := cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-				t.Fatal(err)
-			}
-			return &frozenChild{cmd: cmd, stdin: stdin}, out
-		}
-	}
-	t.Fatalf("the child exited before it was ready: %v", out.Err())
-	return nil, nil
-}
-
-// resumeChild continues the child, lets it return from fn and returns its last line.
-func resumeChild(t *testing.T, c *frozenChild, out *bufio.Scanner) string {
-	t.Helper()
-	if err := c.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	_ = c.stdin.Close()
-	last := ""
-	for out.Scan() {
-		last = out.Text()
-	}
-	if err := c.cmd.Wait(); err != nil {
-		t.Fatalf("child: %v (%q)", err, last)
-	}
-	return last
 }
