@@ -28,6 +28,14 @@ var (
 	// 1213), a lock wait given up (55P03, MySQL 1205) and SQLite staying locked
 	// (SQLITE_BUSY, SQLITE_LOCKED), in every adapter; it wraps the driver's error.
 	ErrBusy = errors.New("fence: database busy, retry the transaction")
+	// ErrIdleTimeout means the database ended a fenced transaction that sat idle
+	// past its bound (the grant's lease, or the adapter's idle-timeout option):
+	// nothing of it was stored. It is what a holder frozen inside its transaction
+	// gets when it wakes.
+	ErrIdleTimeout = errors.New("fence: fenced transaction ended by the server: idle past its timeout")
+	// ErrSchema means the database lacks fencegate's tables (fence_tokens and, for
+	// idempotency keys, fence_keys): apply the migrations (migrations.Up).
+	ErrSchema = errors.New("fence: fencegate schema missing, run migrations.Up")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")
 	// ErrInvalidToken means a token <= 0 was presented.
