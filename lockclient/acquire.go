@@ -239,7 +239,7 @@ func (c *Client) registerLock(l *Lock, sent time.Time, lo lockOptions) (*Lock, e
 	}
 	c.mu.Unlock()
 	for _, old := range olds {
-		old.lose(EndKeyDeleted)
+		old.lose(nil)
 	}
 	if poke {
 		c.wake()

@@ -39,13 +39,12 @@ type Client struct {
 	id          string
 	host        string
 	pid         int
-	seq         atomic.Uint64   // makes every put's value unique, to recognise our own after an unknown outcome
-	valuePrefix []byte          // see valuePrefix
-	log         *slog.Logger    // nil: silent
-	obs         Observer        // nil: nothing reported
-	sobs        SessionObserver // obs, if it is one; nil otherwise
-	renewOnce   bool            // renew by KeepAliveOnce (a stream per renewal): the design measured against
-	lazy        bool            // give the lease up when nothing is held at renewal time: a design measured against
+	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
+	valuePrefix []byte        // see valuePrefix
+	log         *slog.Logger  // nil: silent
+	obs         Observer      // nil: nothing reported
+	renewOnce   bool          // renew by KeepAliveOnce (a stream per renewal): the design measured against
+	lazy        bool          // give the lease up when nothing is held at renewal time: a design measured against
 
 	grantSem chan struct{}  // one session grant at a time
 	stop     chan struct{}  // closed by Close
@@ -101,7 +100,6 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, hex.EncodeToString(b[:]))
 	}
 	c.valuePrefix = valuePrefix(c.host, c.pid, c.id)
-	c.sobs, _ = c.obs.(SessionObserver)
 	return c, nil
 }
 
@@ -132,7 +130,7 @@ func (c *Client) Close() error {
 	c.mu.Unlock()
 
 	for _, l := range locks {
-		l.end(EndClosed, ErrClosed)
+		l.end(ErrClosed)
 	}
 	close(c.stop)
 	c.loops.Wait()

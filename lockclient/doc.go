@@ -66,7 +66,7 @@
 // that is waiting when its session is lost goes on under the new one; a
 // TryAcquire whose session is lost during the call returns an error matching
 // ErrSessionLost. Each loss is logged (Warn, "session lost") and reported to an
-// Observer that is a SessionObserver (lockmetrics counts them). The gap between
+// Observer (lockmetrics counts them). The gap between
 // etcd expiring a lease and a frozen process noticing is what fencing covers.
 // (The deadline runs on Go's monotonic clock, which advances while the process
 // is stopped but, on Linux, not while the whole machine is suspended; fencing

@@ -37,6 +37,9 @@ var (
 	ErrInvalidName = errors.New("lockclient: invalid lock name")
 	// ErrInvalidOption means an option to New, Acquire or TryAcquire is unusable.
 	ErrInvalidOption = errors.New("lockclient: invalid option")
+	// ErrNotRenewed means a lock taken WithManualRenewal was not renewed within
+	// its lease: the cause of its Lock's context matches it and fence.ErrLost.
+	ErrNotRenewed = errors.New("lockclient: lock not renewed within its lease")
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lockclient: lock released")
 	// ErrInvalidSet means AcquireSet or TryAcquireSet was given no names, a name

@@ -82,9 +82,14 @@ func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
 // protected work's contexts from it.
 func (l *Lock) Context() context.Context { return l.ctx }
 
-// lose ends the lock as lost.
-func (l *Lock) lose(reason EndReason) {
-	l.end(reason, &fence.LostError{Resource: l.name, Token: l.token})
+// lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
+// because its key was deleted or replaced.
+func (l *Lock) lose(why error) {
+	var cause error = &fence.LostError{Resource: l.name, Token: l.token}
+	if why != nil {
+		cause = fmt.Errorf("%w: %w", cause, why)
+	}
+	l.end(cause)
 	if l.names != nil {
 		l.c.dropSet(l) // the members whose keys are still ours go too
 	}
@@ -92,7 +97,7 @@ func (l *Lock) lose(reason EndReason) {
 
 // end ends the lock with cause; only the first end of a lock counts, as only
 // the first cancel sets its context's cause.
-func (l *Lock) end(reason EndReason, cause error) {
+func (l *Lock) end(cause error) {
 	if !l.ended.CompareAndSwap(false, true) {
 		return
 	}
@@ -103,11 +108,11 @@ func (l *Lock) end(reason EndReason, cause error) {
 	if c := l.c; c.obs != nil || c.log != nil {
 		held = time.Since(l.granted)
 		if c.obs != nil {
-			c.obs.Ended(l.name, l.token, reason, held)
+			c.obs.Ended(l.name, l.token, held, cause)
 		}
 	}
 	l.cancel(cause)
-	l.c.logEnd(l, reason, held)
+	l.c.logEnd(l, cause, held)
 }
 
 // endedErr is the error for an operation on an ended lock.
@@ -147,7 +152,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 	if !held {
 		c.unregisterLocked(l)
 		c.mu.Unlock()
-		l.lose(EndKeyDeleted)
+		l.lose(nil)
 		return l.endedErr()
 	}
 	if l.manual {
@@ -178,11 +183,11 @@ func (l *Lock) Release(ctx context.Context) error {
 	if !held {
 		if l.ctx.Err() == nil {
 			// Superseded while registered elsewhere; cannot normally happen.
-			l.lose(EndKeyDeleted)
+			l.lose(nil)
 		}
 		return l.endedErr()
 	}
-	l.end(EndReleased, ErrReleased)
+	l.end(ErrReleased)
 	err := c.deleteLock(ctx, l)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {

@@ -84,7 +84,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	c.mu.Unlock()
 
 	for _, l := range expired {
-		l.lose(EndNotRenewed)
+		l.lose(ErrNotRenewed)
 	}
 	if !now.Before(s.nextRenew) {
 		if c.lazy && s.drop() {

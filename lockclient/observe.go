@@ -16,24 +16,23 @@ import (
 // must be cheap and must not block or call back into the Client; they may be
 // called concurrently. The lockmetrics package implements it with Prometheus.
 type Observer interface {
-	// Acquired reports the end of one Acquire or TryAcquire of name: its result
-	// and how long the call took (for Acquire, mostly the wait for the holder).
-	Acquired(name string, result AcquireResult, wait time.Duration)
-	// Ended reports that a lock handed out by Acquire or TryAcquire ended, why,
-	// and how long it was held, just before its Done closes. Each lock ends
-	// exactly once.
-	Ended(name string, token fence.Token, reason EndReason, held time.Duration)
+	// Acquired reports the end of one Acquire, TryAcquire, AcquireSet or
+	// TryAcquireSet of name (a set's first name) and how long it took (for a
+	// wait, mostly the wait for the holder). err is nil when the lock was
+	// granted, matches ErrHeld when another holder had it, and is otherwise the
+	// call's error.
+	Acquired(name string, wait time.Duration, err error)
+	// Ended reports that a lock ended, how long it was held and its cause, just
+	// before its Done closes; each lock ends exactly once. cause is what
+	// context.Cause of the lock's Context reports: ErrReleased, ErrClosed, or,
+	// when the lock was lost rather than given up, an error matching
+	// fence.ErrLost. A loss also matches ErrSessionLost when the session lease
+	// ran out, ErrNotRenewed when a WithManualRenewal lock was not renewed in
+	// time, and neither when its key was deleted or replaced by someone else.
+	Ended(name string, token fence.Token, held time.Duration, cause error)
 	// KeepAlive reports one renewal of the session lease: its round trip, and
 	// etcd's error or nil.
 	KeepAlive(rtt time.Duration, err error)
-}
-
-// SessionObserver is an Observer that is also told when a Client's session
-// lease starts and when it is lost. A Client checks its Observer for these
-// methods once, in New; lockmetrics.Metrics has them. The same rules apply as
-// for Observer's methods.
-type SessionObserver interface {
-	Observer
 	// SessionStarted reports that a Client was granted a session lease: its
 	// first, or a new one after a lost session.
 	SessionStarted()
@@ -41,72 +40,6 @@ type SessionObserver interface {
 	// locks that ended with it, just before their Done channels close.
 	SessionLost(locks int)
 }
-
-// AcquireResult is how an Acquire or TryAcquire ended.
-type AcquireResult int
-
-const (
-	// AcquireGranted: the lock was granted.
-	AcquireGranted AcquireResult = iota + 1
-	// AcquireHeldByOther: TryAcquire found the lock held.
-	AcquireHeldByOther
-	// AcquireError: the call failed (bad input, etcd's error, ctx ended, the
-	// Client closed or lost).
-	AcquireError
-)
-
-// String returns "granted", "held_by_other" or "error": metric label values.
-func (r AcquireResult) String() string {
-	switch r {
-	case AcquireGranted:
-		return "granted"
-	case AcquireHeldByOther:
-		return "held_by_other"
-	case AcquireError:
-		return "error"
-	}
-	return "unknown"
-}
-
-// EndReason is why a Lock ended.
-type EndReason int
-
-const (
-	// EndReleased: Release was called.
-	EndReleased EndReason = iota + 1
-	// EndClosed: the Client was closed (its lease revoked).
-	EndClosed
-	// EndLeaseExpired: lost with its session: the session lease ran out
-	// without a confirmed renewal, or etcd no longer had it.
-	EndLeaseExpired
-	// EndNotRenewed: lost; a WithManualRenewal lock was not Renewed within its
-	// lease duration.
-	EndNotRenewed
-	// EndKeyDeleted: lost; the lock's key was deleted or replaced by someone
-	// else (found by Renew, Release or a new grant of the same name).
-	EndKeyDeleted
-)
-
-// String returns "released", "closed", "lease_expired", "not_renewed" or
-// "key_deleted": metric label values.
-func (r EndReason) String() string {
-	switch r {
-	case EndReleased:
-		return "released"
-	case EndClosed:
-		return "closed"
-	case EndLeaseExpired:
-		return "lease_expired"
-	case EndNotRenewed:
-		return "not_renewed"
-	case EndKeyDeleted:
-		return "key_deleted"
-	}
-	return "unknown"
-}
-
-// Lost reports whether the lock was lost rather than given up.
-func (r EndReason) Lost() bool { return r >= EndLeaseExpired && r <= EndKeyDeleted }
 
 // WithLogger makes the Client log through l with slog attributes: grants and
 // waits (Info/Debug), releases (Info), losses with their cause and keepalive
@@ -133,27 +66,19 @@ func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *
 		return
 	}
 	d := time.Since(start)
-	res := AcquireGranted
-	var held *HeldError
-	switch {
-	case err == nil:
-	case errors.As(err, &held):
-		res = AcquireHeldByOther
-	default:
-		res = AcquireError
-	}
 	if c.obs != nil {
-		c.obs.Acquired(name, res, d)
+		c.obs.Acquired(name, d, err)
 	}
 	if c.log == nil {
 		return
 	}
-	switch res {
-	case AcquireGranted:
+	var held *HeldError
+	switch {
+	case err == nil:
 		c.log.LogAttrs(ctx, slog.LevelInfo, "lock granted",
 			slog.String("lock", name), slog.Int64("token", int64(l.token)),
 			slog.Duration("wait", d), slog.Bool("manual_renewal", l.manual))
-	case AcquireHeldByOther:
+	case errors.As(err, &held):
 		c.log.LogAttrs(ctx, slog.LevelDebug, "lock held by another",
 			slog.String("lock", name), slog.Int64("holder_token", int64(held.Token)),
 			slog.String("holder", held.Holder.ClientID))
@@ -179,20 +104,35 @@ func (c *Client) waiting(ctx context.Context, name string, kv *mvccpb.KeyValue) 
 }
 
 // logEnd logs that l ended after it was held for held.
-func (c *Client) logEnd(l *Lock, reason EndReason, held time.Duration) {
+func (c *Client) logEnd(l *Lock, cause error, held time.Duration) {
 	if c.log == nil {
 		return
 	}
 	lvl, msg := slog.LevelInfo, "lock released"
 	switch {
-	case reason.Lost():
+	case errors.Is(cause, fence.ErrLost):
 		lvl, msg = slog.LevelWarn, "lock lost"
-	case reason == EndClosed:
+	case errors.Is(cause, ErrClosed):
 		msg = "lock released by close"
 	}
 	c.log.LogAttrs(context.Background(), lvl, msg,
 		slog.String("lock", l.name), slog.Int64("token", int64(l.token)),
-		slog.String("cause", reason.String()), slog.Duration("held", held))
+		slog.String("cause", endLabel(cause)), slog.Duration("held", held))
+}
+
+// endLabel names a lock's end cause in logs.
+func endLabel(cause error) string {
+	switch {
+	case errors.Is(cause, ErrReleased):
+		return "released"
+	case errors.Is(cause, ErrClosed):
+		return "closed"
+	case errors.Is(cause, ErrSessionLost):
+		return "lease_expired"
+	case errors.Is(cause, ErrNotRenewed):
+		return "not_renewed"
+	}
+	return "key_deleted"
 }
 
 // keptAlive reports one session renewal.
@@ -212,8 +152,8 @@ func (c *Client) keptAlive(lease clientv3.LeaseID, rtt time.Duration, deadline t
 
 // sessionStarted reports a new session lease.
 func (c *Client) sessionStarted(lease clientv3.LeaseID) {
-	if c.sobs != nil {
-		c.sobs.SessionStarted()
+	if c.obs != nil {
+		c.obs.SessionStarted()
 	}
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), slog.LevelDebug, "session started",
@@ -223,8 +163,8 @@ func (c *Client) sessionStarted(lease clientv3.LeaseID) {
 
 // sessionLost reports the loss of the session lease and of the locks it held.
 func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
-	if c.sobs != nil {
-		c.sobs.SessionLost(locks)
+	if c.obs != nil {
+		c.obs.SessionLost(locks)
 	}
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), slog.LevelWarn, "session lost",

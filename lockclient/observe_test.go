@@ -16,7 +16,7 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// recorder is a SessionObserver that keeps what it was told.
+// recorder is an Observer that keeps what it was told.
 type recorder struct {
 	mu          sync.Mutex
 	acquired    []string // "name result"
@@ -27,7 +27,7 @@ type recorder struct {
 	sessionLoss []int
 }
 
-var _ lockclient.SessionObserver = (*recorder)(nil)
+var _ lockclient.Observer = (*recorder)(nil)
 
 func (r *recorder) SessionStarted() {
 	r.mu.Lock()
@@ -47,16 +47,40 @@ func (r *recorder) sessionCounts() (started int, lost []int) {
 	return r.sessions, slices.Clone(r.sessionLoss)
 }
 
-func (r *recorder) Acquired(name string, res lockclient.AcquireResult, wait time.Duration) {
+func (r *recorder) Acquired(name string, wait time.Duration, err error) {
+	res := "granted"
+	switch {
+	case errors.Is(err, lockclient.ErrHeld):
+		res = "held_by_other"
+	case err != nil:
+		res = "error"
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.acquired = append(r.acquired, name+" "+res.String())
+	r.acquired = append(r.acquired, name+" "+res)
 }
 
-func (r *recorder) Ended(name string, _ fence.Token, reason lockclient.EndReason, held time.Duration) {
+func (r *recorder) Ended(name string, _ fence.Token, held time.Duration, cause error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.ended = append(r.ended, name+" "+reason.String())
+	r.ended = append(r.ended, name+" "+endLabel(cause))
+}
+
+// endLabel names an end cause as the Observer documents them.
+func endLabel(cause error) string {
+	switch {
+	case errors.Is(cause, lockclient.ErrReleased):
+		return "released"
+	case errors.Is(cause, lockclient.ErrClosed):
+		return "closed"
+	case !errors.Is(cause, fence.ErrLost):
+		return "unknown: " + cause.Error()
+	case errors.Is(cause, lockclient.ErrSessionLost):
+		return "lease_expired"
+	case errors.Is(cause, lockclient.ErrNotRenewed):
+		return "not_renewed"
+	}
+	return "key_deleted"
 }
 
 func (r *recorder) KeepAlive(rtt time.Duration, err error) {

@@ -134,15 +134,15 @@ func (w mxWorker) lost() bool { return isClosed(w.s.Done()) }
 
 func (w mxWorker) close() { w.s.Close() }
 
-// lossCounter is the SessionObserver of every lockclient worker: it counts
+// lossCounter is the Observer of every lockclient worker: it counts
 // lost sessions and nothing else.
 type lossCounter struct{ n, started atomic.Int64 }
 
-func (*lossCounter) Acquired(string, lockclient.AcquireResult, time.Duration)       {}
-func (*lossCounter) Ended(string, fence.Token, lockclient.EndReason, time.Duration) {}
-func (*lossCounter) KeepAlive(time.Duration, error)                                 {}
-func (c *lossCounter) SessionStarted()                                              { c.started.Add(1) }
-func (c *lossCounter) SessionLost(int)                                              { c.n.Add(1) }
+func (*lossCounter) Acquired(string, time.Duration, error)           {}
+func (*lossCounter) Ended(string, fence.Token, time.Duration, error) {}
+func (*lossCounter) KeepAlive(time.Duration, error)                  {}
+func (c *lossCounter) SessionStarted()                               { c.started.Add(1) }
+func (c *lossCounter) SessionLost(int)                               { c.n.Add(1) }
 
 func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	cl := locktest.StartCluster(b, 3)

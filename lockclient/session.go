@@ -138,7 +138,7 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	c.mu.Unlock()
 	c.sessionLost(lease, why, len(locks))
 	for _, l := range locks {
-		l.end(EndLeaseExpired, fmt.Errorf("%w: %w", &fence.LostError{Resource: l.name, Token: l.token}, ErrSessionLost))
+		l.end(fmt.Errorf("%w: %w", &fence.LostError{Resource: l.name, Token: l.token}, ErrSessionLost))
 	}
 }
 

@@ -13,10 +13,12 @@ import (
 
 type nopObserver struct{}
 
-func (nopObserver) Acquired(string, lockclient.AcquireResult, time.Duration)       {}
-func (nopObserver) Ended(string, fence.Token, lockclient.EndReason, time.Duration) {}
-func (nopObserver) KeepAlive(time.Duration, error)                                 {}
-func (nopObserver) FencedWrite(string, string, fence.WriteResult)                  {}
+func (nopObserver) Acquired(string, time.Duration, error)           {}
+func (nopObserver) Ended(string, fence.Token, time.Duration, error) {}
+func (nopObserver) KeepAlive(time.Duration, error)                  {}
+func (nopObserver) SessionStarted()                                 {}
+func (nopObserver) SessionLost(int)                                 {}
+func (nopObserver) FencedWrite(string, string, fence.WriteResult)   {}
 
 type observer interface {
 	lockclient.Observer
@@ -34,9 +36,9 @@ func BenchmarkMetrics_lockLifetime(b *testing.B) {
 	life := func(o observer, n int) time.Duration {
 		start := time.Now()
 		for range n {
-			o.Acquired("a", lockclient.AcquireGranted, time.Millisecond)
+			o.Acquired("a", time.Millisecond, nil)
 			o.FencedWrite("pgxfence", "fenced", fence.WriteAccepted)
-			o.Ended("a", 1, lockclient.EndReleased, time.Second)
+			o.Ended("a", 1, time.Second, lockclient.ErrReleased)
 		}
 		return time.Since(start)
 	}

@@ -40,16 +40,20 @@ import (
 // ErrInvalidOption means an option to New is unusable.
 var ErrInvalidOption = errors.New("lockmetrics: invalid option")
 
-// Metrics implements lockclient.SessionObserver and fence.WriteObserver by updating
+// Metrics implements lockclient.Observer and fence.WriteObserver by updating
 // Prometheus collectors. It is safe for concurrent use.
 type Metrics struct {
 	acquisitions *prometheus.CounterVec
-	acqByResult  [4]prometheus.Counter // indexed by lockclient.AcquireResult
+	granted      prometheus.Counter // acquisitions{result="granted"}
+	heldByOther  prometheus.Counter // acquisitions{result="held_by_other"}
+	acqErrors    prometheus.Counter // acquisitions{result="error"}
 	wait         prometheus.Histogram
 	hold         prometheus.Histogram
 	held         prometheus.Gauge
 	losses       *prometheus.CounterVec
-	lossByCause  [6]prometheus.Counter // indexed by lockclient.EndReason
+	leaseExpired prometheus.Counter // losses{cause="lease_expired"}
+	notRenewed   prometheus.Counter // losses{cause="not_renewed"}
+	keyDeleted   prometheus.Counter // losses{cause="key_deleted"}
 	keepalive    prometheus.Histogram
 	kaFailures   prometheus.Counter
 	started      prometheus.Counter
@@ -58,8 +62,8 @@ type Metrics struct {
 }
 
 var (
-	_ lockclient.SessionObserver = (*Metrics)(nil)
-	_ fence.WriteObserver        = (*Metrics)(nil)
+	_ lockclient.Observer = (*Metrics)(nil)
+	_ fence.WriteObserver = (*Metrics)(nil)
 )
 
 // Option configures New.
@@ -184,12 +188,12 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fenced_writes_total", ConstLabels: cl,
 			Help: "Fenced writes by adapter and result: accepted, stale (refused, a higher token is stored), lost (refused, the lock is known lost), error."}, []string{"adapter", "result"}),
 	}
-	for _, r := range []lockclient.AcquireResult{lockclient.AcquireGranted, lockclient.AcquireHeldByOther, lockclient.AcquireError} {
-		m.acqByResult[r] = m.acquisitions.WithLabelValues(r.String())
-	}
-	for _, r := range []lockclient.EndReason{lockclient.EndLeaseExpired, lockclient.EndNotRenewed, lockclient.EndKeyDeleted} {
-		m.lossByCause[r] = m.losses.WithLabelValues(r.String())
-	}
+	m.granted = m.acquisitions.WithLabelValues("granted")
+	m.heldByOther = m.acquisitions.WithLabelValues("held_by_other")
+	m.acqErrors = m.acquisitions.WithLabelValues("error")
+	m.leaseExpired = m.losses.WithLabelValues("lease_expired")
+	m.notRenewed = m.losses.WithLabelValues("not_renewed")
+	m.keyDeleted = m.losses.WithLabelValues("key_deleted")
 	for _, col := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes} {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("lockmetrics: register: %w", err)
@@ -198,24 +202,35 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	return m, nil
 }
 
-// Acquired implements lockclient.Observer.
-func (m *Metrics) Acquired(_ string, r lockclient.AcquireResult, wait time.Duration) {
-	if r < 1 || int(r) >= len(m.acqByResult) {
-		r = lockclient.AcquireError
-	}
-	m.acqByResult[r].Inc()
-	if r == lockclient.AcquireGranted {
+// Acquired implements lockclient.Observer: result "granted" for a nil err,
+// "held_by_other" for ErrHeld, "error" otherwise.
+func (m *Metrics) Acquired(_ string, wait time.Duration, err error) {
+	switch {
+	case err == nil:
+		m.granted.Inc()
 		m.wait.Observe(wait.Seconds())
 		m.held.Inc()
+	case errors.Is(err, lockclient.ErrHeld):
+		m.heldByOther.Inc()
+	default:
+		m.acqErrors.Inc()
 	}
 }
 
-// Ended implements lockclient.Observer.
-func (m *Metrics) Ended(_ string, _ fence.Token, r lockclient.EndReason, held time.Duration) {
+// Ended implements lockclient.Observer. A cause matching fence.ErrLost counts
+// a loss: "lease_expired" if it matches lockclient.ErrSessionLost,
+// "not_renewed" if lockclient.ErrNotRenewed, "key_deleted" otherwise.
+func (m *Metrics) Ended(_ string, _ fence.Token, held time.Duration, cause error) {
 	m.held.Dec()
 	m.hold.Observe(held.Seconds())
-	if r.Lost() {
-		m.lossByCause[r].Inc()
+	switch {
+	case !errors.Is(cause, fence.ErrLost):
+	case errors.Is(cause, lockclient.ErrSessionLost):
+		m.leaseExpired.Inc()
+	case errors.Is(cause, lockclient.ErrNotRenewed):
+		m.notRenewed.Inc()
+	default:
+		m.keyDeleted.Inc()
 	}
 }
 
@@ -228,10 +243,10 @@ func (m *Metrics) KeepAlive(rtt time.Duration, err error) {
 	m.keepalive.Observe(rtt.Seconds())
 }
 
-// SessionStarted implements lockclient.SessionObserver.
+// SessionStarted implements lockclient.Observer.
 func (m *Metrics) SessionStarted() { m.started.Inc() }
 
-// SessionLost implements lockclient.SessionObserver.
+// SessionLost implements lockclient.Observer.
 func (m *Metrics) SessionLost(int) { m.lost.Inc() }
 
 // FencedWrite implements fence.WriteObserver.
