@@ -26,8 +26,8 @@ const retryDelay = 100 * time.Millisecond
 // its last session was lost), Acquire first grants one; if the session is lost
 // while Acquire waits, it goes on under a new one.
 //
-// It returns ErrInvalidName for a bad name, ErrInvalidOption for a bad option,
-// ErrClosed after Close, ctx's error, or etcd's error that is not transient
+// Before any I/O it returns an error wrapping fence.ErrInvalidResource for a
+// bad name or fence.ErrInvalidArgument for a bad option. Other errors: ErrClosed after Close, ctx's error, or etcd's error that is not transient
 // (a failed session grant included).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {
@@ -56,7 +56,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 }
 
 func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool) (*Lock, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return nil, err
 	}
 	lo, err := buildLockOptions(c.ttl, opts)

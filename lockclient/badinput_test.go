@@ -37,13 +37,13 @@ func TestNew_badOptions(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			c, err := lockclient.New(cli, tt.opts...)
-			if !errors.Is(err, lockclient.ErrInvalidOption) || !strings.Contains(err.Error(), tt.msg) {
-				t.Fatalf("New() = %v, %v; want ErrInvalidOption mentioning %q", c, err, tt.msg)
+			if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("New() = %v, %v; want fence.ErrInvalidArgument mentioning %q", c, err, tt.msg)
 			}
 		})
 	}
-	if _, err := lockclient.New(nil); !errors.Is(err, lockclient.ErrInvalidOption) {
-		t.Fatalf("New(nil) = %v, want ErrInvalidOption", err)
+	if _, err := lockclient.New(nil); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("New(nil) = %v, want fence.ErrInvalidArgument", err)
 	}
 	if _, err := lockclient.New(cli, lockclient.WithTTL(2*time.Second), lockclient.WithRenewInterval(1900*time.Millisecond)); err != nil {
 		t.Fatalf("New with interval just under TTL: %v", err)
@@ -59,10 +59,10 @@ func TestClient_badNames(t *testing.T) {
 		{"empty", "", "empty"},
 		{"slash", "accounts/42", "slash"},
 		{"newline", "account\n42", "control"},
-		{"nul", "account\x0042", "control"},
+		{"nul", "account\x0042", "NUL"},
 		{"DEL", "account\x7f", "control"},
 		{"not utf-8", "account\xff", "UTF-8"},
-		{"too long", strings.Repeat("a", lockclient.MaxNameLen+1), "limit"},
+		{"too long", strings.Repeat("a", fence.MaxResourceLen+1), "limit"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,13 +72,13 @@ func TestClient_badNames(t *testing.T) {
 			calls["Release"] = c.Release(t.Context(), tt.lock, 5)
 			_, calls["Holder"] = c.Holder(t.Context(), tt.lock)
 			for call, err := range calls {
-				if !errors.Is(err, lockclient.ErrInvalidName) || !errors.Is(err, fence.ErrInvalidResource) || !strings.Contains(err.Error(), tt.msg) {
-					t.Errorf("%s(%q) = %v; want ErrInvalidName mentioning %q", call, tt.lock, err, tt.msg)
+				if !errors.Is(err, fence.ErrInvalidResource) || !strings.Contains(err.Error(), tt.msg) {
+					t.Errorf("%s(%q) = %v; want fence.ErrInvalidResource mentioning %q", call, tt.lock, err, tt.msg)
 				}
 			}
 		})
 	}
-	if _, err := c.TryAcquire(t.Context(), strings.Repeat("a", lockclient.MaxNameLen)); err != nil {
+	if _, err := c.TryAcquire(t.Context(), strings.Repeat("a", fence.MaxResourceLen)); err != nil {
 		t.Fatalf("longest name refused: %v", err)
 	}
 }
@@ -104,8 +104,8 @@ func TestClient_badLockOptions(t *testing.T) {
 				} else {
 					_, err = c.Acquire(t.Context(), "job", tt.opts...)
 				}
-				if !errors.Is(err, lockclient.ErrInvalidOption) || !strings.Contains(err.Error(), tt.msg) {
-					t.Fatalf("acquire (try %v) = %v; want ErrInvalidOption mentioning %q", try, err, tt.msg)
+				if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.msg) {
+					t.Fatalf("acquire (try %v) = %v; want fence.ErrInvalidArgument mentioning %q", try, err, tt.msg)
 				}
 			}
 		})

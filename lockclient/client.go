@@ -66,12 +66,13 @@ type Client struct {
 
 // New returns a Client that takes locks through cli. It does no I/O: the
 // session lease is granted by the first Acquire or TryAcquire, under that call's
-// context. Options that are unusable return an error matching ErrInvalidOption:
-// WithTTL under MinTTL or not whole seconds, WithRenewInterval not under the TTL,
-// a malformed WithPrefix or WithIdentity. A nil cli is refused as well.
+// context. It returns an error wrapping fence.ErrInvalidArgument, naming the
+// option, for an unusable option (WithTTL under MinTTL or not whole seconds,
+// WithRenewInterval not under the TTL, a malformed WithPrefix or WithIdentity)
+// and for a nil cli.
 func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if cli == nil {
-		return nil, fmt.Errorf("%w: nil etcd client", ErrInvalidOption)
+		return nil, invalid("New: nil etcd client")
 	}
 	o, err := buildOptions(opts)
 	if err != nil {
@@ -164,10 +165,10 @@ func (c *Client) takeLocksLocked() []*Lock {
 // successor's key. ctx governs the Txn.
 //
 // It returns a *NotHeldError (ErrNotHeld) when the key is gone or carries another
-// token, ErrInvalidName for a bad name, a *fence.InvalidTokenError for a token
+// token, an error wrapping fence.ErrInvalidResource for a bad name, a *fence.InvalidTokenError for a token
 // <= 0, ErrClosed on a closed Client, or etcd's error.
 func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return err
 	}
 	if err := checkToken(name, token); err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
@@ -32,25 +31,12 @@ var (
 	// TryAcquire whose session was lost during the call. The Client is not: its
 	// next Acquire starts a new session.
 	ErrSessionLost = errors.New("lockclient: session lost")
-	// ErrInvalidName means a lock name is empty, too long, not UTF-8, or contains a
-	// slash or a control character. It also matches fence.ErrInvalidResource.
-	ErrInvalidName = errors.New("lockclient: invalid lock name")
-	// ErrInvalidOption means an option to New, Acquire or TryAcquire is unusable.
-	ErrInvalidOption = errors.New("lockclient: invalid option")
 	// ErrNotRenewed means a lock taken WithManualRenewal was not renewed within
 	// its lease: the cause of its Lock's context matches it and fence.ErrLost.
 	ErrNotRenewed = errors.New("lockclient: lock not renewed within its lease")
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lockclient: lock released")
-	// ErrInvalidSet means AcquireSet or TryAcquireSet was given no names, a name
-	// more than once, or more than MaxSetSize names. A bad name in a set is
-	// reported with ErrInvalidName instead.
-	ErrInvalidSet = errors.New("lockclient: invalid lock set")
 )
-
-// MaxNameLen is the longest lock name, in bytes: a lock name is the resource of
-// its grants, so it has fence.MaxResourceLen's limit.
-const MaxNameLen = fence.MaxResourceLen
 
 // HeldError is returned by TryAcquire when another holder (possibly in this same
 // Client) has the lock. It matches ErrHeld.
@@ -86,37 +72,30 @@ func (e *NotHeldError) Error() string {
 // Is reports whether target is ErrNotHeld.
 func (e *NotHeldError) Is(target error) bool { return target == ErrNotHeld }
 
-// nameError matches both ErrInvalidName and fence.ErrInvalidResource: a lock name
-// is a resource name with stricter rules.
-type nameError struct{ msg string }
-
-func (e *nameError) Error() string { return "lockclient: invalid lock name: " + e.msg }
-func (e *nameError) Is(target error) bool {
-	return target == ErrInvalidName || target == fence.ErrInvalidResource
-}
-
-// CheckName reports why name cannot name a lock, or nil. A name is 1 to MaxNameLen
-// bytes of UTF-8 without slashes (the key space under the prefix stays flat, so
-// List and the prefix cannot be confused) and without control characters (names
-// appear in logs and keys as they are).
-func CheckName(name string) error {
-	switch {
-	case name == "":
-		return &nameError{"empty"}
-	case len(name) > MaxNameLen:
-		return &nameError{fmt.Sprintf("%d bytes, the limit is %d", len(name), MaxNameLen)}
-	case !utf8.ValidString(name):
-		return &nameError{fmt.Sprintf("%q is not UTF-8", name)}
+// checkName reports why name cannot name a lock, or nil; the error wraps
+// fence.ErrInvalidResource. A lock name is a resource name (fence.CheckResource)
+// without slashes (the key space under the prefix stays flat, so List and the
+// prefix cannot be confused) and without control characters (names appear in
+// logs and keys as they are).
+func checkName(name string) error {
+	if err := fence.CheckResource(name); err != nil {
+		return fmt.Errorf("lockclient: lock name: %w", err)
 	}
 	for _, r := range name {
 		switch {
 		case r == '/':
-			return &nameError{fmt.Sprintf("%q contains a slash", name)}
+			return fmt.Errorf("lockclient: lock name %q contains a slash: %w", name, fence.ErrInvalidResource)
 		case unicode.IsControl(r):
-			return &nameError{fmt.Sprintf("%q contains control character %U", name, r)}
+			return fmt.Errorf("lockclient: lock name %q contains control character %U: %w", name, r, fence.ErrInvalidResource)
 		}
 	}
 	return nil
+}
+
+// invalid returns an error wrapping fence.ErrInvalidArgument that says what
+// argument or option is unusable and why.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
 }
 
 func checkToken(name string, token fence.Token) error {

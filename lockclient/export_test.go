@@ -11,3 +11,6 @@ func RenewOnce(c *Client) { c.renewOnce = true }
 // lazy-session design, measured by the seed-scale benchmark. Call it before
 // c's first Acquire.
 func LazySession(c *Client) { c.lazy = true }
+
+// CheckLockName is checkName, for the fuzz test of lock name validation.
+var CheckLockName = checkName

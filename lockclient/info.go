@@ -82,13 +82,13 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 // Holder returns who holds the lock name, with its token and the time left on
 // its session lease (a second etcd call), and, when name is held as part of a
 // set, the set's names (a third). ctx governs every call. It returns a
-// *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, ErrInvalidName for
-// a bad name, ErrClosed on a closed Client, or etcd's error.
+// *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, an error wrapping
+// fence.ErrInvalidResource for a bad name, ErrClosed on a closed Client, or etcd's error.
 //
 // A manual-renewal lock may be released by its client before its session lease
 // runs out; LeaseLeft is the session's.
 func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
-	if err := CheckName(name); err != nil {
+	if err := checkName(name); err != nil {
 		return Info{}, err
 	}
 	if err := c.usable(); err != nil {
@@ -131,7 +131,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	sets := make(map[fence.Token][]string) // a set's names: its keys share a create revision
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), c.prefix)
-		if CheckName(name) != nil {
+		if checkName(name) != nil {
 			continue // not a lock key of this package (a deeper path under the prefix)
 		}
 		info := decodeInfo(name, kv)

@@ -1,7 +1,6 @@
 package lockclient
 
 import (
-	"fmt"
 	"log/slog"
 	"strings"
 	"time"
@@ -26,7 +25,7 @@ const (
 )
 
 // Option configures a Client. An unusable option makes New fail with an error
-// matching ErrInvalidOption.
+// wrapping fence.ErrInvalidArgument that names the option.
 type Option func(*options) error
 
 type options struct {
@@ -46,9 +45,9 @@ func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
 		switch {
 		case d < MinTTL:
-			return fmt.Errorf("%w: TTL %v is under the minimum %v (etcd grants no shorter lease)", ErrInvalidOption, d, MinTTL)
+			return invalid("WithTTL(%v): under the minimum %v (etcd grants no shorter lease)", d, MinTTL)
 		case d%time.Second != 0:
-			return fmt.Errorf("%w: TTL %v is not a whole number of seconds (etcd counts leases in seconds)", ErrInvalidOption, d)
+			return invalid("WithTTL(%v): not a whole number of seconds (etcd counts leases in seconds)", d)
 		}
 		o.ttl = d
 		return nil
@@ -61,7 +60,7 @@ func WithTTL(d time.Duration) Option {
 func WithRenewInterval(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
-			return fmt.Errorf("%w: renewal interval %v is not positive", ErrInvalidOption, d)
+			return invalid("WithRenewInterval(%v): not positive", d)
 		}
 		o.interval = d
 		return nil
@@ -75,11 +74,11 @@ func WithPrefix(p string) Option {
 	return func(o *options) error {
 		switch {
 		case p == "":
-			return fmt.Errorf("%w: empty key prefix", ErrInvalidOption)
+			return invalid("WithPrefix(\"\"): empty key prefix")
 		case !strings.HasSuffix(p, "/"):
-			return fmt.Errorf("%w: key prefix %q does not end with \"/\"", ErrInvalidOption, p)
+			return invalid("WithPrefix(%q): does not end with \"/\"", p)
 		case strings.IndexFunc(p, unicode.IsControl) >= 0:
-			return fmt.Errorf("%w: key prefix %q contains a control character", ErrInvalidOption, p)
+			return invalid("WithPrefix(%q): contains a control character", p)
 		}
 		o.prefix = p
 		return nil
@@ -93,11 +92,11 @@ func WithIdentity(id string) Option {
 	return func(o *options) error {
 		switch {
 		case id == "":
-			return fmt.Errorf("%w: empty identity", ErrInvalidOption)
+			return invalid("WithIdentity(\"\"): empty identity")
 		case len(id) > 200:
-			return fmt.Errorf("%w: identity is %d bytes, the limit is 200", ErrInvalidOption, len(id))
+			return invalid("WithIdentity: identity is %d bytes, the limit is 200", len(id))
 		case strings.IndexFunc(id, unicode.IsControl) >= 0:
-			return fmt.Errorf("%w: identity %q contains a control character", ErrInvalidOption, id)
+			return invalid("WithIdentity(%q): contains a control character", id)
 		}
 		o.identity = id
 		return nil
@@ -108,7 +107,7 @@ func buildOptions(opts []Option) (options, error) {
 	o := options{ttl: DefaultTTL, prefix: DefaultPrefix}
 	for i, opt := range opts {
 		if opt == nil {
-			return o, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+			return o, invalid("New: option %d is nil", i)
 		}
 		if err := opt(&o); err != nil {
 			return o, err
@@ -118,13 +117,14 @@ func buildOptions(opts []Option) (options, error) {
 		o.interval = o.ttl / 3
 	}
 	if o.interval >= o.ttl {
-		return o, fmt.Errorf("%w: renewal interval %v is not under the TTL %v", ErrInvalidOption, o.interval, o.ttl)
+		return o, invalid("WithRenewInterval(%v): renewal interval is not under the TTL %v", o.interval, o.ttl)
 	}
 	return o, nil
 }
 
-// LockOption configures one Acquire or TryAcquire. An unusable option makes the
-// call fail with an error matching ErrInvalidOption, before any I/O.
+// LockOption configures one Acquire, TryAcquire, AcquireSet or TryAcquireSet. An
+// unusable option makes the call fail before any I/O with an error wrapping
+// fence.ErrInvalidArgument that names the option.
 type LockOption func(*lockOptions) error
 
 type lockOptions struct {
@@ -136,11 +136,11 @@ type lockOptions struct {
 // not Renewed within lease is deleted by the client itself and reported lost, so a
 // stuck job in a live process loses its lock too. A lease of 0 means the session
 // TTL; otherwise it must be at least MinTTL (a negative or shorter lease is
-// ErrInvalidOption). Without this option the lock lives as long as the session.
+// fence.ErrInvalidArgument). Without this option the lock lives as long as the session.
 func WithManualRenewal(lease time.Duration) LockOption {
 	return func(o *lockOptions) error {
 		if lease < 0 || (lease > 0 && lease < MinTTL) {
-			return fmt.Errorf("%w: lock lease %v is under the minimum %v", ErrInvalidOption, lease, MinTTL)
+			return invalid("WithManualRenewal(%v): lock lease is under the minimum %v", lease, MinTTL)
 		}
 		o.manual = true
 		o.lease = lease
@@ -152,7 +152,7 @@ func buildLockOptions(sessionTTL time.Duration, opts []LockOption) (lockOptions,
 	var o lockOptions
 	for i, opt := range opts {
 		if opt == nil {
-			return o, fmt.Errorf("%w: lock option %d is nil", ErrInvalidOption, i)
+			return o, invalid("lock option %d is nil", i)
 		}
 		if err := opt(&o); err != nil {
 			return o, err

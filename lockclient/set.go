@@ -144,9 +144,9 @@ var (
 // any one name of a set it holds, with the set's token, releases the whole set.
 // The Observer and the log see the set under its Resource (its first name).
 //
-// Before any I/O it returns ErrInvalidSet for no names, a name listed twice or
-// more than MaxSetSize names, ErrInvalidName for a bad name and ErrInvalidOption
-// for a bad option. Other errors are those of Acquire.
+// Before any I/O it returns an error wrapping fence.ErrInvalidArgument for no
+// names, a name listed twice, more than MaxSetSize names or a bad option, and
+// one wrapping fence.ErrInvalidResource for a bad name. Other errors are those of Acquire.
 func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
 	return c.acquireSetObserved(ctx, names, opts, true)
 }
@@ -185,12 +185,12 @@ func (c *Client) acquireSetObserved(ctx context.Context, names []string, opts []
 func checkSet(names []string) ([]string, error) {
 	switch {
 	case len(names) == 0:
-		return nil, fmt.Errorf("%w: no names", ErrInvalidSet)
+		return nil, invalid("lock set: no names")
 	case len(names) > MaxSetSize:
-		return nil, fmt.Errorf("%w: %d names, the limit is %d (etcd's default --max-txn-ops)", ErrInvalidSet, len(names), MaxSetSize)
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
 	}
 	for _, n := range names {
-		if err := CheckName(n); err != nil {
+		if err := checkName(n); err != nil {
 			return nil, err
 		}
 	}
@@ -198,7 +198,7 @@ func checkSet(names []string) ([]string, error) {
 	slices.Sort(sorted)
 	for i := 1; i < len(sorted); i++ {
 		if sorted[i] == sorted[i-1] {
-			return nil, fmt.Errorf("%w: %q listed more than once", ErrInvalidSet, sorted[i])
+			return nil, invalid("lock set: %q listed more than once", sorted[i])
 		}
 	}
 	return sorted, nil

@@ -264,15 +264,15 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 		is    error
 		msg   string
 	}{
-		{"nil", nil, nil, lockclient.ErrInvalidSet, "no names"},
-		{"empty", []string{}, nil, lockclient.ErrInvalidSet, "no names"},
-		{"duplicate", []string{"a", "b", "a"}, nil, lockclient.ErrInvalidSet, `"a" listed more than once`},
-		{"too many", many, nil, lockclient.ErrInvalidSet, "129 names, the limit is 128"},
-		{"empty name", []string{"a", ""}, nil, lockclient.ErrInvalidName, "empty"},
-		{"slash", []string{"a", "b/c"}, nil, lockclient.ErrInvalidName, "slash"},
-		{"long name", []string{strings.Repeat("x", lockclient.MaxNameLen+1)}, nil, lockclient.ErrInvalidName, "limit"},
-		{"nil option", []string{"a"}, []lockclient.LockOption{nil}, lockclient.ErrInvalidOption, "nil"},
-		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, lockclient.ErrInvalidOption, "minimum"},
+		{"nil", nil, nil, fence.ErrInvalidArgument, "no names"},
+		{"empty", []string{}, nil, fence.ErrInvalidArgument, "no names"},
+		{"duplicate", []string{"a", "b", "a"}, nil, fence.ErrInvalidArgument, `"a" listed more than once`},
+		{"too many", many, nil, fence.ErrInvalidArgument, "129 names, the limit is 128"},
+		{"empty name", []string{"a", ""}, nil, fence.ErrInvalidResource, "empty"},
+		{"slash", []string{"a", "b/c"}, nil, fence.ErrInvalidResource, "slash"},
+		{"long name", []string{strings.Repeat("x", fence.MaxResourceLen+1)}, nil, fence.ErrInvalidResource, "limit"},
+		{"nil option", []string{"a"}, []lockclient.LockOption{nil}, fence.ErrInvalidArgument, "nil"},
+		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, fence.ErrInvalidArgument, "minimum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -161,7 +161,7 @@ func (c *Client) setNames(ctx context.Context, tok fence.Token) ([]string, error
 	}
 	names := make([]string, 0, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if n := nameOf(c, kv); CheckName(n) == nil {
+		if n := nameOf(c, kv); checkName(n) == nil {
 			names = append(names, n)
 		}
 	}

@@ -33,7 +33,7 @@ func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) er
 		if err := fence.CheckResource(r); err != nil {
 			return usageError(err.Error())
 		}
-		if err := lockclient.CheckName(r); cfg.release && err != nil {
+		if err := checkLockName(r); cfg.release && err != nil {
 			return usageError(err.Error() + " (-release needs a lock name)")
 		}
 	}
@@ -69,7 +69,7 @@ func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) er
 func fenceOne(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.DB, driver, r string) (fenceJSON, error) {
 	res := fenceJSON{Resource: r}
 	// The holder is read before the next token, so its token is below it.
-	if lockclient.CheckName(r) == nil {
+	if checkLockName(r) == nil {
 		info, err := lc.Holder(ctx, r)
 		switch {
 		case err == nil:
@@ -104,7 +104,7 @@ func fenceOne(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.D
 func printFence(out io.Writer, r fenceJSON) {
 	fmt.Fprintf(out, "fenced %q: mark %d -> %d: every write with a token below %d is refused\n", r.Resource, r.Before, r.After, r.After)
 	switch {
-	case lockclient.CheckName(r.Resource) != nil:
+	case checkLockName(r.Resource) != nil:
 		fmt.Fprintf(out, "  not a lock name: no holder looked up\n")
 	case r.HolderToken == 0:
 		fmt.Fprintf(out, "  nobody holds the lock\n")

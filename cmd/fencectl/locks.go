@@ -10,6 +10,7 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -105,7 +106,7 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		if in.Set != nil {
 			set = strings.Join(in.Set, ",")
 		}
-		// Names hold no control characters (CheckName), so they print as they are.
+		// Names hold no control characters (checkLockName), so they print as they are.
 		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\t%s", in.Name,
 			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft, set)
 		if marks != nil {
@@ -160,7 +161,7 @@ func cmdList(ctx context.Context, cfg *config, _ []string, out io.Writer) error 
 
 func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) error {
 	name := args[0]
-	if err := lockclient.CheckName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return usageError(err.Error())
 	}
 	lc, done, err := cfg.locks()
@@ -184,7 +185,7 @@ func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) err
 
 func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) error {
 	name := args[0]
-	if err := lockclient.CheckName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return usageError(err.Error())
 	}
 	tok, err := strconv.ParseInt(args[1], 10, 64)
@@ -208,5 +209,23 @@ func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) 
 		return cfg.etcdErr(err)
 	}
 	fmt.Fprintf(out, "released %q (token %d)\n", name, tok)
+	return nil
+}
+
+// checkLockName reports why name cannot name a lock, or nil: lockclient's rule,
+// a resource name (fence.CheckResource) without slashes or control characters.
+// It lets fencectl refuse a bad name before any I/O.
+func checkLockName(name string) error {
+	if err := fence.CheckResource(name); err != nil {
+		return err
+	}
+	for _, r := range name {
+		switch {
+		case r == '/':
+			return fmt.Errorf("lock name %q contains a slash: %w", name, fence.ErrInvalidResource)
+		case unicode.IsControl(r):
+			return fmt.Errorf("lock name %q contains control character %U: %w", name, r, fence.ErrInvalidResource)
+		}
+	}
 	return nil
 }
