@@ -146,13 +146,14 @@ func Resources(g Grant) []string {
 }
 
 // CheckSingle is CheckGrant for a write that fences exactly one resource (the
-// adapters' single-row Update, Upsert and Delete): it also refuses a Set grant with
-// ErrInvalidArgument, before any I/O, rather than fence one resource of the set.
+// adapters' single-row Update, Upsert and Delete): it also refuses a Set grant of
+// more than one resource with ErrInvalidArgument, before any I/O, rather than
+// fence one resource of the set.
 func CheckSingle(g Grant) error {
 	if err := CheckGrant(g); err != nil {
 		return err
 	}
-	if _, ok := g.(Set); ok {
+	if set, ok := g.(Set); ok && len(set.Resources()) > 1 {
 		return fmt.Errorf("%w: a single-row write fences one resource; write a grant set's resources in a fenced transaction", ErrInvalidArgument)
 	}
 	return nil

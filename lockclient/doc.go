@@ -35,9 +35,9 @@
 // only if none exists), so the whole set has one token: every key put in one Txn
 // has the Txn's revision as its create revision. A waiting AcquireSet watches the
 // keys that blocked it and writes nothing; it holds none of its names while it
-// waits, so sets listed in any order cannot deadlock. A *LockSet is a fence.Set:
-// adapters raise the stored token of every name. It is released in one Txn and
-// lost as a whole. A set has at most MaxSetSize names (etcd's default
+// waits, so sets listed in any order cannot deadlock. The set is one *Lock whose
+// Resources are its names (every Lock is a fence.Set): adapters raise the stored
+// token of every name. It is released in one Txn and lost as a whole. A set has at most MaxSetSize names (etcd's default
 // --max-txn-ops).
 //
 // # Cutting off a holder

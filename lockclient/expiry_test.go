@@ -159,7 +159,7 @@ func TestLock_Lease(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := set.Lease(); got != 4*time.Second {
-		t.Fatalf("LockSet.Lease() = %v, want 4s", got)
+		t.Fatalf("set's Lease() = %v, want 4s", got)
 	}
 	var nilLock *lockclient.Lock
 	if got := nilLock.Lease(); got != 0 {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -12,14 +13,18 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Lock is a granted lock. It satisfies fence.Grant (Resource, Token) and
-// fence.Watched (Done), so it can be handed to fence.Exec and the adapters, which
-// refuse its writes once a newer holder wrote or once Done is closed.
+// Lock is a granted lock on one name (Acquire, TryAcquire) or on a set of names
+// taken all-or-nothing (AcquireSet, TryAcquireSet), under one fencing token. It
+// satisfies fence.Set (and so fence.Grant), fence.Watched and fence.Leased, so
+// it can be handed to fence.Exec and the adapters, which refuse its writes once
+// a newer holder wrote or once Done is closed; a fenced transaction raises the
+// stored token of every one of its Resources.
 //
 // A Lock ends in one of three ways, and its context's cause says which: Release
-// (ErrReleased), loss (a *fence.LostError: the session lease ran out, or a
-// manual-renewal lock was not renewed in time, or its key was deleted by someone
-// else) or the Client's Close (ErrClosed). Nothing revives an ended Lock.
+// (ErrReleased), loss (an error matching fence.ErrLost: the session lease ran
+// out, a manual-renewal lock was not renewed in time, or the key of any of its
+// names was deleted by someone else) or the Client's Close (ErrClosed). Nothing
+// revives an ended Lock.
 type Lock struct {
 	c       *Client
 	name    string   // for a set, its first name
@@ -39,9 +44,19 @@ type Lock struct {
 }
 
 var (
-	_ fence.Grant   = (*Lock)(nil)
+	_ fence.Set     = (*Lock)(nil)
 	_ fence.Watched = (*Lock)(nil)
 	_ fence.Leased  = (*Lock)(nil)
+)
+
+var (
+	errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
+	closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
+	nilLockCtx = func() context.Context {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		cancel(errNilLock)
+		return ctx
+	}()
 )
 
 func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
@@ -53,11 +68,33 @@ func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, 
 	return l
 }
 
-// Resource returns the lock's name: the resource its grants write for.
-func (l *Lock) Resource() string { return l.name }
+// Resource returns the lock's name; for a set, its first name in sorted order,
+// so a write path that knows only fence.Grant fences the same one name every
+// time. It returns "" for a nil Lock, which fence.CheckGrant refuses.
+func (l *Lock) Resource() string {
+	if l == nil {
+		return ""
+	}
+	return l.name
+}
 
-// Token returns the lock's fencing token: its key's etcd create revision.
-func (l *Lock) Token() fence.Token { return l.token }
+// Resources returns the lock's names, sorted, each once, in a new slice: one
+// name for a lock taken by Acquire or TryAcquire; nil for a nil Lock.
+func (l *Lock) Resources() []string {
+	if l == nil {
+		return nil
+	}
+	return slices.Clone(l.keyNames())
+}
+
+// Token returns the lock's fencing token: the etcd create revision of its keys;
+// 0 for a nil Lock.
+func (l *Lock) Token() fence.Token {
+	if l == nil {
+		return 0
+	}
+	return l.token
+}
 
 // Lease returns how long the lock outlives its holder's silence: the lease given to
 // WithManualRenewal, otherwise the session TTL; 0 for a nil Lock. It satisfies
@@ -74,13 +111,26 @@ func (l *Lock) Lease() time.Duration {
 }
 
 // Done is closed when the lock ends: released, lost, or its Client closed. Work
-// protected by the lock must stop; fenced writes are refused from then on.
-func (l *Lock) Done() <-chan struct{} { return l.ctx.Done() }
+// protected by the lock must stop; fenced writes are refused from then on. It is
+// closed for a nil Lock.
+func (l *Lock) Done() <-chan struct{} {
+	if l == nil {
+		return closedChan
+	}
+	return l.ctx.Done()
+}
 
 // Context returns a context that is cancelled when the lock ends; its
-// context.Cause is ErrReleased, a *fence.LostError or ErrClosed. Derive the
-// protected work's contexts from it.
-func (l *Lock) Context() context.Context { return l.ctx }
+// context.Cause is ErrReleased, ErrClosed or an error matching fence.ErrLost
+// (see Observer.Ended for the kinds of loss). Derive the protected work's
+// contexts from it. For a nil Lock it is cancelled, with a cause matching
+// ErrNotHeld.
+func (l *Lock) Context() context.Context {
+	if l == nil {
+		return nilLockCtx
+	}
+	return l.ctx
+}
 
 // lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
 // because its key was deleted or replaced.
@@ -124,16 +174,20 @@ func (l *Lock) endedErr() error {
 	return cause
 }
 
-// Renew confirms with etcd (one linearizable read) that the lock's key still
-// carries its token. For a lock taken WithManualRenewal it also restarts the
-// lock's lease: the lock stays held for its lease duration from the moment this
-// call was sent. An automatically renewed lock needs no Renew; calling it is a
-// check. ctx governs the read.
+// Renew confirms with etcd (one linearizable read; for a set, of every key in
+// one Txn) that the lock's keys still carry its token. For a lock taken
+// WithManualRenewal it also restarts the lock's lease: the lock stays held for
+// its lease duration from the moment this call was sent. An automatically
+// renewed lock needs no Renew; calling it is a check. ctx governs the read.
 //
-// It returns a *fence.LostError (errors.Is(err, fence.ErrLost)) if the lock is
-// lost, and marks it so; a *NotHeldError after Release; ErrClosed after the
-// Client's Close; or etcd's error, which leaves the lock as it was.
+// It returns an error matching fence.ErrLost if the lock is lost (any key of a
+// set lost its token), and ends it so; a *NotHeldError after Release or for a
+// nil Lock; ErrClosed after the Client's Close; or etcd's error, which leaves
+// the lock as it was.
 func (l *Lock) Renew(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
 	if l.ctx.Err() != nil {
 		return l.endedErr()
 	}
@@ -165,17 +219,22 @@ func (l *Lock) Renew(ctx context.Context) error {
 	return nil
 }
 
-// Release releases the lock: one etcd Txn that deletes its key only if the key
-// still carries this lock's token, so it can never delete a successor's key. The
-// lock ends (Done closes, cause ErrReleased) before the Txn is sent: the caller
-// has stopped its protected work. ctx governs the Txn.
+// Release releases the lock: one etcd Txn that deletes its keys only if every
+// key still carries this lock's token, so it can never delete a successor's key.
+// The lock ends (Done closes, cause ErrReleased) before the Txn is sent: the
+// caller has stopped its protected work. ctx governs the Txn.
 //
 // If the Txn cannot reach etcd, Release returns the error and the Client keeps
 // retrying the delete in the background until it succeeds, the session ends or
-// the Client closes. It returns a *NotHeldError (ErrNotHeld) if the key no longer
-// carries the token or the lock was already released, a *fence.LostError if the
-// lock was lost before, and ErrClosed after the Client's Close.
+// the Client closes. It returns a *NotHeldError (ErrNotHeld) if a key no longer
+// carries the token (naming the first such name; the keys that still carry it
+// are deleted in the background), if the lock was already released, or for a
+// nil Lock; an error matching fence.ErrLost if the lock was lost before; and
+// ErrClosed after the Client's Close.
 func (l *Lock) Release(ctx context.Context) error {
+	if l == nil {
+		return errNilLock
+	}
 	c := l.c
 	c.mu.Lock()
 	held := c.unregisterLocked(l)

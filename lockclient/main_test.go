@@ -41,11 +41,7 @@ func runHolder(spec string) int {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	// A comma-separated name is a set (AcquireSet).
-	var l interface {
-		fence.Grant
-		Done() <-chan struct{}
-		Context() context.Context
-	}
+	var l *lockclient.Lock
 	if strings.Contains(name, ",") {
 		l, err = c.AcquireSet(ctx, strings.Split(name, ","))
 	} else {

@@ -3,7 +3,6 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 
@@ -17,122 +16,17 @@ import (
 // larger sets with etcd's rpctypes.ErrTooManyOps.
 const MaxSetSize = 128
 
-// LockSet is a lock on several names taken all-or-nothing by AcquireSet or
-// TryAcquireSet. Every key of the set is created in one etcd Txn, so they share
-// one create revision: the whole set has one fencing token, higher than every
-// token granted before for any name.
-//
-// It satisfies fence.Set (Resources: every name, sorted, each once), and so
-// fence.Grant, and fence.Watched: adapters that support fence.Set raise the
-// stored token of every name of the set in the fenced transaction. Resource
-// returns the first name in sorted order, so a write path that knows only
-// fence.Grant fences the same one member every time; it never names a resource
-// that is not in the set.
-//
-// It ends as a Lock does, as a whole: Release (ErrReleased), loss (a
-// *fence.LostError: the session lease ran out, a manual-renewal set was not
-// renewed in time, or the key of any one of its names was deleted by someone
-// else, which Renew, Release or a new grant of that name finds) or the Client's
-// Close (ErrClosed). When it ends by loss, the client deletes the keys of its
-// other names that still carry its token.
-type LockSet struct {
-	l *Lock
-}
-
-var (
-	_ fence.Set     = (*LockSet)(nil)
-	_ fence.Watched = (*LockSet)(nil)
-	_ fence.Leased  = (*LockSet)(nil)
-)
-
-// Resource returns the set's first name in sorted order (see LockSet); "" for a
-// nil *LockSet, which fence.CheckGrant refuses.
-func (s *LockSet) Resource() string {
-	if s == nil || s.l == nil {
-		return ""
-	}
-	return s.l.name
-}
-
-// Resources returns every name of the set, sorted, each once, in a new slice.
-func (s *LockSet) Resources() []string {
-	if s == nil || s.l == nil {
-		return nil
-	}
-	return slices.Clone(s.l.names)
-}
-
-// Token returns the set's fencing token: the create revision of all its keys.
-func (s *LockSet) Token() fence.Token {
-	if s == nil || s.l == nil {
-		return 0
-	}
-	return s.l.token
-}
-
-// Lease returns the set's lease, as Lock.Lease does; 0 for a nil *LockSet.
-func (s *LockSet) Lease() time.Duration {
-	if s == nil || s.l == nil {
-		return 0
-	}
-	return s.l.Lease()
-}
-
-// Done is closed when the set ends: released, lost, or its Client closed.
-func (s *LockSet) Done() <-chan struct{} {
-	if s == nil || s.l == nil {
-		return closedChan
-	}
-	return s.l.Done()
-}
-
-// Context returns a context that is cancelled when the set ends; its
-// context.Cause is ErrReleased, a *fence.LostError or ErrClosed.
-func (s *LockSet) Context() context.Context {
-	if s == nil || s.l == nil {
-		ctx, cancel := context.WithCancelCause(context.Background())
-		cancel(errNilSet)
-		return ctx
-	}
-	return s.l.ctx
-}
-
-// Renew confirms with etcd (one linearizable read of every key, in one Txn) that
-// every key of the set still carries its token, as Lock.Renew does for one key;
-// for a set taken WithManualRenewal it also restarts the set's lease. If any key
-// lost the token, the whole set is lost. Errors are those of Lock.Renew.
-func (s *LockSet) Renew(ctx context.Context) error {
-	if s == nil || s.l == nil {
-		return errNilSet
-	}
-	return s.l.Renew(ctx)
-}
-
-// Release releases the set: one etcd Txn that deletes every key of the set only
-// if every key still carries the set's token, so it never deletes a successor's
-// key. The set ends before the Txn is sent. If some key no longer carries the
-// token, Release returns a *NotHeldError naming the first such name, and the
-// Client deletes the keys that still carry it in the background.
-// Other errors, and the background retry when etcd cannot be reached, are those
-// of Lock.Release.
-func (s *LockSet) Release(ctx context.Context) error {
-	if s == nil || s.l == nil {
-		return errNilSet
-	}
-	return s.l.Release(ctx)
-}
-
-var (
-	errNilSet  = fmt.Errorf("%w: nil *LockSet", ErrNotHeld)
-	closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
-)
-
 // AcquireSet takes the locks on every one of names all-or-nothing, waiting while
 // any of them is held, until the set is granted or ctx ends; ctx governs the wait
 // and every etcd call. Each attempt is one etcd Txn that creates every key under
 // the session lease only if none exists; the set's token is their shared create
 // revision. While any name is held, AcquireSet watches the keys that blocked it
 // until each was deleted, and writes nothing; then it tries again.
+//
+// The set is one *Lock: Resources returns its names, Resource the first in
+// sorted order; its token is higher than every token granted before for any
+// name. It ends as a whole (see Lock): the loss of any one key loses the set,
+// and the Client then deletes its keys that still carry its token.
 //
 // It cannot deadlock, in whatever order callers list the names: a waiting
 // AcquireSet holds none of its names, so no cycle of waiters each holding what
@@ -146,8 +40,9 @@ var (
 //
 // Before any I/O it returns an error wrapping fence.ErrInvalidArgument for no
 // names, a name listed twice, more than MaxSetSize names or a bad option, and
-// one wrapping fence.ErrInvalidResource for a bad name. Other errors are those of Acquire.
-func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
+// one wrapping fence.ErrInvalidResource for a bad name. Other errors are those
+// of Acquire.
+func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireSetObserved(ctx, names, opts, true)
 }
 
@@ -156,11 +51,11 @@ func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOpt
 // first held name (in sorted order), its holder and token. It is one etcd Txn and
 // writes nothing when any name is held. ctx governs the call. Other errors are
 // those of AcquireSet; a transient etcd error is returned, not retried.
-func (c *Client) TryAcquireSet(ctx context.Context, names []string, opts ...LockOption) (*LockSet, error) {
+func (c *Client) TryAcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireSetObserved(ctx, names, opts, false)
 }
 
-func (c *Client) acquireSetObserved(ctx context.Context, names []string, opts []LockOption, wait bool) (*LockSet, error) {
+func (c *Client) acquireSetObserved(ctx context.Context, names []string, opts []LockOption, wait bool) (*Lock, error) {
 	var start time.Time
 	if c.obs != nil || c.log != nil {
 		start = time.Now()
@@ -178,7 +73,7 @@ func (c *Client) acquireSetObserved(ctx context.Context, names []string, opts []
 	if err != nil {
 		return nil, err
 	}
-	return &LockSet{l: l}, nil
+	return l, nil
 }
 
 // checkSet returns names sorted in a new slice, or why they cannot form a set.

@@ -18,13 +18,13 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// Compile-time: a *LockSet is a grant covering several resources.
+// Compile-time: a *Lock (a set's too) is a grant covering its resources.
 var (
-	_ fence.Set     = (*lockclient.LockSet)(nil)
-	_ fence.Watched = (*lockclient.LockSet)(nil)
+	_ fence.Set     = (*lockclient.Lock)(nil)
+	_ fence.Watched = (*lockclient.Lock)(nil)
 )
 
-func mustAcquireSet(t testing.TB, c *lockclient.Client, names []string, opts ...lockclient.LockOption) *lockclient.LockSet {
+func mustAcquireSet(t testing.TB, c *lockclient.Client, names []string, opts ...lockclient.LockOption) *lockclient.Lock {
 	t.Helper()
 	s, err := c.AcquireSet(t.Context(), names, opts...)
 	if err != nil {
@@ -145,6 +145,16 @@ func TestClient_AcquireSet_oneToken(t *testing.T) {
 	}
 	if err := fence.CheckGrant(s); err != nil {
 		t.Fatalf("CheckGrant(held set) = %v", err)
+	}
+	if err := fence.CheckSingle(s); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("CheckSingle(held set) = %v, want fence.ErrInvalidArgument", err)
+	}
+	// A lock on one name is a set of one: a single-row write takes it.
+	if got := before.Resources(); !slices.Equal(got, []string{"solo"}) || before.Resource() != "solo" {
+		t.Fatalf("single lock: Resources = %q, Resource = %q; want [solo]", got, before.Resource())
+	}
+	if err := fence.CheckSingle(before); err != nil {
+		t.Fatalf("CheckSingle(held lock) = %v", err)
 	}
 	for _, n := range want {
 		resp, err := cli.Get(t.Context(), lockclient.DefaultPrefix+n)
@@ -279,7 +289,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 			ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 			defer cancel()
 			for _, try := range []bool{false, true} {
-				var s *lockclient.LockSet
+				var s *lockclient.Lock
 				var err error
 				if try {
 					s, err = c.TryAcquireSet(ctx, tt.names, tt.opts...)
@@ -292,9 +302,9 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 			}
 		})
 	}
-	var nilSet *lockclient.LockSet
+	var nilSet *lockclient.Lock
 	if err := fence.CheckGrant(nilSet); err == nil {
-		t.Fatal("CheckGrant(nil *LockSet) = nil")
+		t.Fatal("CheckGrant(nil *Lock) = nil")
 	}
 	if err := nilSet.Release(t.Context()); !errors.Is(err, lockclient.ErrNotHeld) {
 		t.Fatalf("nil set Release = %v", err)

@@ -11,10 +11,10 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// TestLockSet_keyDeleted: a key of the set deleted by someone else (an operator's
+// TestLock_set_keyDeleted: a key of the set deleted by someone else (an operator's
 // release) ends the whole set when Renew finds it, and the client deletes the
 // set's other keys, so their names pass on at once.
-func TestLockSet_keyDeleted(t *testing.T) {
+func TestLock_set_keyDeleted(t *testing.T) {
 	srv := locktest.Start(t)
 	cli := srv.Client(t)
 	a := newClient(t, cli, lockclient.WithTTL(30*time.Second))
@@ -43,9 +43,9 @@ func TestLockSet_keyDeleted(t *testing.T) {
 	}
 }
 
-// TestLockSet_manualRenewal_expires: a set taken WithManualRenewal and not
+// TestLock_set_manualRenewal_expires: a set taken WithManualRenewal and not
 // renewed within its lease is lost as a whole, and all its keys are deleted.
-func TestLockSet_manualRenewal_expires(t *testing.T) {
+func TestLock_set_manualRenewal_expires(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
@@ -69,9 +69,9 @@ func TestLockSet_manualRenewal_expires(t *testing.T) {
 	}
 }
 
-// TestLockSet_close: closing the Client ends its sets with ErrClosed and frees
+// TestLock_set_close: closing the Client ends its sets with ErrClosed and frees
 // every name.
-func TestLockSet_close(t *testing.T) {
+func TestLock_set_close(t *testing.T) {
 	srv := locktest.Start(t)
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))

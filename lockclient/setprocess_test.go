@@ -11,10 +11,10 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// TestLockSet_frozenHolder freezes a process holding the set {a,b} with SIGSTOP
+// TestLock_set_frozenHolder freezes a process holding the set {a,b} with SIGSTOP
 // past its session lease: a single lock on a and another on b are granted with
 // higher tokens, and the thawed holder finds its whole set lost.
-func TestLockSet_frozenHolder(t *testing.T) {
+func TestLock_set_frozenHolder(t *testing.T) {
 	srv := locktest.Start(t)
 	h := startHolder(t, srv, "set-b,set-a")
 	other := newClient(t, srv.Client(t))

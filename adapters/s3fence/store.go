@@ -142,7 +142,7 @@ func checkGrant(g fence.Grant) error {
 	if err := fence.CheckGrant(g); err != nil {
 		return err
 	}
-	if _, ok := g.(fence.Set); ok {
+	if set, ok := g.(fence.Set); ok && len(set.Resources()) > 1 {
 		return invalid("grant %q covers several resources; fence each object with a single-resource grant", g.Resource())
 	}
 	return nil
