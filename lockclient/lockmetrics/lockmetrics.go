@@ -37,9 +37,6 @@ import (
 	"github.com/fencegate/fencegate/lockclient"
 )
 
-// ErrInvalidOption means an option to New is unusable.
-var ErrInvalidOption = errors.New("lockmetrics: invalid option")
-
 // Metrics implements lockclient.Observer and fence.WriteObserver by updating
 // Prometheus collectors. It is safe for concurrent use.
 type Metrics struct {
@@ -83,7 +80,7 @@ type config struct {
 func WithNamespace(ns string) Option {
 	return func(c *config) error {
 		if !validName(ns) {
-			return fmt.Errorf("%w: namespace %q is not a valid metric name", ErrInvalidOption, ns)
+			return fmt.Errorf("lockmetrics: WithNamespace(%q): not a valid metric name: %w", ns, fence.ErrInvalidArgument)
 		}
 		c.namespace = ns
 		return nil
@@ -96,7 +93,7 @@ func WithConstLabels(l prometheus.Labels) Option {
 	return func(c *config) error {
 		for k := range l {
 			if !validName(k) {
-				return fmt.Errorf("%w: label name %q is not valid", ErrInvalidOption, k)
+				return fmt.Errorf("lockmetrics: WithConstLabels: label name %q is not valid: %w", k, fence.ErrInvalidArgument)
 			}
 		}
 		c.constLabels = l
@@ -112,7 +109,7 @@ func WithBuckets(wait, hold, keepalive []float64) Option {
 		for _, b := range [][]float64{wait, hold, keepalive} {
 			for i := 1; i < len(b); i++ {
 				if b[i] <= b[i-1] {
-					return fmt.Errorf("%w: buckets %v are not strictly increasing", ErrInvalidOption, b)
+					return fmt.Errorf("lockmetrics: WithBuckets: %v is not strictly increasing: %w", b, fence.ErrInvalidArgument)
 				}
 			}
 		}
@@ -144,12 +141,13 @@ func validName(s string) bool {
 	return true
 }
 
-// New returns Metrics whose collectors are registered with reg. It returns
-// ErrInvalidOption for an unusable option or a nil reg, and reg's error when a
-// collector of the same name is already registered.
+// New returns Metrics whose collectors are registered with reg. It returns an
+// error wrapping fence.ErrInvalidArgument, naming the option, for an unusable
+// option or a nil reg, and reg's error when a collector of the same name is
+// already registered.
 func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	if reg == nil {
-		return nil, fmt.Errorf("%w: nil registerer", ErrInvalidOption)
+		return nil, fmt.Errorf("lockmetrics: New: nil registerer: %w", fence.ErrInvalidArgument)
 	}
 	c := config{
 		namespace:   "fencegate",
@@ -159,7 +157,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	}
 	for i, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: option %d is nil", ErrInvalidOption, i)
+			return nil, fmt.Errorf("lockmetrics: New: option %d is nil: %w", i, fence.ErrInvalidArgument)
 		}
 		if err := o(&c); err != nil {
 			return nil, err
@@ -253,10 +251,3 @@ func (m *Metrics) SessionLost(int) { m.lost.Inc() }
 func (m *Metrics) FencedWrite(adapter, _ string, r fence.WriteResult) {
 	m.writes.WithLabelValues(adapter, r.String()).Inc()
 }
-
-// SessionsStarted returns the counter of session leases granted, for tests and
-// health checks.
-func (m *Metrics) SessionsStarted() prometheus.Counter { return m.started }
-
-// LocksHeld returns the gauge of locks held now, for tests and health checks.
-func (m *Metrics) LocksHeld() prometheus.Gauge { return m.held }
