@@ -21,7 +21,7 @@ type holderProc struct {
 	token fence.Token
 }
 
-func startHolder(t *testing.T, srv *locktest.Server, name string) *holderProc {
+func startHolder(t *testing.T, srv *locktest.Cluster, name string) *holderProc {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(srv.Endpoints(), ",")+" "+name)

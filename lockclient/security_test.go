@@ -21,7 +21,7 @@ import (
 // write only under the default lock prefix. It is the setup the README
 // describes for production.
 type secureEtcd struct {
-	srv   *locktest.Server
+	srv   *locktest.Cluster
 	certs *locktest.Certs
 }
 

@@ -26,7 +26,7 @@ type fenceEnv struct {
 	dsn    string
 }
 
-func newFenceEnv(t *testing.T, srv *locktest.Server, db *sql.DB, d migrations.Dialect, dsn string) *fenceEnv {
+func newFenceEnv(t *testing.T, srv *locktest.Cluster, db *sql.DB, d migrations.Dialect, dsn string) *fenceEnv {
 	t.Helper()
 	locks, err := lockclient.New(srv.Client(t), lockclient.WithIdentity("zombie"))
 	if err != nil {

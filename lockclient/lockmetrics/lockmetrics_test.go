@@ -30,7 +30,7 @@ func newMetrics(t *testing.T) (*lockmetrics.Metrics, *prometheus.Registry) {
 	return m, reg
 }
 
-func newClient(t *testing.T, srv *locktest.Server, opts ...lockclient.Option) *lockclient.Client {
+func newClient(t *testing.T, srv *locktest.Cluster, opts ...lockclient.Option) *lockclient.Client {
 	t.Helper()
 	c, err := lockclient.New(srv.Client(t), append([]lockclient.Option{lockclient.WithTTL(2 * time.Second)}, opts...)...)
 	if err != nil {

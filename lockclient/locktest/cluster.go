@@ -1,6 +1,8 @@
 package locktest
 
 import (
+	"fmt"
+	"os"
 	"testing"
 	"time"
 
@@ -80,30 +82,34 @@ func (c *Cluster) WaitLeader(t testing.TB) int {
 
 // Stop kills member i's process as a crash would (SIGKILL, no leadership
 // transfer). Stopping the leader makes the others elect a new one, if a majority
-// remains.
+// remains. A bad i fails the cluster's test (see fail).
 func (c *Cluster) Stop(i int) {
-	c.t.Helper()
-	c.check(c.t, i)
+	if !c.has(i) {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.members[i].stop()
 }
 
 // Restart starts stopped member i again from its data, on the same ports, and
-// waits until it answers as a member of the cluster.
+// waits until it answers as a member of the cluster. A bad i, a running member
+// or a failed start fails the cluster's test (see fail).
 func (c *Cluster) Restart(i int) {
-	c.t.Helper()
-	c.check(c.t, i)
+	if !c.has(i) {
+		return
+	}
 	c.mu.Lock()
 	m := c.members[i]
 	if m.running() {
 		c.mu.Unlock()
-		c.t.Fatalf("locktest: member %d is running", i)
+		c.fail("locktest: member %d is running", i)
+		return
 	}
 	err := m.start(c.bin)
 	c.mu.Unlock()
 	if err != nil {
-		c.t.Fatalf("locktest: restart: %v", err)
+		c.fail("locktest: restart: %v", err)
 	}
 }
 
@@ -121,12 +127,35 @@ func (c *Cluster) Term() uint64 {
 	return term
 }
 
-// Running reports whether member i runs (was started and not stopped).
+// Running reports whether member i runs (was started and not stopped); false
+// for a bad i, which fails the cluster's test (see fail).
 func (c *Cluster) Running(i int) bool {
-	c.check(c.t, i)
+	if !c.has(i) {
+		return false
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.members[i].running()
+}
+
+// has reports whether member i exists, and fails the cluster's test if not.
+func (c *Cluster) has(i int) bool {
+	if i < 0 || i >= len(c.members) {
+		c.fail("locktest: no member %d in a cluster of %d", i, len(c.members))
+		return false
+	}
+	return true
+}
+
+// fail fails the test that started the cluster. A Cluster from Run has no test:
+// the message goes to standard error and the call that failed does nothing.
+func (c *Cluster) fail(format string, args ...any) {
+	if c.t == nil {
+		fmt.Fprintf(os.Stderr, format+"\n", args...)
+		return
+	}
+	c.t.Helper()
+	c.t.Fatalf(format, args...)
 }
 
 func (c *Cluster) check(t testing.TB, i int) {

@@ -1,6 +1,7 @@
-// Package locktest starts real etcd servers for tests: a single member (Start,
-// StartTLS) or a cluster of n members (StartCluster) whose members can be stopped
-// as by a crash and restarted from their data. Each member is an etcd server
+// Package locktest starts real etcd servers for tests: a Cluster of a single
+// member (Start, StartTLS, or Run outside a test) or of n members
+// (StartCluster), whose members can be stopped as by a crash and restarted from
+// their data. Each member is an etcd server
 // process (the release named by Version), so tests see real raft, real leases and
 // real revisions; nothing is mocked. The binary is built once per machine with
 // the go command and cached (see Binary), or named by the FENCEGATE_ETCD
@@ -23,8 +24,6 @@ import (
 	"sync"
 	"testing"
 	"time"
-
-	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // startTimeout bounds how long a member may take to become ready. A cold start
@@ -32,22 +31,27 @@ import (
 // tests.
 const startTimeout = 60 * time.Second
 
-// Server is a single-member etcd cluster.
-type Server struct {
-	c *Cluster
+// Cluster is an etcd cluster of member processes: one from Start, StartTLS
+// and Run, n from StartCluster.
+type Cluster struct {
+	t       testing.TB // nil for a Cluster from Run
+	bin     string
+	mu      sync.Mutex
+	members []*member
 }
 
 // Start starts a single etcd member and stops it when the test ends. It fails the
 // test if the member does not become ready, and skips it when no etcd binary can
 // be had and the CI environment variable is unset.
-func Start(t testing.TB) *Server {
+func Start(t testing.TB) *Cluster {
 	t.Helper()
-	return &Server{c: StartCluster(t, 1)}
+	return StartCluster(t, 1)
 }
 
 // Run starts a single etcd member outside a test, for examples and demo
-// programs, with its data in dir (which must exist). Close stops it.
-func Run(dir string) (*Server, error) {
+// programs, with its data in dir (which must exist). Close stops it. It returns
+// the error of finding or building the etcd binary, or of starting the member.
+func Run(dir string) (*Cluster, error) {
 	bin, err := Binary(context.Background())
 	if err != nil {
 		return nil, err
@@ -64,28 +68,7 @@ func Run(dir string) (*Server, error) {
 	if err := m.start(bin); err != nil {
 		return nil, fmt.Errorf("locktest: %w", err)
 	}
-	return &Server{c: &Cluster{bin: bin, members: []*member{m}}}, nil
-}
-
-// Close stops the member. Servers from Start are stopped by t.Cleanup; Close on
-// them is harmless.
-func (s *Server) Close() { s.c.stopAll() }
-
-// Endpoints returns the member's client URL.
-func (s *Server) Endpoints() []string { return s.c.Endpoints() }
-
-// Client returns a new etcd client of the member, closed when the test ends.
-func (s *Server) Client(t testing.TB) *clientv3.Client {
-	t.Helper()
-	return s.c.Client(t)
-}
-
-// Cluster is an etcd cluster of n member processes.
-type Cluster struct {
-	t       testing.TB
-	bin     string
-	mu      sync.Mutex
-	members []*member
+	return &Cluster{bin: bin, members: []*member{m}}, nil
 }
 
 // StartCluster starts n etcd members (n >= 1) forming one cluster, waits until
@@ -118,7 +101,7 @@ func startCluster(t testing.TB, n int, certs *Certs) *Cluster {
 		c.members = append(c.members, m)
 		initial = append(initial, m.name+"="+m.peerURL.String())
 	}
-	t.Cleanup(c.stopAll)
+	t.Cleanup(c.Close)
 	errs := make(chan error, n)
 	for _, m := range c.members {
 		m.initial = strings.Join(initial, ",")
@@ -167,7 +150,9 @@ func freeLoopback() (string, error) {
 	return l.Addr().String(), nil
 }
 
-func (c *Cluster) stopAll() {
+// Close stops every member as Stop does; their data stays. Clusters started for
+// a test are closed by t.Cleanup; Close on them is harmless.
+func (c *Cluster) Close() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var wg sync.WaitGroup

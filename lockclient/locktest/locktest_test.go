@@ -16,6 +16,9 @@ import (
 
 func TestStart_putGet(t *testing.T) {
 	s := locktest.Start(t)
+	if s.Size() != 1 || !s.Running(0) {
+		t.Fatalf("Start: %d members, member 0 running %v; want one running", s.Size(), s.Running(0))
+	}
 	cli := s.Client(t)
 	if _, err := cli.Put(t.Context(), "k", "v"); err != nil {
 		t.Fatalf("Put: %v", err)

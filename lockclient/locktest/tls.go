@@ -22,14 +22,14 @@ import (
 // StartTLS starts a single etcd member like Start whose clients must use TLS
 // with a client certificate of certs (the server's certificate is certs', client
 // certificates are required and checked against its CA), and stops it when the
-// test ends. Its client URL uses https. Server.Client makes plain clients, which
-// such a server refuses; tests build their own with Certs.ClientTLS.
-func StartTLS(t testing.TB, certs *Certs) *Server {
+// test ends. Its client URL uses https. Cluster.Client makes plain clients, which
+// such a member refuses; tests build their own with Certs.ClientTLS.
+func StartTLS(t testing.TB, certs *Certs) *Cluster {
 	t.Helper()
 	if certs == nil {
 		t.Fatal("locktest: StartTLS with nil certs")
 	}
-	return &Server{c: startCluster(t, 1, certs)}
+	return startCluster(t, 1, certs)
 }
 
 // Certs is a throwaway certificate authority with a server certificate for
