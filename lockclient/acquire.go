@@ -86,28 +86,13 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease))).
 			Else(clientv3.OpGet(key)).
 			Commit()
-		switch {
-		case err == nil:
-		case errors.Is(err, rpctypes.ErrLeaseNotFound):
-			c.loseLease(lease, "etcd no longer has the session lease")
-			if wait {
-				continue
-			}
-			return nil, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
-		case transient(ctx, err):
-			unknown = append(unknown, val)
-			if !wait {
-				c.forget(key, unknown)
-				return nil, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
-			}
-			if err := c.sleep(ctx, retryDelay); err != nil {
+		if err != nil {
+			unknown = append(unknown, val) // it may have landed, or ctx ended on a Txn that did
+			if retry, err := c.retryAcquire(ctx, err, wait, name, lease); !retry {
 				c.forget(key, unknown)
 				return nil, err
 			}
 			continue
-		default:
-			c.forget(key, append(unknown, val))
-			return nil, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
 		}
 		if resp.Succeeded {
 			l, err := c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)
@@ -116,26 +101,58 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			}
 			return l, err
 		}
-		kvs := resp.Responses[0].GetResponseRange().GetKvs()
-		if len(kvs) == 0 {
-			continue // cannot happen: the compare failed, so the key existed in this Txn
-		}
-		kv := kvs[0]
-		if clientv3.LeaseID(kv.Lease) == lease && isOneOf(kv.Value, unknown) {
-			// An earlier attempt whose answer was lost did take the lock.
-			info := decodeInfo(name, kv)
-			return c.register(name, info.Token, lease, info.AcquiredAt, lo)
-		}
-		if !wait {
-			info := decodeInfo(name, kv)
-			return nil, &HeldError{Name: name, Holder: info, Token: info.Token}
-		}
-		c.waiting(ctx, name, kv)
-		if err := c.waitDelete(ctx, key, resp.Header.Revision); err != nil {
-			c.forget(key, unknown)
-			return nil, err
+		if l, done, err := c.blocked(ctx, name, resp, lease, unknown, lo, wait); done {
+			return l, err
 		}
 	}
+}
+
+// retryAcquire decides what a failed acquire Txn means: try again (at once
+// under a new session, or after a pause for a transient error while waiting),
+// or give up with the error to return.
+func (c *Client) retryAcquire(ctx context.Context, err error, wait bool, name string, lease clientv3.LeaseID) (bool, error) {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		c.loseLease(lease, "etcd no longer has the session lease")
+		if wait {
+			return true, nil
+		}
+		return false, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
+	case transient(ctx, err) && wait:
+		if err := c.sleep(ctx, retryDelay); err != nil {
+			return false, err
+		}
+		return true, nil
+	}
+	return false, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
+}
+
+// blocked handles an acquire Txn that found name's key. It is done when an
+// earlier attempt of this call had taken the lock (registered and returned),
+// for TryAcquire (a *HeldError), or when the wait for the key's deletion fails;
+// otherwise the key was deleted and the caller tries again.
+func (c *Client) blocked(ctx context.Context, name string, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte, lo lockOptions, wait bool) (l *Lock, done bool, err error) {
+	kvs := resp.Responses[0].GetResponseRange().GetKvs()
+	if len(kvs) == 0 {
+		return nil, false, nil // cannot happen: the compare failed, so the key existed in this Txn
+	}
+	kv := kvs[0]
+	if clientv3.LeaseID(kv.Lease) == lease && isOneOf(kv.Value, unknown) {
+		// An earlier attempt whose answer was lost did take the lock.
+		info := decodeInfo(name, kv)
+		l, err := c.register(name, info.Token, lease, info.AcquiredAt, lo)
+		return l, true, err
+	}
+	if !wait {
+		info := decodeInfo(name, kv)
+		return nil, true, &HeldError{Name: name, Holder: info, Token: info.Token}
+	}
+	c.waiting(ctx, name, kv)
+	if err := c.waitDelete(ctx, c.key(name), resp.Header.Revision); err != nil {
+		c.forget(c.key(name), unknown)
+		return nil, true, err
+	}
+	return nil, false, nil
 }
 
 // waitDelete watches key from the revision after rev until it is deleted (or the

@@ -141,28 +141,40 @@ func (c *Client) acquireSet(ctx context.Context, names []string, opts []LockOpti
 			}
 			return got, err
 		}
-		held, ours := blockers(resp, lease, unknown)
-		if len(ours) == len(names) {
-			// An earlier attempt whose answer was lost took the whole set.
-			info := decodeInfo(names[0], ours[0])
-			return c.registerLock(c.newSetLock(names, info.Token, lease, lo), info.AcquiredAt, lo)
-		}
-		if len(ours) > 0 {
-			// Part of an earlier attempt's set is left (someone deleted the rest):
-			// give it up, and wait for those keys like any other.
-			c.forgetSet(keys, unknown)
-			held = append(held, ours...)
-		}
-		if len(held) == 0 {
-			continue // cannot happen: the compare failed, so a key existed in this Txn
-		}
-		if !wait {
-			info := decodeInfo(nameOf(c, held[0]), held[0])
-			return nil, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
-		}
-		if err := c.waitSet(ctx, held, resp.Header.Revision); err != nil {
-			c.forgetSet(keys, unknown)
-			return nil, err
+		if l, done, err := c.setBlocked(ctx, txn, names, resp, lease, unknown, lo, wait); done {
+			return l, err
 		}
 	}
+}
+
+// setBlocked handles a set's acquire Txn that found some of its keys, as
+// blocked does for one name: done with the set when an earlier attempt of this
+// call had taken all of it, for TryAcquireSet (a *HeldError naming the first
+// held name), or when the wait fails; otherwise the caller tries again.
+func (c *Client) setBlocked(ctx context.Context, txn *setTxn, names []string, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte, lo lockOptions, wait bool) (l *Lock, done bool, err error) {
+	held, ours := blockers(resp, lease, unknown)
+	if len(ours) == len(names) {
+		// An earlier attempt whose answer was lost took the whole set.
+		info := decodeInfo(names[0], ours[0])
+		l, err := c.registerLock(c.newSetLock(names, info.Token, lease, lo), info.AcquiredAt, lo)
+		return l, true, err
+	}
+	if len(ours) > 0 {
+		// Part of an earlier attempt's set is left (someone deleted the rest):
+		// give it up, and wait for those keys like any other.
+		c.forgetSet(txn.keys, unknown)
+		held = append(held, ours...)
+	}
+	if len(held) == 0 {
+		return nil, false, nil // cannot happen: the compare failed, so a key existed in this Txn
+	}
+	if !wait {
+		info := decodeInfo(nameOf(c, held[0]), held[0])
+		return nil, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+	}
+	if err := c.waitSet(ctx, held, resp.Header.Revision); err != nil {
+		c.forgetSet(txn.keys, unknown)
+		return nil, true, err
+	}
+	return nil, false, nil
 }

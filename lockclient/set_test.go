@@ -341,23 +341,3 @@ func TestClient_AcquireSet_maxSize(t *testing.T) {
 		t.Fatalf("List after release: %d infos, %v", len(infos), err)
 	}
 }
-
-// TestClient_NextToken: above every token granted before, not above the next grant.
-func TestClient_NextToken(t *testing.T) {
-	srv := locktest.Start(t)
-	c := newClient(t, srv.Client(t))
-	l := mustAcquire(t, c, "before")
-	s := mustAcquireSet(t, c, []string{"s1", "s2"})
-	next, err := c.NextToken(t.Context())
-	if err != nil || next <= s.Token() || next <= l.Token() {
-		t.Fatalf("NextToken = %d, %v; want above %d and %d", next, err, l.Token(), s.Token())
-	}
-	after := mustAcquire(t, c, "after")
-	if after.Token() != next {
-		t.Fatalf("the next grant's token %d, NextToken said %d (no other write in between)", after.Token(), next)
-	}
-	c.Close()
-	if _, err := c.NextToken(t.Context()); !errors.Is(err, lockclient.ErrClosed) {
-		t.Fatalf("NextToken after Close = %v, want ErrClosed", err)
-	}
-}
