@@ -14,8 +14,10 @@ import (
 
 // Errors returned by this package. Match them with errors.Is; the typed errors
 // carry the details and match their sentinel. A lost lock is reported with a
-// *fence.LostError (errors.Is(err, fence.ErrLost)), and a token <= 0 with a
-// *fence.InvalidTokenError (errors.Is(err, fence.ErrInvalidToken)).
+// *fence.LostError (errors.Is(err, fence.ErrLost)), a token <= 0 with a
+// *fence.InvalidTokenError (errors.Is(err, fence.ErrInvalidToken)), a bad lock
+// name with an error wrapping fence.ErrInvalidResource, and a bad option or set
+// with one wrapping fence.ErrInvalidArgument; these name the problem.
 var (
 	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
 	// names the holder.
