@@ -51,15 +51,6 @@ var (
 	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
 	// function, an amount <= 0, an empty key).
 	ErrInvalidArgument = errors.New("fence: invalid argument")
-	// ErrInsufficient means a guarded decrement found less left than it wanted to
-	// take; nothing was taken.
-	ErrInsufficient = errors.New("fence: insufficient")
-	// ErrDuplicate means an insert hit a unique key (PostgreSQL 23505, MySQL 1062,
-	// SQLite constraint-unique). *DuplicateError names the constraint where known.
-	ErrDuplicate = errors.New("fence: duplicate key")
-	// ErrKeyReused means an idempotency key arrived with a different request
-	// fingerprint than the one stored with it; nothing ran.
-	ErrKeyReused = errors.New("fence: idempotency key reused with a different request")
 )
 
 var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
@@ -132,44 +123,6 @@ func (e *CommitUnknownError) Is(target error) bool { return target == ErrCommitU
 
 // Unwrap returns the driver's error.
 func (e *CommitUnknownError) Unwrap() error { return e.Err }
-
-// DuplicateError is returned when an insert hits a unique key. It matches
-// ErrDuplicate and unwraps to the driver's error.
-type DuplicateError struct {
-	Table      string // the table written, where the adapter knows it
-	Constraint string // the constraint or index the database named, where it did
-	Err        error  // the driver's error
-}
-
-func (e *DuplicateError) Error() string {
-	switch {
-	case e.Constraint != "":
-		return fmt.Sprintf("fence: duplicate key in %q (constraint %q)", e.Table, e.Constraint)
-	default:
-		return fmt.Sprintf("fence: duplicate key in %q", e.Table)
-	}
-}
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
-
-// Unwrap returns the driver's error.
-func (e *DuplicateError) Unwrap() error { return e.Err }
-
-// InsufficientError is returned by a guarded decrement that found less left than it
-// wanted. It matches ErrInsufficient.
-type InsufficientError struct {
-	Table  string
-	Wanted int64 // the amount asked for
-	Left   int64 // what the row held when it was refused
-}
-
-func (e *InsufficientError) Error() string {
-	return fmt.Sprintf("fence: insufficient in %q: wanted %d, %d left", e.Table, e.Wanted, e.Left)
-}
-
-// Is reports whether target is ErrInsufficient.
-func (e *InsufficientError) Is(target error) bool { return target == ErrInsufficient }
 
 // CheckResource reports why name cannot be a resource, or nil. Resources are
 // non-empty UTF-8 of at most MaxResourceLen bytes without NUL bytes.

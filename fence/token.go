@@ -33,9 +33,9 @@ type Grant interface {
 // the same create revision). Resources returns every resource of the set, each once;
 // Resource returns one of them. Fenced transactions (and Exec) raise every resource's
 // high-water mark, in sorted order (see Resources), and refuse with a *StaleError
-// naming the first resource that holds a higher token, writing nothing. The
-// single-row writes (RowWriter) refuse a Set with ErrInvalidArgument before any I/O
-// (see CheckSingle) rather than fence one resource of it.
+// naming the first resource that holds a higher token, writing nothing. The adapters'
+// single-row writes (Update, Upsert, Delete) refuse a Set of more than one resource
+// with ErrInvalidArgument before any I/O, rather than fence one resource of it.
 type Set interface {
 	Grant
 	Resources() []string

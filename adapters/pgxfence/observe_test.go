@@ -45,7 +45,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if _, err := pool.Exec(ctx, "CREATE TABLE obs (k text PRIMARY KEY, v bigint NOT NULL, fence_token bigint NOT NULL DEFAULT 0); INSERT INTO obs (k, v) VALUES ('a', 1)"); err != nil {
 				t.Fatal(err)
 			}
-			row := fence.Row{Table: "obs", Key: []fence.Col{fence.C("k", "a")}}
+			row := fence.Row{Table: "obs", Key: []fence.Col{{Name: "k", Value: "a"}}}
 			write := func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "UPDATE obs SET v = v + 1 WHERE k = 'a'")
 				return err
@@ -56,10 +56,10 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 4), write); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Fenced: %v", err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.C("v", 2)); err != nil {
+			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.Col{Name: "v", Value: 2}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.C("v", 3)); !errors.Is(err, fence.ErrStale) {
+			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.Col{Name: "v", Value: 3}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Update: %v", err)
 			}
 			boom := errors.New("boom")

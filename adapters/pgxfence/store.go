@@ -41,6 +41,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
@@ -73,7 +74,7 @@ type DB interface {
 }
 
 // Store is a PostgreSQL database that runs fenced transactions (fence.Store[pgx.Tx])
-// and fenced single-row writes (fence.RowWriter). It is safe for concurrent use when
+// and fenced single-row writes (Update, Upsert, Delete). It is safe for concurrent use when
 // its DB is (a *pgxpool.Pool is; a *pgx.Conn or pgx.Tx is not).
 type Store struct {
 	db       DB
@@ -87,11 +88,11 @@ type Store struct {
 	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
+	keyTTL     time.Duration          // WithKeyTTL; 0: idempotency keys never expire
 }
 
 var (
 	_ fence.Store[pgx.Tx] = (*Store)(nil)
-	_ fence.RowWriter     = (*Store)(nil)
 )
 
 // New returns a Store writing through db with the server's default isolation level.
@@ -150,6 +151,20 @@ func WithTxOptions(o pgx.TxOptions) Option {
 			parts = append(parts, strings.ToUpper(string(o.DeferrableMode)))
 		}
 		s.beginSQL = strings.Join(parts, " ")
+		return nil
+	}
+}
+
+// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
+// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
+// under one microsecond, the precision stored, is an error wrapping
+// fence.ErrInvalidArgument.
+func WithKeyTTL(d time.Duration) Option {
+	return func(s *Store) error {
+		if err := idemkey.CheckTTL(d); err != nil {
+			return fmt.Errorf("pgxfence: %w", err)
+		}
+		s.keyTTL = d
 		return nil
 	}
 }

@@ -41,7 +41,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			ctx := t.Context()
 			mustExec(t, db, "CREATE TABLE obs (k VARCHAR(20) PRIMARY KEY, v BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 			mustExec(t, db, "INSERT INTO obs (k, v) VALUES ('a', 1)")
-			row := fence.Row{Table: "obs", Key: []fence.Col{fence.C("k", "a")}}
+			row := fence.Row{Table: "obs", Key: []fence.Col{{Name: "k", Value: "a"}}}
 			noop := func(*sql.Tx) error { return nil }
 
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 5), noop); err != nil {
@@ -50,10 +50,10 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 4), noop); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Fenced: %v", err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.C("v", 2)); err != nil {
+			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.Col{Name: "v", Value: 2}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.C("v", 3)); !errors.Is(err, fence.ErrStale) {
+			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.Col{Name: "v", Value: 3}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Update: %v", err)
 			}
 			boom := errors.New("boom")
@@ -63,7 +63,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			done := make(chan struct{})
 			close(done)
 			lost := lostGrant{fence.NewGrant("acct", 9), done}
-			if err := s.Update(ctx, lost, row, fence.C("v", 4)); !errors.Is(err, fence.ErrLost) {
+			if err := s.Update(ctx, lost, row, fence.Col{Name: "v", Value: 4}); !errors.Is(err, fence.ErrLost) {
 				t.Fatalf("Update with a lost grant: %v", err)
 			}
 			want := []string{"sqlfence fenced accepted", "sqlfence fenced stale", "sqlfence update accepted", "sqlfence update stale", "sqlfence fenced error", "sqlfence update lost"}

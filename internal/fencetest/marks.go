@@ -24,10 +24,10 @@ func forms[Tx any]() []form[Tx] {
 			})
 		}},
 		{"Update", func(ctx context.Context, h Harness[Tx], g fence.Grant, tbl, id string, val int64) error {
-			return h.Store.Update(ctx, g, row(tbl, id), fence.C("val", val))
+			return h.Store.Update(ctx, g, row(tbl, id), fence.Col{Name: "val", Value: val})
 		}},
 		{"Upsert", func(ctx context.Context, h Harness[Tx], g fence.Grant, tbl, id string, val int64) error {
-			return h.Store.Upsert(ctx, g, row(tbl, id), fence.C("val", val))
+			return h.Store.Upsert(ctx, g, row(tbl, id), fence.Col{Name: "val", Value: val})
 		}},
 	}
 }
@@ -155,8 +155,8 @@ func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	}
 	set := setGrant{[]string{a, c}, 20}
 	for name, err := range map[string]error{
-		"Update": h.Store.Update(ctx, set, row(tbl, "x"), fence.C("val", 1)),
-		"Upsert": h.Store.Upsert(ctx, set, row(tbl, "x"), fence.C("val", 1)),
+		"Update": h.Store.Update(ctx, set, row(tbl, "x"), fence.Col{Name: "val", Value: 1}),
+		"Upsert": h.Store.Upsert(ctx, set, row(tbl, "x"), fence.Col{Name: "val", Value: 1}),
 		"Delete": h.Store.Delete(ctx, set, row(tbl, "x")),
 	} {
 		if !errors.Is(err, fence.ErrInvalidArgument) {
