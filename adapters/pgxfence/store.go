@@ -41,7 +41,9 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/internal/core/idemkey"
+	"github.com/fencegate/fencegate/internal/core/nilness"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
@@ -83,7 +85,7 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
+	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
 	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
@@ -174,7 +176,7 @@ func WithKeyTTL(d time.Duration) Option {
 // DB), each with a nil Store.
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db, beginSQL: "BEGIN"}
-	if fence.IsNil(db) {
+	if nilness.IsNil(db) {
 		// A typed nil (a failed pgxpool.New's pool) is refused by every method
 		// rather than dereferenced.
 		s.db = nil
@@ -204,7 +206,7 @@ func (s *Store) checkSingle(g fence.Grant) error {
 	if err := s.check(g); err != nil {
 		return err
 	}
-	return fence.CheckSingle(g)
+	return grant.CheckSingle(g)
 }
 
 func (s *Store) check(g fence.Grant) error {

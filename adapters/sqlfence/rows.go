@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -30,7 +31,7 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err := s.check(g); err != nil {
 		return nil, err
 	}
-	if err := fence.CheckSingle(g); err != nil {
+	if err := grant.CheckSingle(g); err != nil {
 		return nil, err
 	}
 	st := &rowStmt{table: r.Table}

@@ -76,7 +76,7 @@ type Store struct {
 	db     *sql.DB
 	d      dialect
 	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
-	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
+	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
 	// set by the connection check, before probeOK.
 	mariadb bool

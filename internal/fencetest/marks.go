@@ -115,7 +115,8 @@ func (s setGrant) Resources() []string { return s.res }
 // (a later single grant on any of them with a lower token is stale, whatever its
 // form); a set holding a token older than one resource's mark is refused with a
 // *fence.StaleError naming that resource and writes nothing, not even the other
-// marks; and the single-row forms refuse a set with ErrInvalidArgument.
+// marks; and the single-row forms refuse a set of several resources with
+// ErrInvalidArgument and take a set of one as that resource's grant.
 func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	ctx := t.Context()
 	tbl := table(t, h)
@@ -165,5 +166,11 @@ func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	}
 	if got := storedToken(t, h, c); got != 0 {
 		t.Fatalf("a refused single-row write of a set left a mark of %d", got)
+	}
+	if err := h.Store.Update(ctx, setGrant{[]string{c}, 21}, row(tbl, "x"), fence.Col{Name: "val", Value: 21}); err != nil {
+		t.Fatalf("Update with a set of one: %v", err)
+	}
+	if got := storedToken(t, h, c); got != 21 {
+		t.Fatalf("mark of %q = %d after an Update with a set of one, want 21", c, got)
 	}
 }
