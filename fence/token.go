@@ -12,9 +12,6 @@ import (
 // refuses a write that presents a lower one. Valid tokens are > 0; 0 means "no token".
 type Token int64
 
-// Valid reports whether t can be presented with a write (t > 0).
-func (t Token) Valid() bool { return t > 0 }
-
 // String formats t as a decimal number.
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
@@ -92,7 +89,7 @@ func CheckGrant(g Grant) error {
 			}
 		}
 	}
-	if t := g.Token(); !t.Valid() {
+	if t := g.Token(); t <= 0 {
 		return &InvalidTokenError{Resource: g.Resource(), Token: t}
 	}
 	return checkLost(g)

@@ -117,7 +117,7 @@ func CheckName(name string) error {
 }
 
 func checkToken(name string, token fence.Token) error {
-	if !token.Valid() {
+	if token <= 0 {
 		return &fence.InvalidTokenError{Resource: name, Token: token}
 	}
 	return nil

@@ -155,7 +155,8 @@ func wantUnknown(t *testing.T, err error) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
 	}
-	if errors.Unwrap(err) == nil {
+	var cu *fence.CommitUnknownError
+	if !errors.As(err, &cu) || cu.Err == nil {
 		t.Fatalf("error %v wraps no driver error", err)
 	}
 }
