@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/observe"
 )
 
 // writeRecorder is a fence.WriteObserver that keeps what it was told.
@@ -21,10 +22,10 @@ type writeRecorder struct {
 	seen []string // "adapter op result"
 }
 
-func (r *writeRecorder) FencedWrite(adapter, op string, res fence.WriteResult) {
+func (r *writeRecorder) FencedWrite(adapter, op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, adapter+" "+op+" "+res.String())
+	r.seen = append(r.seen, adapter+" "+op+" "+observe.Result(err))
 }
 
 func TestStore_WithObserver_WithLogger(t *testing.T) {

@@ -16,7 +16,7 @@ type nopObserver struct{}
 func (nopObserver) Acquired(string, lockclient.AcquireResult, time.Duration)       {}
 func (nopObserver) Ended(string, fence.Token, lockclient.EndReason, time.Duration) {}
 func (nopObserver) KeepAlive(time.Duration, error)                                 {}
-func (nopObserver) FencedWrite(string, string, fence.WriteResult)                  {}
+func (nopObserver) FencedWrite(string, string, error)                              {}
 
 type observer interface {
 	lockclient.Observer
@@ -35,7 +35,7 @@ func BenchmarkMetrics_lockLifetime(b *testing.B) {
 		start := time.Now()
 		for range n {
 			o.Acquired("a", lockclient.AcquireGranted, time.Millisecond)
-			o.FencedWrite("pgxfence", "fenced", fence.WriteAccepted)
+			o.FencedWrite("pgxfence", "fenced", nil)
 			o.Ended("a", 1, lockclient.EndReleased, time.Second)
 		}
 		return time.Since(start)
