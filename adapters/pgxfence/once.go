@@ -159,43 +159,9 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 		return r, ran, err
 	}
 
-	var (
-		mine, expired bool
-		storedFP      *string
-		stored        []byte
-	)
-	for try := 1; ; try++ {
-		err := tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
-		if errors.Is(err, pgx.ErrNoRows) {
-			// The insert waited for a concurrent holder of the key, which committed.
-			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
-			if errors.Is(err, pgx.ErrNoRows) {
-				// Deleted in between (purged or replaced as expired): claim again.
-				if try < maxClaimTries {
-					continue
-				}
-				return end(nolock.Result{}, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try))
-			}
-		}
-		if err != nil {
-			return end(nolock.Result{}, false, keyError("once: claim key", err))
-		}
-		if !expired || try == maxClaimTries {
-			break
-		}
-		// An expired key counts as absent: drop it and claim it as new.
-		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
-			return end(nolock.Result{}, false, keyError("once: drop expired key", err))
-		}
-	}
-	if !mine {
-		if expired {
-			return end(nolock.Result{}, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
-		}
-		if storedFP == nil || *storedFP != fingerprint {
-			return end(nolock.Result{}, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key))
-		}
-		return end(nolock.Result{Value: stored, Replayed: true}, false, nil)
+	r, mine, err := claimKey(ctx, tx, key, fingerprint, micros)
+	if err != nil || !mine {
+		return end(r, false, err)
 	}
 
 	val, err := fn(tx)
@@ -211,6 +177,51 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 		return nolock.Result{}, true, keyError("once: commit", err)
 	}
 	return nolock.Result{Value: val}, true, nil
+}
+
+// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
+// that the key is now this transaction's, so fn is to run; otherwise r is the
+// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
+// claim's failure.
+func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *int64) (r nolock.Result, mine bool, err error) {
+	var (
+		expired  bool
+		storedFP *string
+		stored   []byte
+	)
+	for try := 1; ; try++ {
+		err = tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
+		if errors.Is(err, pgx.ErrNoRows) {
+			// The insert waited for a concurrent holder of the key, which committed.
+			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
+			if errors.Is(err, pgx.ErrNoRows) {
+				// Deleted in between (purged or replaced as expired): claim again.
+				if try < maxClaimTries {
+					continue
+				}
+				return r, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try)
+			}
+		}
+		if err != nil {
+			return r, false, keyError("once: claim key", err)
+		}
+		if !expired || try == maxClaimTries {
+			break
+		}
+		// An expired key counts as absent: drop it and claim it as new.
+		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
+			return r, false, keyError("once: drop expired key", err)
+		}
+	}
+	switch {
+	case mine:
+		return r, true, nil
+	case expired:
+		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+	case storedFP == nil || *storedFP != fingerprint:
+		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
+	}
+	return nolock.Result{Value: stored, Replayed: true}, false, nil
 }
 
 // beginOnce begins Once's transaction at the Store's isolation level.

@@ -224,42 +224,9 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 		return r, stage, err
 	}
 
-	var (
-		mine     bool
-		expired  int64 // 1: the stored key has expired
-		storedFP string
-		stored   []byte
-	)
-	for try := 1; ; try++ {
-		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
-			return end(nolock.Result{}, beforeFn, keyErr("once: claim key", err))
-		}
-		if mine {
-			break
-		}
-		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
-		if errors.Is(err, sql.ErrNoRows) && try < maxClaimTries {
-			continue // deleted in between (purged, or replaced as expired): claim again
-		}
-		if err != nil {
-			return end(nolock.Result{}, beforeFn, keyErr("once: read key", err))
-		}
-		if expired == 0 || try == maxClaimTries {
-			break
-		}
-		// An expired key counts as absent: drop it and claim it as new.
-		if _, err := tx.ExecContext(ctx, s.d.dropKeySQL(), key); err != nil {
-			return end(nolock.Result{}, beforeFn, keyErr("once: drop expired key", err))
-		}
-	}
-	if !mine {
-		switch {
-		case expired != 0:
-			return end(nolock.Result{}, beforeFn, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
-		case storedFP != fingerprint:
-			return end(nolock.Result{}, beforeFn, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key))
-		}
-		return end(nolock.Result{Value: stored, Replayed: true}, beforeFn, nil)
+	r, mine, err := s.claimKey(ctx, tx, key, fingerprint, ttl)
+	if err != nil || !mine {
+		return end(r, beforeFn, err)
 	}
 
 	val, err := fn(tx)
@@ -274,6 +241,47 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 		return nolock.Result{}, fnRan, s.commitErr(ctx, err)
 	}
 	return nolock.Result{Value: val}, fnRan, nil
+}
+
+// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
+// that the key is now this transaction's, so fn is to run; otherwise r is the
+// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
+// claim's failure.
+func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (r nolock.Result, mine bool, err error) {
+	var (
+		expired  int64 // 1: the stored key has expired
+		storedFP string
+		stored   []byte
+	)
+	for try := 1; ; try++ {
+		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
+			return r, false, keyErr("once: claim key", err)
+		}
+		if mine {
+			return r, true, nil
+		}
+		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
+		if errors.Is(err, sql.ErrNoRows) && try < maxClaimTries {
+			continue // deleted in between (purged, or replaced as expired): claim again
+		}
+		if err != nil {
+			return r, false, keyErr("once: read key", err)
+		}
+		if expired == 0 || try == maxClaimTries {
+			break
+		}
+		// An expired key counts as absent: drop it and claim it as new.
+		if _, err := tx.ExecContext(ctx, s.d.dropKeySQL(), key); err != nil {
+			return r, false, keyErr("once: drop expired key", err)
+		}
+	}
+	switch {
+	case expired != 0:
+		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+	case storedFP != fingerprint:
+		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
+	}
+	return nolock.Result{Value: stored, Replayed: true}, false, nil
 }
 
 // claim inserts the key in tx; false means it is already stored.
