@@ -115,6 +115,20 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	}
 }
 
+// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
+// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
+// under one microsecond, the precision stored, is an error wrapping
+// fence.ErrInvalidArgument.
+func WithKeyTTL(d time.Duration) Option {
+	return func(s *Store) error {
+		if err := idemkey.CheckTTL(d); err != nil {
+			return fmt.Errorf("pgxfence: %w", err)
+		}
+		s.keyTTL = d
+		return nil
+	}
+}
+
 // PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys
 // stored without WithKeyTTL never expire) and returns how many it deleted. It deletes in
 // batches of 1,000, each its own statement, skipping keys another transaction has

@@ -42,7 +42,6 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
 	"github.com/fencegate/fencegate/internal/core/grant"
-	"github.com/fencegate/fencegate/internal/core/idemkey"
 	"github.com/fencegate/fencegate/internal/core/nilness"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
@@ -153,20 +152,6 @@ func WithTxOptions(o pgx.TxOptions) Option {
 			parts = append(parts, strings.ToUpper(string(o.DeferrableMode)))
 		}
 		s.beginSQL = strings.Join(parts, " ")
-		return nil
-	}
-}
-
-// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
-// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
-// under one microsecond, the precision stored, is an error wrapping
-// fence.ErrInvalidArgument.
-func WithKeyTTL(d time.Duration) Option {
-	return func(s *Store) error {
-		if err := idemkey.CheckTTL(d); err != nil {
-			return fmt.Errorf("pgxfence: %w", err)
-		}
-		s.keyTTL = d
 		return nil
 	}
 }
