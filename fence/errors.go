@@ -7,7 +7,7 @@ import (
 )
 
 // Errors returned by this package and by every adapter. Match them with errors.Is;
-// the typed errors below carry the details and match their sentinel.
+// the typed errors below carry the details and unwrap to their sentinel.
 var (
 	// ErrStale means the database has already seen a higher token for the resource:
 	// a newer holder wrote. Stop; retrying with the same grant can never succeed.
@@ -51,21 +51,12 @@ var (
 	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
 	// function, an amount <= 0, an empty key).
 	ErrInvalidArgument = errors.New("fence: invalid argument")
-	// ErrInsufficient means a guarded decrement found less left than it wanted to
-	// take; nothing was taken.
-	ErrInsufficient = errors.New("fence: insufficient")
-	// ErrDuplicate means an insert hit a unique key (PostgreSQL 23505, MySQL 1062,
-	// SQLite constraint-unique). *DuplicateError names the constraint where known.
-	ErrDuplicate = errors.New("fence: duplicate key")
-	// ErrKeyReused means an idempotency key arrived with a different request
-	// fingerprint than the one stored with it; nothing ran.
-	ErrKeyReused = errors.New("fence: idempotency key reused with a different request")
 )
 
 var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
 
 // StaleError is returned when a write's token is lower than one the database has
-// already stored for the resource. It matches ErrStale.
+// already stored for the resource. It unwraps to ErrStale.
 type StaleError struct {
 	Resource  string // the resource the write was for
 	Presented Token  // the token the write carried
@@ -79,10 +70,10 @@ func (e *StaleError) Error() string {
 	return fmt.Sprintf("fence: stale token %d for %q: a higher token was seen", e.Presented, e.Resource)
 }
 
-// Is reports whether target is ErrStale.
-func (e *StaleError) Is(target error) bool { return target == ErrStale }
+// Unwrap returns ErrStale.
+func (e *StaleError) Unwrap() error { return ErrStale }
 
-// LostError is returned for a grant whose lock is known lost. It matches ErrLost.
+// LostError is returned for a grant whose lock is known lost. It unwraps to ErrLost.
 type LostError struct {
 	Resource string
 	Token    Token
@@ -92,10 +83,10 @@ func (e *LostError) Error() string {
 	return fmt.Sprintf("fence: lock %q (token %d) lost", e.Resource, e.Token)
 }
 
-// Is reports whether target is ErrLost.
-func (e *LostError) Is(target error) bool { return target == ErrLost }
+// Unwrap returns ErrLost.
+func (e *LostError) Unwrap() error { return ErrLost }
 
-// InvalidTokenError is returned for a token <= 0. It matches ErrInvalidToken.
+// InvalidTokenError is returned for a token <= 0. It unwraps to ErrInvalidToken.
 type InvalidTokenError struct {
 	Resource string
 	Token    Token
@@ -105,15 +96,15 @@ func (e *InvalidTokenError) Error() string {
 	return fmt.Sprintf("fence: invalid token %d for %q: tokens are > 0", e.Token, e.Resource)
 }
 
-// Is reports whether target is ErrInvalidToken.
-func (e *InvalidTokenError) Is(target error) bool { return target == ErrInvalidToken }
+// Unwrap returns ErrInvalidToken.
+func (e *InvalidTokenError) Unwrap() error { return ErrInvalidToken }
 
 // CommitUnknownError is returned when a fenced write's outcome cannot be known: its
 // COMMIT (or, for a single-row write outside a transaction, its one autocommit
 // statement) was sent, or may have been, and its reply was lost: the connection
 // closed or broke, the server terminated the session, or ctx ended while waiting for
-// the reply. The write may or may not have landed. It matches ErrCommitUnknown and
-// unwraps to the driver's error. No adapter retries such a write; read the data (or
+// the reply. The write may or may not have landed. It unwraps to ErrCommitUnknown
+// and to the driver's error. No adapter retries such a write; read the data (or
 // the resource's stored token) to learn its fate. The connection is discarded, so a
 // pool serves the next call with a fresh one.
 type CommitUnknownError struct {
@@ -127,49 +118,13 @@ func (e *CommitUnknownError) Error() string {
 	return fmt.Sprintf("fence: %s for %q at token %d: outcome unknown: %v", e.Op, e.Resource, e.Token, e.Err)
 }
 
-// Is reports whether target is ErrCommitUnknown.
-func (e *CommitUnknownError) Is(target error) bool { return target == ErrCommitUnknown }
-
-// Unwrap returns the driver's error.
-func (e *CommitUnknownError) Unwrap() error { return e.Err }
-
-// DuplicateError is returned when an insert hits a unique key. It matches
-// ErrDuplicate and unwraps to the driver's error.
-type DuplicateError struct {
-	Table      string // the table written, where the adapter knows it
-	Constraint string // the constraint or index the database named, where it did
-	Err        error  // the driver's error
-}
-
-func (e *DuplicateError) Error() string {
-	switch {
-	case e.Constraint != "":
-		return fmt.Sprintf("fence: duplicate key in %q (constraint %q)", e.Table, e.Constraint)
-	default:
-		return fmt.Sprintf("fence: duplicate key in %q", e.Table)
+// Unwrap returns ErrCommitUnknown and the driver's error.
+func (e *CommitUnknownError) Unwrap() []error {
+	if e.Err == nil {
+		return []error{ErrCommitUnknown}
 	}
+	return []error{ErrCommitUnknown, e.Err}
 }
-
-// Is reports whether target is ErrDuplicate.
-func (e *DuplicateError) Is(target error) bool { return target == ErrDuplicate }
-
-// Unwrap returns the driver's error.
-func (e *DuplicateError) Unwrap() error { return e.Err }
-
-// InsufficientError is returned by a guarded decrement that found less left than it
-// wanted. It matches ErrInsufficient.
-type InsufficientError struct {
-	Table  string
-	Wanted int64 // the amount asked for
-	Left   int64 // what the row held when it was refused
-}
-
-func (e *InsufficientError) Error() string {
-	return fmt.Sprintf("fence: insufficient in %q: wanted %d, %d left", e.Table, e.Wanted, e.Left)
-}
-
-// Is reports whether target is ErrInsufficient.
-func (e *InsufficientError) Is(target error) bool { return target == ErrInsufficient }
 
 // CheckResource reports why name cannot be a resource, or nil. Resources are
 // non-empty UTF-8 of at most MaxResourceLen bytes without NUL bytes.

@@ -3,6 +3,8 @@ package fence
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencegate/fencegate/internal/core/nilness"
 )
 
 // Store is what an adapter gives Exec: a database that can run a function inside a
@@ -42,7 +44,7 @@ type Store[Tx any] interface {
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
-	if IsNil(s) {
+	if nilness.IsNil(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	}
 	if fn == nil {
@@ -61,9 +63,6 @@ type Col struct {
 	Value any
 }
 
-// C returns Col{name, value}.
-func C(name string, value any) Col { return Col{Name: name, Value: value} }
-
 // DefaultTokenColumn is the column a token-column write uses when Row.TokenColumn is
 // empty. The migrations package's generator adds it to a table.
 const DefaultTokenColumn = "fence_token"
@@ -75,50 +74,4 @@ type Row struct {
 	Table       string // table name, optionally schema-qualified as "schema.table"
 	Key         []Col  // columns and values that pick exactly one row (a primary or unique key)
 	TokenColumn string // the token column; DefaultTokenColumn when empty
-}
-
-// RowWriter is implemented by every adapter's Store: fenced single-row writes on a
-// table with a token column. They share one high-water mark per resource with Store's
-// fenced transactions (the resource's fence_tokens row): every form refuses a token
-// lower than the highest any form stored for the resource, on any row, and stores its
-// own as the mark. Each write also checks and stores the row's own token column. When
-// a write changes no row the adapter looks once more to tell a *StaleError (with the
-// higher stored token) from ErrNotFound. A Set grant is refused with
-// ErrInvalidArgument before any I/O (see CheckSingle). A write whose durable step was sent but whose reply was lost (its
-// autocommit statement, or the COMMIT of the adapter's own transaction) returns a
-// *CommitUnknownError (ErrCommitUnknown), exactly as a fenced transaction does: it may
-// have landed, and it is never retried. On a caller's transaction (pgxfence on a
-// pgx.Tx) nothing is durable before the caller commits, so a lost reply there is the
-// driver's error.
-type RowWriter interface {
-	// Update sets cols on the row if neither the row nor the resource's mark holds a
-	// token > g.Token(), storing g.Token() in both. It returns a *StaleError or
-	// ErrNotFound when it changed nothing.
-	Update(ctx context.Context, g Grant, r Row, set ...Col) error
-	// Upsert inserts the row, or updates it as Update does. A row deleted by a newer
-	// token is not re-inserted by an older one: that returns a *StaleError.
-	Upsert(ctx context.Context, g Grant, r Row, set ...Col) error
-	// Delete removes the row if its stored token is <= g.Token(), and remembers
-	// g.Token() so that a stale Upsert cannot bring the row back.
-	Delete(ctx context.Context, g Grant, r Row) error
-}
-
-// Counter names one integer column of one row, for guarded decrements on the no-lock
-// path: UPDATE t SET left = left - n WHERE key AND left >= n.
-type Counter struct {
-	Table  string
-	Key    []Col
-	Column string
-}
-
-// Guard is implemented by every adapter's Store: the no-lock path, where one row
-// decides and the database settles the race in one statement.
-type Guard interface {
-	// Decrement takes n (> 0) from the counter only if at least n is left and
-	// returns what is left. It returns an *InsufficientError (ErrInsufficient) when
-	// not enough is left and ErrNotFound when there is no such row.
-	Decrement(ctx context.Context, c Counter, n int64) (left int64, err error)
-	// Insert inserts one row; a unique-key violation returns a *DuplicateError
-	// (ErrDuplicate) naming the constraint where the database does.
-	Insert(ctx context.Context, table string, cols ...Col) error
 }

@@ -2,18 +2,15 @@ package fence
 
 import (
 	"fmt"
-	"reflect"
-	"slices"
 	"strconv"
+
+	"github.com/fencegate/fencegate/internal/core/nilness"
 )
 
 // Token is a fencing token: a number that only goes up across the grants of one
 // resource. Every grant of a lock carries one, and a database that has seen token n
 // refuses a write that presents a lower one. Valid tokens are > 0; 0 means "no token".
 type Token int64
-
-// Valid reports whether t can be presented with a write (t > 0).
-func (t Token) Valid() bool { return t > 0 }
 
 // String formats t as a decimal number.
 func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
@@ -33,9 +30,9 @@ type Grant interface {
 // the same create revision). Resources returns every resource of the set, each once;
 // Resource returns one of them. Fenced transactions (and Exec) raise every resource's
 // high-water mark, in sorted order (see Resources), and refuse with a *StaleError
-// naming the first resource that holds a higher token, writing nothing. The
-// single-row writes (RowWriter) refuse a Set with ErrInvalidArgument before any I/O
-// (see CheckSingle) rather than fence one resource of it.
+// naming the first resource that holds a higher token, writing nothing. The adapters'
+// single-row writes (Update, Upsert, Delete) refuse a Set of more than one resource
+// with ErrInvalidArgument before any I/O, rather than fence one resource of it.
 type Set interface {
 	Grant
 	Resources() []string
@@ -75,7 +72,7 @@ const MaxResourceLen = 200
 // ErrInvalidArgument), ErrInvalidToken for a token <= 0, and ErrLost when g is a
 // Watched grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
-	if IsNil(g) {
+	if nilness.IsNil(g) {
 		return errNilGrant
 	}
 	if err := CheckResource(g.Resource()); err != nil {
@@ -92,19 +89,17 @@ func CheckGrant(g Grant) error {
 			}
 		}
 	}
-	if t := g.Token(); !t.Valid() {
+	if t := g.Token(); t <= 0 {
 		return &InvalidTokenError{Resource: g.Resource(), Token: t}
 	}
-	return CheckLost(g)
+	return checkLost(g)
 }
 
-// CheckLost returns a *LostError (ErrLost) when g is a Watched grant whose Done
-// channel is closed, and nil otherwise. Adapters call it before any I/O (through
-// CheckGrant) and again immediately before COMMIT, so that a fenced transaction
-// whose grant is known lost by the time fn returns rolls back instead of committing.
-func CheckLost(g Grant) error {
+// checkLost returns a *LostError when g is a Watched grant whose Done channel is
+// closed, and nil otherwise.
+func checkLost(g Grant) error {
 	w, ok := g.(Watched)
-	if !ok || IsNil(g) {
+	if !ok || nilness.IsNil(g) {
 		return nil
 	}
 	if d := w.Done(); d != nil {
@@ -113,48 +108,6 @@ func CheckLost(g Grant) error {
 			return &LostError{Resource: g.Resource(), Token: g.Token()}
 		default:
 		}
-	}
-	return nil
-}
-
-// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
-// function: a typed nil that satisfies an interface but whose methods would
-// dereference it. Exec, Once and the adapters refuse such grants, stores and
-// connections with ErrInvalidArgument instead of calling them.
-func IsNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
-}
-
-// Resources returns the resources g fences, sorted (byte order) and each once: a
-// Set's Resources, or g.Resource() alone. Adapters raise the marks in this order, so
-// that two transactions over overlapping sets lock their fence rows in the same order.
-func Resources(g Grant) []string {
-	set, ok := g.(Set)
-	if !ok {
-		return []string{g.Resource()}
-	}
-	res := slices.Clone(set.Resources())
-	slices.Sort(res)
-	return slices.Compact(res)
-}
-
-// CheckSingle is CheckGrant for a write that fences exactly one resource (the
-// adapters' single-row Update, Upsert and Delete): it also refuses a Set grant of
-// more than one resource with ErrInvalidArgument, before any I/O, rather than
-// fence one resource of the set.
-func CheckSingle(g Grant) error {
-	if err := CheckGrant(g); err != nil {
-		return err
-	}
-	if set, ok := g.(Set); ok && len(set.Resources()) > 1 {
-		return fmt.Errorf("%w: a single-row write fences one resource; write a grant set's resources in a fenced transaction", ErrInvalidArgument)
 	}
 	return nil
 }

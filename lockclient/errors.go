@@ -101,7 +101,7 @@ func invalid(format string, args ...any) error {
 }
 
 func checkToken(name string, token fence.Token) error {
-	if !token.Valid() {
+	if token <= 0 {
 		return &fence.InvalidTokenError{Resource: name, Token: token}
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
@@ -149,8 +150,8 @@ func TestLock_Lease(t *testing.T) {
 			if got := l.Lease(); got != tt.want {
 				t.Fatalf("Lease() = %v, want %v", got, tt.want)
 			}
-			if got := fence.IdleTimeout(l, 0); got != tt.want {
-				t.Fatalf("fence.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
+			if got := grant.IdleTimeout(l, 0); got != tt.want {
+				t.Fatalf("grant.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
 			}
 		})
 	}

@@ -106,7 +106,7 @@ func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource strin
 	if err != nil {
 		return 0, 0, err
 	}
-	if !token.Valid() {
+	if token <= 0 {
 		return 0, 0, &fence.InvalidTokenError{Resource: resource, Token: token}
 	}
 	tx, err := db.BeginTx(ctx, nil)

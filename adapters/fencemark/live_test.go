@@ -60,7 +60,7 @@ func TestRaise_liveHolder(t *testing.T) {
 					return err
 				})
 			}
-			row := fence.Row{Table: "balances", Key: []fence.Col{fence.C("account", "account-42")}}
+			row := fence.Row{Table: "balances", Key: []fence.Col{{Name: "account", Value: "account-42"}}}
 			if err := credit(holder); err != nil {
 				t.Fatalf("the holder's first write: %v", err)
 			}
@@ -80,10 +80,10 @@ func TestRaise_liveHolder(t *testing.T) {
 			if err := credit(holder); !errors.As(err, &stale) || stale.Seen != next {
 				t.Fatalf("the holder's write after the fence = %v, want *fence.StaleError seeing %d", err, next)
 			}
-			if err := store.Update(ctx, holder, row, fence.C("cents", 0)); !errors.Is(err, fence.ErrStale) {
+			if err := store.Update(ctx, holder, row, fence.Col{Name: "cents", Value: 0}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("the holder's Update after the fence = %v, want ErrStale", err)
 			}
-			if err := store.Upsert(ctx, holder, row, fence.C("cents", 0)); !errors.Is(err, fence.ErrStale) {
+			if err := store.Upsert(ctx, holder, row, fence.Col{Name: "cents", Value: 0}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("the holder's Upsert after the fence = %v, want ErrStale", err)
 			}
 			if b.d == migrations.Postgres {

@@ -54,7 +54,7 @@ func BenchmarkFenced(b *testing.B) {
 		}
 		fencedUpdate := func(ctx context.Context, w, i int) error {
 			return s.Update(ctx, fence.NewGrant(res[w], fence.Token(i+1)),
-				fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", w)}}, fence.C("val", i))
+				fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: w}}}, fence.Col{Name: "val", Value: i})
 		}
 		beginFunc := func(ctx context.Context, w, i int) error {
 			return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
@@ -245,7 +245,7 @@ func BenchmarkUpdateRaise(b *testing.B) {
 			res := resources(workers)
 			next := make([]int, workers)
 			form := func(bump bool) op {
-				q, err := pgxfence.UpdateSQL(fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", 0)}}, []fence.Col{fence.C("val", 0)}, bump)
+				q, err := pgxfence.UpdateSQL(fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: 0}}}, []fence.Col{{Name: "val", Value: 0}}, bump)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -283,7 +283,7 @@ func BenchmarkUpdateSameGrant(b *testing.B) {
 				return err
 			}
 			fenced := func(ctx context.Context, w, i int) error {
-				return s.Update(ctx, fence.NewGrant(res[w], 1), fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", w)}}, fence.C("val", i))
+				return s.Update(ctx, fence.NewGrant(res[w], 1), fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: w}}}, fence.Col{Name: "val", Value: i})
 			}
 			benchpair.Compare(b, next, plain, fenced)
 		})

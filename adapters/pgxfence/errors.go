@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // SQLSTATEs this package tells apart.
@@ -100,13 +101,13 @@ func storedToken(ctx context.Context, q querier, resource string) (fence.Token, 
 }
 
 // writeError maps an error of a single-row write: a unique violation becomes a
-// *fence.DuplicateError, a missing table or unique index a clear message.
+// *nolock.DuplicateError, a missing table or unique index a clear message.
 func writeError(op, table string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case codeUnique:
-			return &fence.DuplicateError{Table: table, Constraint: pgErr.ConstraintName, Err: err}
+			return &nolock.DuplicateError{Table: table, Constraint: pgErr.ConstraintName, Err: err}
 		case codeNoConstraint:
 			return fmt.Errorf("pgxfence: %s %q: the key columns must be exactly a primary key or unique index: %w", op, table, err)
 		case codeNoTable:

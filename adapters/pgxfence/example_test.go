@@ -52,8 +52,8 @@ func ExampleStore_Update() {
 	defer pool.Close()
 	lock := fence.NewGrant("account-42", 34)
 
-	row := fence.Row{Table: "billing.invoices", Key: []fence.Col{fence.C("account", 42)}}
-	err = pgxfence.New(pool).Update(ctx, lock, row, fence.C("total", 200), fence.C("status", "sent"))
+	row := fence.Row{Table: "billing.invoices", Key: []fence.Col{{Name: "account", Value: 42}}}
+	err = pgxfence.New(pool).Update(ctx, lock, row, fence.Col{Name: "total", Value: 200}, fence.Col{Name: "status", Value: "sent"})
 	switch {
 	case errors.Is(err, fence.ErrStale):
 		log.Print("a newer holder wrote this invoice; stopping")

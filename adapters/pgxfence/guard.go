@@ -8,9 +8,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
-
-var _ fence.Guard = (*Store)(nil)
 
 // maxDecrementLooks bounds how often Decrement tries again when its guarded UPDATE
 // changed nothing yet the look that follows finds enough left (the counter was
@@ -24,8 +23,8 @@ const maxDecrementLooks = 3
 //
 //	UPDATE t SET col = col - $n WHERE key = $k AND col >= $n RETURNING col
 //
-// When it changes no row it reads the row once: an *fence.InsufficientError
-// (errors.Is fence.ErrInsufficient) carrying what was left, or fence.ErrNotFound. If
+// When it changes no row it reads the row once: an *nolock.InsufficientError
+// (errors.Is nolock.ErrInsufficient) carrying what was left, or fence.ErrNotFound. If
 // that read finds enough left (the counter was raised meanwhile) it tries again, a
 // few times at most. The key must pick at most one row (a primary key or unique
 // index), and the column must be an integer (or numeric with no fraction).
@@ -34,7 +33,7 @@ const maxDecrementLooks = 3
 // column named twice; fence.ErrInvalidIdentifier for an empty, overlong or NUL-holding
 // table or column name (other names are quoted, never refused). Database errors are
 // wrapped.
-func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64, error) {
+func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if s == nil || s.db == nil {
 		return 0, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
@@ -80,7 +79,7 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		case err != nil:
 			return 0, writeError("decrement: look up", c.Table, err)
 		case left < n || try == maxDecrementLooks:
-			return 0, &fence.InsufficientError{Table: c.Table, Wanted: n, Left: left}
+			return 0, &nolock.InsufficientError{Table: c.Table, Wanted: n, Left: left}
 		}
 	}
 }
@@ -104,8 +103,8 @@ func decrementSQL(row fence.Row) (string, error) {
 }
 
 // Insert inserts one row into table: one INSERT, the names quoted, the values sent
-// as parameters. A unique-key violation returns a *fence.DuplicateError
-// (errors.Is fence.ErrDuplicate) naming the table and the constraint PostgreSQL
+// as parameters. A unique-key violation returns a *nolock.DuplicateError
+// (errors.Is nolock.ErrDuplicate) naming the table and the constraint PostgreSQL
 // named, wrapping the *pgconn.PgError.
 //
 // Other errors, before any I/O: fence.ErrInvalidArgument for no columns or a column

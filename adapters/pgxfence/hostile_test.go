@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // hostile are names and values that would end a badly quoted identifier or
@@ -43,19 +44,19 @@ func TestStore_builders_hostileNames(t *testing.T) {
 				tbl, kc, vc := h, h+"k", h+"v"
 				mustExec(t, pool, "CREATE TABLE "+quote(tbl)+" ("+quote(kc)+" text PRIMARY KEY, "+
 					quote(vc)+" text NOT NULL, n bigint NOT NULL DEFAULT 10, fence_token bigint NOT NULL DEFAULT 0)")
-				row := fence.Row{Table: tbl, Key: []fence.Col{fence.C(kc, h)}}
+				row := fence.Row{Table: tbl, Key: []fence.Col{{Name: kc, Value: h}}}
 				tok := fence.Token(10 * (i + 1))
 				g := func(n fence.Token) fence.Grant { return fence.NewGrant(h, tok+n) }
-				if err := s.Insert(ctx, tbl, fence.C(kc, h), fence.C(vc, "insert "+h)); err != nil {
+				if err := s.Insert(ctx, tbl, fence.Col{Name: kc, Value: h}, fence.Col{Name: vc, Value: "insert " + h}); err != nil {
 					t.Fatalf("%q: Insert: %v", h, err)
 				}
-				if err := s.Update(ctx, g(1), row, fence.C(vc, "update "+h)); err != nil {
+				if err := s.Update(ctx, g(1), row, fence.Col{Name: vc, Value: "update " + h}); err != nil {
 					t.Fatalf("%q: Update: %v", h, err)
 				}
-				if err := s.Upsert(ctx, g(2), row, fence.C(vc, "upsert "+h)); err != nil {
+				if err := s.Upsert(ctx, g(2), row, fence.Col{Name: vc, Value: "upsert " + h}); err != nil {
 					t.Fatalf("%q: Upsert: %v", h, err)
 				}
-				if _, err := s.Decrement(ctx, fence.Counter{Table: tbl, Key: row.Key, Column: "n"}, 3); err != nil {
+				if _, err := s.Decrement(ctx, nolock.Counter{Table: tbl, Key: row.Key, Column: "n"}, 3); err != nil {
 					t.Fatalf("%q: Decrement: %v", h, err)
 				}
 				var v string
@@ -69,7 +70,7 @@ func TestStore_builders_hostileNames(t *testing.T) {
 				if err := s.Delete(ctx, g(3), row); err != nil {
 					t.Fatalf("%q: Delete: %v", h, err)
 				}
-				if err := s.Upsert(ctx, g(2), row, fence.C(vc, "stale")); !errors.Is(err, fence.ErrStale) {
+				if err := s.Upsert(ctx, g(2), row, fence.Col{Name: vc, Value: "stale"}); !errors.Is(err, fence.ErrStale) {
 					t.Fatalf("%q: stale Upsert after Delete = %v, want ErrStale", h, err)
 				}
 				// Not mustInt: its ? rewriting would change a name holding one.

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // idleSQL bounds how long the fenced transaction may sit idle on the server, for this
@@ -22,7 +23,7 @@ const idleSQL = "SELECT set_config('idle_in_transaction_session_timeout', $1, tr
 // may sit idle on the server (between statements, or before COMMIT) before the server
 // ends it: idle_in_transaction_session_timeout, set for that transaction only. The
 // default is the grant's lease when it implements fence.Leased, else
-// fence.DefaultIdleTimeout (10 s, the default lease). A d under a millisecond is
+// 10 s (the lock service's default lease). A d under a millisecond is
 // ErrInvalidOption. Fenced transactions that are savepoints of a caller's pgx.Tx
 // set nothing: the caller's transaction is the caller's to bound.
 func WithIdleTimeout(d time.Duration) Option {
@@ -37,5 +38,5 @@ func WithIdleTimeout(d time.Duration) Option {
 
 // idleMS is the idle timeout of g's transactions in milliseconds, as text.
 func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(fence.IdleTimeout(g, s.idle).Milliseconds(), 10)
+	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }

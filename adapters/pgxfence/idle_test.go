@@ -118,7 +118,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 }
 
 // TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the
-// option's, else the grant's lease, else fence.DefaultIdleTimeout, in both raise modes;
+// option's, else the grant's lease, else grant.DefaultIdleTimeout, in both raise modes;
 // and that a timeout under a millisecond is refused.
 func TestStore_WithIdleTimeout(t *testing.T) {
 	pool := newPool(t)

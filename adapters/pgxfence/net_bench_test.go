@@ -37,7 +37,7 @@ func BenchmarkFencedNet(b *testing.B) {
 			}
 			fencedUpdate := func(ctx context.Context, w, i int) error {
 				return s.Update(ctx, fence.NewGrant(res[w], fence.Token(i+1)),
-					fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", w)}}, fence.C("val", i))
+					fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: w}}}, fence.Col{Name: "val", Value: i})
 			}
 			beginFunc := func(ctx context.Context, w, i int) error {
 				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {

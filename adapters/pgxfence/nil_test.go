@@ -3,13 +3,13 @@ package pgxfence_test
 import (
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // nilLock is a grant type with pointer receivers that dereference, as
@@ -37,10 +37,9 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		nilStore *pgxfence.Store
 		nilPool  *pgxpool.Pool
 		nilGrant *nilLock
-		nilKeys  *pgxfence.ExpiringKeys
 	)
 	live := fence.NewGrant("r", 1)
-	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
+	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
 	txFn := func(pgx.Tx) error { return nil }
 	keyFn := func(pgx.Tx) ([]byte, error) { return nil, nil }
 	stores := map[string]*pgxfence.Store{
@@ -55,25 +54,16 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	everyEntry := []call{
 		{"Fenced", func(s *pgxfence.Store) error { return s.Fenced(ctx, live, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec", func(s *pgxfence.Store) error { return fence.Exec(ctx, s, live, txFn) }, fence.ErrInvalidArgument},
-		{"Update", func(s *pgxfence.Store) error { return s.Update(ctx, live, row, fence.C("v", 1)) }, fence.ErrInvalidArgument},
+		{"Update", func(s *pgxfence.Store) error { return s.Update(ctx, live, row, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidArgument},
 		{"Upsert", func(s *pgxfence.Store) error { return s.Upsert(ctx, live, row) }, fence.ErrInvalidArgument},
 		{"Delete", func(s *pgxfence.Store) error { return s.Delete(ctx, live, row) }, fence.ErrInvalidArgument},
 		{"Decrement", func(s *pgxfence.Store) error {
-			_, err := s.Decrement(ctx, fence.Counter{Table: "t", Key: row.Key, Column: "n"}, 1)
+			_, err := s.Decrement(ctx, nolock.Counter{Table: "t", Key: row.Key, Column: "n"}, 1)
 			return err
 		}, fence.ErrInvalidArgument},
-		{"Insert", func(s *pgxfence.Store) error { return s.Insert(ctx, "t", fence.C("id", 1)) }, fence.ErrInvalidArgument},
+		{"Insert", func(s *pgxfence.Store) error { return s.Insert(ctx, "t", fence.Col{Name: "id", Value: 1}) }, fence.ErrInvalidArgument},
 		{"Once", func(s *pgxfence.Store) error { _, err := s.Once(ctx, "k", "fp", keyFn); return err }, fence.ErrInvalidArgument},
-		{"fence.Once", func(s *pgxfence.Store) error { _, err := fence.Once(ctx, s, "k", "fp", keyFn); return err }, fence.ErrInvalidArgument},
 		{"PurgeExpiredKeys", func(s *pgxfence.Store) error { _, err := s.PurgeExpiredKeys(ctx); return err }, fence.ErrInvalidArgument},
-		{"ExpiringKeys.Once", func(s *pgxfence.Store) error {
-			k, err := s.ExpiringKeys(time.Hour)
-			if err != nil {
-				return err
-			}
-			_, err = k.Once(ctx, "k", "fp", keyFn)
-			return err
-		}, fence.ErrInvalidArgument},
 	}
 	check := func(t *testing.T, run func() error, want error) {
 		t.Helper()
@@ -96,16 +86,15 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		{"Fenced typed nil grant", func(s *pgxfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *pgxfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"Fenced nil fn", func(s *pgxfence.Store) error { return s.Fenced(ctx, live, nil) }, fence.ErrInvalidArgument},
-		{"Update typed nil grant", func(s *pgxfence.Store) error { return s.Update(ctx, nilGrant, row, fence.C("v", 1)) }, fence.ErrInvalidArgument},
+		{"Update typed nil grant", func(s *pgxfence.Store) error { return s.Update(ctx, nilGrant, row, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidArgument},
 		{"Upsert typed nil grant", func(s *pgxfence.Store) error { return s.Upsert(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
 		{"Delete typed nil grant", func(s *pgxfence.Store) error { return s.Delete(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
-		{"Update zero Row", func(s *pgxfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.C("v", 1)) }, fence.ErrInvalidIdentifier},
+		{"Update zero Row", func(s *pgxfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidIdentifier},
 		{"Upsert zero Row", func(s *pgxfence.Store) error { return s.Upsert(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
 		{"Delete zero Row", func(s *pgxfence.Store) error { return s.Delete(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
-		{"Decrement zero Counter", func(s *pgxfence.Store) error { _, err := s.Decrement(ctx, fence.Counter{}, 1); return err }, fence.ErrInvalidIdentifier},
+		{"Decrement zero Counter", func(s *pgxfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fence.ErrInvalidIdentifier},
 		{"Insert no table", func(s *pgxfence.Store) error { return s.Insert(ctx, "") }, fence.ErrInvalidIdentifier},
 		{"Once nil fn", func(s *pgxfence.Store) error { _, err := s.Once(ctx, "k", "fp", nil); return err }, fence.ErrInvalidArgument},
-		{"nil ExpiringKeys", func(*pgxfence.Store) error { _, err := nilKeys.Once(ctx, "k", "fp", keyFn); return err }, fence.ErrInvalidArgument},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) { check(t, func() error { return c.run(s) }, c.want) })

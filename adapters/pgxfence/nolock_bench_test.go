@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // BenchmarkNoLock compares, in one run against one server, the no-lock path with its
@@ -20,8 +21,8 @@ import (
 //     RETURNING n) vs the same UPDATE without the guard, each worker on its own row
 //     and all on one hot row as in a flash sale; and, as "no-returning", vs the
 //     unguarded UPDATE that does not read the new value back;
-//   - once: fence.Once on a fresh key, whose fn inserts a charge, vs pgx.BeginFunc
-//     inserting the same charge; and replay: fence.Once on a key already stored (fn
+//   - once: Store.Once on a fresh key, whose fn inserts a charge, vs pgx.BeginFunc
+//     inserting the same charge; and replay: Store.Once on a key already stored (fn
 //     does not run) vs the same BeginFunc;
 //   - control: the unguarded UPDATE against itself, the noise floor of the run.
 func BenchmarkNoLock(b *testing.B) {
@@ -47,7 +48,7 @@ func BenchmarkNoLock(b *testing.B) {
 	}
 	guarded := func(row func(w int) int) op {
 		return func(ctx context.Context, w, i int) error {
-			_, err := s.Decrement(ctx, fence.Counter{Table: "stock", Key: []fence.Col{fence.C("id", row(w))}, Column: "n"}, 1)
+			_, err := s.Decrement(ctx, nolock.Counter{Table: "stock", Key: []fence.Col{{Name: "id", Value: row(w)}}, Column: "n"}, 1)
 			return err
 		}
 	}
@@ -59,16 +60,16 @@ func BenchmarkNoLock(b *testing.B) {
 		return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error { return charge(ctx, tx, w, i) })
 	}
 	once := func(ctx context.Context, w, i int) error {
-		_, err := fence.Once(ctx, s, fmt.Sprintf("k-%d-%d", w, i), "amount=5000", func(tx pgx.Tx) ([]byte, error) {
+		_, err := s.Once(ctx, fmt.Sprintf("k-%d-%d", w, i), "amount=5000", func(tx pgx.Tx) ([]byte, error) {
 			return []byte("receipt"), charge(ctx, tx, w, i)
 		})
 		return err
 	}
-	if _, err := fence.Once(b.Context(), s, "stored", "amount=5000", func(pgx.Tx) ([]byte, error) { return []byte("receipt"), nil }); err != nil {
+	if _, err := s.Once(b.Context(), "stored", "amount=5000", func(pgx.Tx) ([]byte, error) { return []byte("receipt"), nil }); err != nil {
 		b.Fatal(err)
 	}
 	replay := func(ctx context.Context, w, i int) error {
-		r, err := fence.Once(ctx, s, "stored", "amount=5000", func(pgx.Tx) ([]byte, error) { return nil, errors.New("replay ran fn") })
+		r, err := s.Once(ctx, "stored", "amount=5000", func(pgx.Tx) ([]byte, error) { return nil, errors.New("replay ran fn") })
 		if err == nil && !r.Replayed {
 			err = errors.New("not a replay")
 		}

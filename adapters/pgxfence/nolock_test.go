@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 func noLockHarness(name string, pool *pgxpool.Pool, store fencetest.NoLockStore[pgx.Tx]) fencetest.NoLockHarness[pgx.Tx] {
@@ -47,15 +48,11 @@ func TestNoLock(t *testing.T) {
 	})
 	t.Run("expiring keys", func(t *testing.T) {
 		pool := newPool(t)
-		s := pgxfence.New(pool)
-		keys, err := s.ExpiringKeys(time.Hour)
+		s, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		fencetest.RunNoLock(t, noLockHarness("pgxfence expiring keys", pool, struct {
-			fence.Guard
-			*pgxfence.ExpiringKeys
-		}{s, keys}))
+		fencetest.RunNoLock(t, noLockHarness("pgxfence expiring keys", pool, s))
 	})
 }
 
@@ -65,19 +62,19 @@ func TestStore_Decrement_quoting(t *testing.T) {
 	mustExec(t, pool, `CREATE SCHEMA "shop; DROP"`)
 	mustExec(t, pool, `CREATE TABLE "shop; DROP"."stock ""x""" ("sku id" TEXT, "left" INT NOT NULL, PRIMARY KEY ("sku id"))`)
 	mustExec(t, pool, `INSERT INTO "shop; DROP"."stock ""x""" VALUES ('a', 5)`)
-	c := fence.Counter{Table: `shop; DROP.stock "x"`, Key: []fence.Col{fence.C("sku id", "a")}, Column: "left"}
+	c := nolock.Counter{Table: `shop; DROP.stock "x"`, Key: []fence.Col{{Name: "sku id", Value: "a"}}, Column: "left"}
 	left, err := s.Decrement(t.Context(), c, 2)
 	if err != nil || left != 3 {
 		t.Fatalf("Decrement = %d, %v; want 3", left, err)
 	}
 	bad := []struct {
 		name string
-		c    fence.Counter
+		c    nolock.Counter
 		want error
 	}{
-		{"column is a key column", fence.Counter{Table: c.Table, Key: c.Key, Column: "sku id"}, fence.ErrInvalidArgument},
-		{"three-part table", fence.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fence.ErrInvalidIdentifier},
-		{"NUL in column", fence.Counter{Table: c.Table, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
+		{"column is a key column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "sku id"}, fence.ErrInvalidArgument},
+		{"three-part table", nolock.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fence.ErrInvalidIdentifier},
+		{"NUL in column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
@@ -96,7 +93,7 @@ func TestStore_Insert_duplicate(t *testing.T) {
 	s := pgxfence.New(pool)
 	mustExec(t, pool, `CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL, CONSTRAINT users_name_key UNIQUE (name))`)
 	ctx := t.Context()
-	if err := s.Insert(ctx, "users", fence.C("id", 1), fence.C("name", "neo")); err != nil {
+	if err := s.Insert(ctx, "users", fence.Col{Name: "id", Value: 1}, fence.Col{Name: "name", Value: "neo"}); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -104,19 +101,19 @@ func TestStore_Insert_duplicate(t *testing.T) {
 		cols       []fence.Col
 		constraint string
 	}{
-		{"same name", []fence.Col{fence.C("id", 2), fence.C("name", "neo")}, "users_name_key"},
-		{"same id", []fence.Col{fence.C("id", 1), fence.C("name", "trinity")}, "users_pkey"},
+		{"same name", []fence.Col{{Name: "id", Value: 2}, {Name: "name", Value: "neo"}}, "users_name_key"},
+		{"same id", []fence.Col{{Name: "id", Value: 1}, {Name: "name", Value: "trinity"}}, "users_pkey"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var de *fence.DuplicateError
+			var de *nolock.DuplicateError
 			err := s.Insert(ctx, "users", tt.cols...)
 			if !errors.As(err, &de) || de.Constraint != tt.constraint || de.Table != "users" {
-				t.Fatalf("Insert = %v, want a *fence.DuplicateError on %s", err, tt.constraint)
+				t.Fatalf("Insert = %v, want a *nolock.DuplicateError on %s", err, tt.constraint)
 			}
 		})
 	}
-	if err := s.Insert(ctx, "users", fence.C("id", 3), fence.C("id", 4)); !errors.Is(err, fence.ErrInvalidArgument) {
+	if err := s.Insert(ctx, "users", fence.Col{Name: "id", Value: 3}, fence.Col{Name: "id", Value: 4}); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("Insert naming id twice = %v, want ErrInvalidArgument", err)
 	}
 }
@@ -148,7 +145,7 @@ func TestStore_Once_firstRollsBack(t *testing.T) {
 	const waiters = 5
 	var (
 		runs    atomic.Int64
-		results = make(chan fence.Result, waiters)
+		results = make(chan nolock.Result, waiters)
 		wg      sync.WaitGroup
 	)
 	for range waiters {
@@ -205,68 +202,67 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, n int64) {
 	}
 }
 
-func TestExpiringKeys_Once(t *testing.T) {
+func TestWithKeyTTL_Once(t *testing.T) {
 	pool := newPool(t)
 	s := pgxfence.New(pool)
 	ctx := t.Context()
-	keys, err := s.ExpiringKeys(time.Hour)
+	keys, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	var runs atomic.Int64
 	work := func(pgx.Tx) ([]byte, error) { return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil }
 
-	if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || r.Replayed {
+	if r, err := keys.Once(ctx, "k1", "fp", work); err != nil || r.Replayed {
 		t.Fatalf("first call = %+v, %v", r, err)
 	}
 	if ok := mustInt(t, pool, "SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k1' AND expires_at BETWEEN now() + interval '59 minutes' AND now() + interval '61 minutes'"); ok != 1 {
 		t.Fatal("expires_at is not an hour after the insert")
 	}
-	if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || !r.Replayed || string(r.Value) != "run-1" {
+	if r, err := keys.Once(ctx, "k1", "fp", work); err != nil || !r.Replayed || string(r.Value) != "run-1" {
 		t.Fatalf("replay = %+v, %v; want run-1 replayed", r, err)
 	}
 	// Expired: it counts as absent, even for another request.
 	mustExec(t, pool, "UPDATE idempotency_keys SET expires_at = now() - interval '1 second' WHERE idem_key = 'k1'")
-	if r, err := fence.Once(ctx, keys, "k1", "other request", work); err != nil || r.Replayed || string(r.Value) != "run-2" {
+	if r, err := keys.Once(ctx, "k1", "other request", work); err != nil || r.Replayed || string(r.Value) != "run-2" {
 		t.Fatalf("call after expiry = %+v, %v; want a fresh run-2", r, err)
 	}
-	if r, err := fence.Once(ctx, keys, "k1", "fp", work); !errors.Is(err, fence.ErrKeyReused) {
+	if r, err := keys.Once(ctx, "k1", "fp", work); !errors.Is(err, nolock.ErrKeyReused) {
 		t.Fatalf("old request after replacement = %+v, %v; want ErrKeyReused", r, err)
 	}
-	// Store.Once keys never expire; an expired one is replaced by Store.Once too.
+	// Without WithKeyTTL keys never expire.
 	if _, err := s.Once(ctx, "k2", "fp", work); err != nil {
 		t.Fatal(err)
 	}
 	if n := mustInt(t, pool, "SELECT count(*) FROM idempotency_keys WHERE idem_key = 'k2' AND expires_at IS NULL"); n != 1 {
-		t.Fatal("Store.Once stored an expiry")
+		t.Fatal("a Store without WithKeyTTL stored an expiry")
 	}
 
 	for _, ttl := range []time.Duration{0, -time.Second, time.Nanosecond} {
-		if _, err := s.ExpiringKeys(ttl); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Errorf("ExpiringKeys(%v) = %v, want ErrInvalidArgument", ttl, err)
+		if _, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
+			t.Errorf("WithKeyTTL(%v) = %v, want ErrInvalidArgument naming the option", ttl, err)
 		}
 	}
 }
 
-// TestExpiringKeys_concurrentReplace: 20 concurrent calls on one expired key run fn
+// TestWithKeyTTL_concurrentReplace: 20 concurrent calls on one expired key run fn
 // once between them.
-func TestExpiringKeys_concurrentReplace(t *testing.T) {
+func TestWithKeyTTL_concurrentReplace(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
-	keys, err := s.ExpiringKeys(time.Hour)
+	keys, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
 	mustExec(t, pool, "INSERT INTO idempotency_keys (idem_key, fingerprint, result, expires_at) VALUES ('k', 'old', 'old', now() - interval '1 hour')")
 	var runs atomic.Int64
-	results := make(chan fence.Result, 20)
+	results := make(chan nolock.Result, 20)
 	release := make(chan struct{})
 	done := make(chan struct{})
 	for range 20 {
 		go func() {
 			defer func() { done <- struct{}{} }()
 			<-release
-			r, err := fence.Once(t.Context(), keys, "k", "new", func(pgx.Tx) ([]byte, error) {
+			r, err := keys.Once(t.Context(), "k", "new", func(pgx.Tx) ([]byte, error) {
 				return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil
 			})
 			if err != nil {
@@ -326,7 +322,7 @@ func TestStore_Once_results(t *testing.T) {
 		if r, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return nil, nil }); err != nil || !r.Replayed || string(r.Value) != key {
 			t.Fatalf("replay of %q = %+v, %v", key, r, err)
 		}
-		if _, err := s.Once(t.Context(), key, key+"'", func(pgx.Tx) ([]byte, error) { return nil, nil }); !errors.Is(err, fence.ErrKeyReused) {
+		if _, err := s.Once(t.Context(), key, key+"'", func(pgx.Tx) ([]byte, error) { return nil, nil }); !errors.Is(err, nolock.ErrKeyReused) {
 			t.Fatalf("Once(%q) with another fingerprint = %v", key, err)
 		}
 	}
@@ -361,7 +357,7 @@ func TestStore_Once_badInput(t *testing.T) {
 		fn            func(pgx.Tx) ([]byte, error)
 	}{
 		{"empty key", "", "fp", ok},
-		{"long key", strings.Repeat("k", fence.MaxKeyLen+1), "fp", ok},
+		{"long key", strings.Repeat("k", nolock.MaxKeyLen+1), "fp", ok},
 		{"key not UTF-8", "k\xff", "fp", ok},
 		{"NUL in key", "k\x00", "fp", ok},
 		{"long fingerprint", "k", fmt.Sprintf("%0256d", 0), ok},

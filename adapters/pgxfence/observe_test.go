@@ -13,6 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/observe"
 )
 
 // writeRecorder is a fence.WriteObserver that keeps what it was told.
@@ -21,10 +22,10 @@ type writeRecorder struct {
 	seen []string // "adapter op result"
 }
 
-func (r *writeRecorder) FencedWrite(adapter, op string, res fence.WriteResult) {
+func (r *writeRecorder) FencedWrite(adapter, op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, adapter+" "+op+" "+res.String())
+	r.seen = append(r.seen, adapter+" "+op+" "+observe.Result(err))
 }
 
 func TestStore_WithObserver_WithLogger(t *testing.T) {
@@ -45,7 +46,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if _, err := pool.Exec(ctx, "CREATE TABLE obs (k text PRIMARY KEY, v bigint NOT NULL, fence_token bigint NOT NULL DEFAULT 0); INSERT INTO obs (k, v) VALUES ('a', 1)"); err != nil {
 				t.Fatal(err)
 			}
-			row := fence.Row{Table: "obs", Key: []fence.Col{fence.C("k", "a")}}
+			row := fence.Row{Table: "obs", Key: []fence.Col{{Name: "k", Value: "a"}}}
 			write := func(tx pgx.Tx) error {
 				_, err := tx.Exec(ctx, "UPDATE obs SET v = v + 1 WHERE k = 'a'")
 				return err
@@ -56,10 +57,10 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 4), write); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Fenced: %v", err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.C("v", 2)); err != nil {
+			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.Col{Name: "v", Value: 2}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.C("v", 3)); !errors.Is(err, fence.ErrStale) {
+			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.Col{Name: "v", Value: 3}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Update: %v", err)
 			}
 			boom := errors.New("boom")

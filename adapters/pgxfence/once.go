@@ -13,11 +13,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/idemkey"
-)
-
-var (
-	_ fence.KeyStore[pgx.Tx] = (*Store)(nil)
-	_ fence.KeyStore[pgx.Tx] = (*ExpiringKeys)(nil)
+	"github.com/fencegate/fencegate/nolock"
 )
 
 const (
@@ -53,8 +49,15 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 	maxClaimTries = 3 // claim, drop an expired key, claim again (and once more for a race)
 )
 
-// Once runs fn at most once per idempotency key (see fence.Once for the contract);
-// the key never expires. ExpiringKeys gives keys that do.
+// Once runs fn at most once per idempotency key, the way payment APIs do: the first
+// call with key runs fn and stores its result in the same transaction as fn's
+// writes; a later call with the same key and fingerprint returns that result with
+// Replayed = true and does not run fn. A concurrent duplicate waits for the first
+// call's transaction and then replays its result, or runs fn itself if the first
+// rolled back. ctx governs the transaction and the wait. Keys never expire, unless
+// the Store has WithKeyTTL: then a key counts as absent once its time-to-live has
+// passed since it was stored (the database's clock decides), and a stored key that
+// has expired is replaced, whatever its fingerprint.
 //
 // In one transaction it first inserts the key with its fingerprint, then runs fn,
 // then stores fn's result on the key row and commits: fn's writes and the key
@@ -72,57 +75,62 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 // and replays. Deadlocks met before fn runs are retried the same way. On a Store
 // over a caller's pgx.Tx, Once is a savepoint in it and never retries.
 //
-// Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
+// Errors: nolock.ErrKeyReused (the key is stored with another fingerprint; nothing
 // ran), fence.ErrInvalidArgument (nil store or fn, an empty key or one over
-// fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
+// nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), fn's own error as is after rolling back fn's
-// writes and the key, fence.ErrBusy when a serialization failure hit fn's work
-// or the commit (run the call again), ErrSchema when idempotency_keys is missing,
-// or the driver's error wrapped. If fn panics, the transaction is rolled back and
-// the panic goes on.
-func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
-	return s.once(ctx, key, fingerprint, 0, fn)
-}
-
-// ExpiringKeys are a Store's idempotency keys stored with an expiry: a key counts
-// as absent once its time-to-live has passed since it was stored (the database's
-// clock decides), so a call with it runs fn again and stores the key anew. Expired
-// rows stay in idempotency_keys until Store.PurgeExpiredKeys removes them; schedule
-// that call. An ExpiringKeys is safe for concurrent use when its Store is.
-type ExpiringKeys struct {
-	s   *Store
-	ttl time.Duration
-}
-
-// ExpiringKeys returns the Store's idempotency keys with time-to-live ttl: use it
-// with fence.Once in place of the Store. A ttl under one microsecond (the precision
-// stored) returns fence.ErrInvalidArgument.
-func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
-	if err := idemkey.CheckTTL(ttl); err != nil {
-		return nil, err
+// writes and the key (so that a retry runs fn again), fence.ErrBusy when a
+// serialization failure hit fn's work or the commit (run the call again), ErrSchema
+// when idempotency_keys is missing, or the driver's error wrapped. If fn panics, the
+// transaction is rolled back and the panic goes on.
+func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (nolock.Result, error) {
+	if s == nil || s.db == nil {
+		return nolock.Result{}, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return &ExpiringKeys{s: s, ttl: ttl}, nil
+	if fn == nil {
+		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	if err := idemkey.Check(key, fingerprint); err != nil {
+		return nolock.Result{}, err
+	}
+	var micros *int64
+	if s.keyTTL > 0 {
+		m := s.keyTTL.Microseconds()
+		micros = &m
+	}
+	wait := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
+		if err == nil || ran || s.nested || attempt == maxOnceAttempts || !retryable(err) {
+			return r, err
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nolock.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
-// TTL returns the keys' time-to-live; 0 for a nil ExpiringKeys.
-func (k *ExpiringKeys) TTL() time.Duration {
-	if k == nil {
-		return 0
+// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
+// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
+// under one microsecond, the precision stored, is an error wrapping
+// fence.ErrInvalidArgument.
+func WithKeyTTL(d time.Duration) Option {
+	return func(s *Store) error {
+		if err := idemkey.CheckTTL(d); err != nil {
+			return fmt.Errorf("pgxfence: %w", err)
+		}
+		s.keyTTL = d
+		return nil
 	}
-	return k.ttl
-}
-
-// Once is Store.Once for a key that expires TTL after it is stored. A stored key
-// that has expired is replaced, whatever its fingerprint.
-func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
-	if k == nil {
-		return fence.Result{}, fmt.Errorf("%w: nil ExpiringKeys", fence.ErrInvalidArgument)
-	}
-	return k.s.once(ctx, key, fingerprint, k.ttl, fn)
 }
 
 // PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys
-// stored by Store.Once never expire) and returns how many it deleted. It deletes in
+// stored without WithKeyTTL never expire) and returns how many it deleted. It deletes in
 // batches of 1,000, each its own statement, skipping keys another transaction has
 // locked, until none is left or ctx ends; a purge that ctx cut short has deleted what
 // it reports. Schedule it as often as the table's growth calls for.
@@ -146,44 +154,12 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 }
 
-func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Duration, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
-	if s == nil || s.db == nil {
-		return fence.Result{}, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
-	}
-	if fn == nil {
-		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
-	}
-	if err := idemkey.Check(key, fingerprint); err != nil {
-		return fence.Result{}, err
-	}
-	var micros *int64
-	if ttl > 0 {
-		m := ttl.Microseconds()
-		micros = &m
-	}
-	wait := time.Millisecond
-	for attempt := 1; ; attempt++ {
-		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
-		if err == nil || ran || s.nested || attempt == maxOnceAttempts || !retryable(err) {
-			return r, err
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fence.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, context.Cause(ctx), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}
-
 // onceAttempt is one transaction of Once. ran reports whether fn was called: after
 // that Once never starts over, since fn may have done more than write.
-func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (r fence.Result, ran bool, err error) {
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (r nolock.Result, ran bool, err error) {
 	tx, err := s.beginOnce(ctx)
 	if err != nil {
-		return fence.Result{}, false, keyError("once: begin", err)
+		return nolock.Result{}, false, keyError("once: begin", err)
 	}
 	done := false
 	defer func() {
@@ -191,19 +167,44 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 			_ = tx.Rollback(ctx) // fn panicked; the panic goes on
 		}
 	}()
-	end := func(r fence.Result, ran bool, err error) (fence.Result, bool, error) {
+	end := func(r nolock.Result, ran bool, err error) (nolock.Result, bool, error) {
 		done = true
 		_ = tx.Rollback(ctx) // nothing to keep, or fn failed
 		return r, ran, err
 	}
 
+	r, mine, err := claimKey(ctx, tx, key, fingerprint, micros)
+	if err != nil || !mine {
+		return end(r, false, err)
+	}
+
+	val, err := fn(tx)
+	if err != nil {
+		return end(nolock.Result{}, true, err)
+	}
+	if _, err := tx.Exec(ctx, storeKeySQL, key, val); err != nil {
+		return end(nolock.Result{}, true, keyError("once: store result", err))
+	}
+	done = true
+	if err := tx.Commit(ctx); err != nil {
+		_ = tx.Rollback(ctx)
+		return nolock.Result{}, true, keyError("once: commit", err)
+	}
+	return nolock.Result{Value: val}, true, nil
+}
+
+// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
+// that the key is now this transaction's, so fn is to run; otherwise r is the
+// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
+// claim's failure.
+func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *int64) (r nolock.Result, mine bool, err error) {
 	var (
-		mine, expired bool
-		storedFP      *string
-		stored        []byte
+		expired  bool
+		storedFP *string
+		stored   []byte
 	)
 	for try := 1; ; try++ {
-		err := tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
+		err = tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The insert waited for a concurrent holder of the key, which committed.
 			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
@@ -212,43 +213,29 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 				if try < maxClaimTries {
 					continue
 				}
-				return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try))
+				return r, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try)
 			}
 		}
 		if err != nil {
-			return end(fence.Result{}, false, keyError("once: claim key", err))
+			return r, false, keyError("once: claim key", err)
 		}
 		if !expired || try == maxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
 		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
-			return end(fence.Result{}, false, keyError("once: drop expired key", err))
+			return r, false, keyError("once: drop expired key", err)
 		}
 	}
-	if !mine {
-		if expired {
-			return end(fence.Result{}, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
-		}
-		if storedFP == nil || *storedFP != fingerprint {
-			return end(fence.Result{}, false, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key))
-		}
-		return end(fence.Result{Value: stored, Replayed: true}, false, nil)
+	switch {
+	case mine:
+		return r, true, nil
+	case expired:
+		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+	case storedFP == nil || *storedFP != fingerprint:
+		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}
-
-	val, err := fn(tx)
-	if err != nil {
-		return end(fence.Result{}, true, err)
-	}
-	if _, err := tx.Exec(ctx, storeKeySQL, key, val); err != nil {
-		return end(fence.Result{}, true, keyError("once: store result", err))
-	}
-	done = true
-	if err := tx.Commit(ctx); err != nil {
-		_ = tx.Rollback(ctx)
-		return fence.Result{}, true, keyError("once: commit", err)
-	}
-	return fence.Result{Value: val}, true, nil
+	return nolock.Result{Value: stored, Replayed: true}, false, nil
 }
 
 // beginOnce begins Once's transaction at the Store's isolation level.

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // staleMarker starts the text raiseSQL casts to bigint when it refuses.
@@ -26,7 +27,7 @@ const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VAL
 
 // raiseSetSQL is raiseSQL for a fence.Set grant: one statement raises every resource's
 // row, inserting the missing ones, in byte order of the resource names (the order
-// fence.Resources gives), so that transactions over overlapping sets lock their rows
+// grant.Resources gives), so that transactions over overlapping sets lock their rows
 // in one order. A refusal names the resource whose stored token is higher:
 // 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
 // (a varchar[]) and the token; fenceFirstSQL writes them as literals.
@@ -45,7 +46,7 @@ var raiseSetParams = raiseSetSQL("$1", "$2")
 // raiseSetParams for a fence.Set.
 func raiseFor(g fence.Grant) (string, []any) {
 	if _, ok := g.(fence.Set); ok {
-		return raiseSetParams, []any{fence.Resources(g), int64(g.Token())}
+		return raiseSetParams, []any{grant.Resources(g), int64(g.Token())}
 	}
 	return raiseSQL, []any{g.Resource(), int64(g.Token())}
 }
@@ -56,7 +57,7 @@ func fenceFirstSQL(g fence.Grant) string {
 	if _, ok := g.(fence.Set); !ok {
 		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
 	}
-	res := fence.Resources(g)
+	res := grant.Resources(g)
 	lits := make([]string, len(res))
 	for i, r := range res {
 		lits[i] = literal(r)

@@ -26,7 +26,7 @@ import (
 // single-row write fences one resource), fence.ErrInvalidIdentifier for an empty,
 // overlong (> 63 bytes) or NUL-holding table or column name (other names are quoted,
 // never refused), fence.ErrInvalidArgument for no key or no column to set or a column
-// named twice, a *fence.DuplicateError when the new values hit a unique index, and a
+// named twice, a *nolock.DuplicateError when the new values hit a unique index, and a
 // *fence.CommitUnknownError when the statement's reply was lost.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe(ctx, "update", g, &err)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // TestStore_rows_schemaQualifiedCompositeKey writes a schema-qualified table with a
@@ -20,18 +21,18 @@ func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
 		"Tok" BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (invoice, line))`)
 	s := pgxfence.New(pool)
 	ctx := t.Context()
-	r := fence.Row{Table: "Billing.Line Items", Key: []fence.Col{fence.C("invoice", 7), fence.C("line", 1)}, TokenColumn: "Tok"}
+	r := fence.Row{Table: "Billing.Line Items", Key: []fence.Col{{Name: "invoice", Value: 7}, {Name: "line", Value: 1}}, TokenColumn: "Tok"}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("invoice-7", tok) }
-	if err := s.Upsert(ctx, g(5), r, fence.C("amount", 500)); err != nil {
+	if err := s.Upsert(ctx, g(5), r, fence.Col{Name: "amount", Value: 500}); err != nil {
 		t.Fatalf("Upsert: %v", err)
 	}
-	if err := s.Update(ctx, g(6), r, fence.C("amount", 600)); err != nil {
+	if err := s.Update(ctx, g(6), r, fence.Col{Name: "amount", Value: 600}); err != nil {
 		t.Fatalf("Update: %v", err)
 	}
-	wantStale(t, s.Update(ctx, g(5), r, fence.C("amount", 1)), 5, 6)
+	wantStale(t, s.Update(ctx, g(5), r, fence.Col{Name: "amount", Value: 1}), 5, 6)
 	other := r
-	other.Key = []fence.Col{fence.C("invoice", 7), fence.C("line", 2)}
-	if err := s.Update(ctx, g(6), other, fence.C("amount", 1)); !errors.Is(err, fence.ErrNotFound) {
+	other.Key = []fence.Col{{Name: "invoice", Value: 7}, {Name: "line", Value: 2}}
+	if err := s.Update(ctx, g(6), other, fence.Col{Name: "amount", Value: 1}); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Update of line 2 = %v, want ErrNotFound", err)
 	}
 	if got := mustInt(t, pool, `SELECT amount FROM "Billing"."Line Items" WHERE invoice = 7 AND line = 1`); got != 600 {
@@ -40,7 +41,7 @@ func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
 	if err := s.Delete(ctx, g(8), r); err != nil {
 		t.Fatalf("Delete: %v", err)
 	}
-	wantStale(t, s.Upsert(ctx, g(7), r, fence.C("amount", 700)), 7, 8)
+	wantStale(t, s.Upsert(ctx, g(7), r, fence.Col{Name: "amount", Value: 700}), 7, 8)
 	if got := mustInt(t, pool, `SELECT count(*) FROM "Billing"."Line Items"`); got != 0 {
 		t.Fatalf("%d rows after a stale re-insert, want 0", got)
 	}
@@ -53,16 +54,16 @@ func TestStore_rows_refusalLeavesFenceRow(t *testing.T) {
 	mustExec(t, pool, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
 	s := pgxfence.New(pool)
 	ctx := t.Context()
-	row := fence.Row{Table: "accounts", Key: []fence.Col{fence.C("id", "a")}}
+	row := fence.Row{Table: "accounts", Key: []fence.Col{{Name: "id", Value: "a"}}}
 	// The row alone holds token 50 (written before the resource had a fence row).
 	mustExec(t, pool, "INSERT INTO accounts (id, balance, fence_token) VALUES ('a', 5, 50)")
-	wantStale(t, s.Update(ctx, fence.NewGrant("acct-a", 40), row, fence.C("balance", 4)), 40, 50)
-	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 40), row, fence.C("balance", 4)), 40, 50)
+	wantStale(t, s.Update(ctx, fence.NewGrant("acct-a", 40), row, fence.Col{Name: "balance", Value: 4}), 40, 50)
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 40), row, fence.Col{Name: "balance", Value: 4}), 40, 50)
 	wantStale(t, s.Delete(ctx, fence.NewGrant("acct-a", 40), row), 40, 50)
 	if got := stored(t, pool, "acct-a"); got != 0 {
 		t.Fatalf("refused writes raised the fence row to %d", got)
 	}
-	missing := fence.Row{Table: "accounts", Key: []fence.Col{fence.C("id", "nobody")}}
+	missing := fence.Row{Table: "accounts", Key: []fence.Col{{Name: "id", Value: "nobody"}}}
 	if err := s.Delete(ctx, fence.NewGrant("acct-nobody", 9), missing); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Delete of a missing row = %v, want ErrNotFound", err)
 	}
@@ -73,7 +74,7 @@ func TestStore_rows_refusalLeavesFenceRow(t *testing.T) {
 	if err := s.Fenced(ctx, fence.NewGrant("acct-a", 60), func(pgx.Tx) error { return nil }); err != nil {
 		t.Fatal(err)
 	}
-	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 55), row, fence.C("balance", 55)), 55, 60)
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("acct-a", 55), row, fence.Col{Name: "balance", Value: 55}), 55, 60)
 	if got := mustInt(t, pool, "SELECT balance FROM accounts WHERE id = 'a'"); got != 5 {
 		t.Fatalf("balance = %d, want 5", got)
 	}
@@ -84,9 +85,9 @@ func TestStore_rows_duplicate(t *testing.T) {
 	mustExec(t, pool, "CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL CONSTRAINT users_name_key UNIQUE, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, pool, "INSERT INTO users (id, name) VALUES (1, 'neo'), (2, 'trinity')")
 	s := pgxfence.New(pool)
-	err := s.Update(t.Context(), fence.NewGrant("users", 3), fence.Row{Table: "users", Key: []fence.Col{fence.C("id", 2)}}, fence.C("name", "neo"))
-	var de *fence.DuplicateError
-	if !errors.Is(err, fence.ErrDuplicate) || !errors.As(err, &de) || de.Constraint != "users_name_key" || de.Table != "users" {
+	err := s.Update(t.Context(), fence.NewGrant("users", 3), fence.Row{Table: "users", Key: []fence.Col{{Name: "id", Value: 2}}}, fence.Col{Name: "name", Value: "neo"})
+	var de *nolock.DuplicateError
+	if !errors.Is(err, nolock.ErrDuplicate) || !errors.As(err, &de) || de.Constraint != "users_name_key" || de.Table != "users" {
 		t.Fatalf("Update to a taken name = %v (%+v), want a DuplicateError naming users_name_key", err, de)
 	}
 	if got := mustInt(t, pool, "SELECT fence_token FROM users WHERE id = 2"); got != 0 {
@@ -100,27 +101,43 @@ func TestStore_rows_badInput(t *testing.T) {
 	s := pgxfence.New(pool)
 	ctx := t.Context()
 	g := fence.NewGrant("r", 1)
-	key := []fence.Col{fence.C("id", 1)}
+	key := []fence.Col{{Name: "id", Value: 1}}
 	long := strings.Repeat("c", 64)
 	tests := []struct {
 		name string
 		call func() error
 		want error
 	}{
-		{"table too long", func() error { return s.Update(ctx, g, fence.Row{Table: long, Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"schema too long", func() error { return s.Update(ctx, g, fence.Row{Table: long + ".t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"three parts", func() error { return s.Update(ctx, g, fence.Row{Table: "a.b.t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"empty schema", func() error { return s.Update(ctx, g, fence.Row{Table: ".t", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"column too long", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C(long, 1)) }, fence.ErrInvalidIdentifier},
-		{"column not utf-8", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("v\xff", 1)) }, fence.ErrInvalidIdentifier},
+		{"table too long", func() error {
+			return s.Update(ctx, g, fence.Row{Table: long, Key: key}, fence.Col{Name: "val", Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"schema too long", func() error {
+			return s.Update(ctx, g, fence.Row{Table: long + ".t", Key: key}, fence.Col{Name: "val", Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"three parts", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "a.b.t", Key: key}, fence.Col{Name: "val", Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"empty schema", func() error {
+			return s.Update(ctx, g, fence.Row{Table: ".t", Key: key}, fence.Col{Name: "val", Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"column too long", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: long, Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"column not utf-8", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v\xff", Value: 1})
+		}, fence.ErrInvalidIdentifier},
 		{"token column with nul", func() error {
-			return s.Update(ctx, g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.C("val", 1))
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.Col{Name: "val", Value: 1})
 		}, fence.ErrInvalidIdentifier},
 		{"set column twice", func() error {
-			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("val", 1), fence.C("val", 2))
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "val", Value: 1}, fence.Col{Name: "val", Value: 2})
 		}, fence.ErrInvalidArgument},
-		{"set the key", func() error { return s.Upsert(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("id", 2)) }, fence.ErrInvalidArgument},
-		{"set the token", func() error { return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.C("fence_token", 99)) }, fence.ErrInvalidArgument},
+		{"set the key", func() error {
+			return s.Upsert(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "id", Value: 2})
+		}, fence.ErrInvalidArgument},
+		{"set the token", func() error {
+			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "fence_token", Value: 99})
+		}, fence.ErrInvalidArgument},
 		{"overlong resource", func() error {
 			return s.Delete(ctx, fence.NewGrant(strings.Repeat("r", fence.MaxResourceLen+1), 1), fence.Row{Table: "t", Key: key})
 		}, fence.ErrInvalidResource},
@@ -133,7 +150,7 @@ func TestStore_rows_badInput(t *testing.T) {
 		})
 	}
 	// Upsert on columns that are not a unique key says so.
-	err := s.Upsert(ctx, g, fence.Row{Table: "t", Key: []fence.Col{fence.C("k", 1)}}, fence.C("val", 1))
+	err := s.Upsert(ctx, g, fence.Row{Table: "t", Key: []fence.Col{{Name: "k", Value: 1}}}, fence.Col{Name: "val", Value: 1})
 	if err == nil || !strings.Contains(err.Error(), "primary key or unique index") {
 		t.Fatalf("Upsert on a non-unique key = %v", err)
 	}
@@ -153,11 +170,11 @@ func TestStore_rows_callerTx(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := pgxfence.New(tx)
-	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
-	if err := s.Upsert(ctx, fence.NewGrant("r", 3), row, fence.C("val", 3)); err != nil {
+	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
+	if err := s.Upsert(ctx, fence.NewGrant("r", 3), row, fence.Col{Name: "val", Value: 3}); err != nil {
 		t.Fatal(err)
 	}
-	wantStale(t, s.Upsert(ctx, fence.NewGrant("r", 2), row, fence.C("val", 2)), 2, 3)
+	wantStale(t, s.Upsert(ctx, fence.NewGrant("r", 2), row, fence.Col{Name: "val", Value: 2}), 2, 3)
 	if err := tx.Rollback(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -175,7 +192,7 @@ func TestStore_Delete_keyPicksSeveralRows(t *testing.T) {
 	mustExec(t, pool, "CREATE TABLE events (kind TEXT NOT NULL, n INT, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, pool, "INSERT INTO events (kind, n) VALUES ('paid', 1), ('paid', 2)")
 	s := pgxfence.New(pool)
-	err := s.Delete(t.Context(), fence.NewGrant("events", 3), fence.Row{Table: "events", Key: []fence.Col{fence.C("kind", "paid")}})
+	err := s.Delete(t.Context(), fence.NewGrant("events", 3), fence.Row{Table: "events", Key: []fence.Col{{Name: "kind", Value: "paid"}}})
 	if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "2 rows") {
 		t.Fatalf("Delete() = %v, want ErrInvalidArgument naming 2 rows", err)
 	}
@@ -195,14 +212,14 @@ func TestStore_rows_tableNamedLikeTheStatementsOwn(t *testing.T) {
 	for i, tbl := range []string{"f", "t", "ft", "fencegate_raised", "fencegate_target"} {
 		mustExec(t, pool, `CREATE TABLE "`+tbl+`" (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)`)
 		res := "res-" + tbl
-		row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", i)}}
-		if err := s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.C("val", 5)); err != nil {
+		row := fence.Row{Table: tbl, Key: []fence.Col{{Name: "id", Value: i}}}
+		if err := s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.Col{Name: "val", Value: 5}); err != nil {
 			t.Fatalf("%s: Upsert: %v", tbl, err)
 		}
 		if err := s.Delete(t.Context(), fence.NewGrant(res, 6), row); err != nil {
 			t.Fatalf("%s: Delete: %v", tbl, err)
 		}
-		wantStale(t, s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.C("val", 5)), 5, 6)
+		wantStale(t, s.Upsert(t.Context(), fence.NewGrant(res, 5), row, fence.Col{Name: "val", Value: 5}), 5, 6)
 		if got := mustInt(t, pool, `SELECT count(*) FROM "`+tbl+`"`); got != 0 {
 			t.Fatalf("%s: %d rows after a stale re-insert", tbl, got)
 		}

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // TestStore_rows_keptStatements writes through one Store with shapes that differ only
@@ -37,19 +38,19 @@ func TestStore_rows_keptStatements(t *testing.T) {
 	for i := range cols {
 		wg.Go(func() {
 			tok := fence.Token(1)
-			row := fence.Row{Table: "shapes", Key: []fence.Col{fence.C("id", i)}}
+			row := fence.Row{Table: "shapes", Key: []fence.Col{{Name: "id", Value: i}}}
 			for j := range cols {
 				if j == i {
 					continue
 				}
 				ci, cj := fmt.Sprintf("c%d", i), fmt.Sprintf("c%d", j)
 				g := fence.NewGrant(fmt.Sprintf("shapes-%d", i), tok)
-				if err := s.Update(ctx, g, row, fence.C(ci, j), fence.C(cj, i)); err != nil {
+				if err := s.Update(ctx, g, row, fence.Col{Name: ci, Value: j}, fence.Col{Name: cj, Value: i}); err != nil {
 					errs <- fmt.Errorf("row %d, (%s, %s): %w", i, ci, cj, err)
 					return
 				}
 				g = fence.NewGrant(fmt.Sprintf("shapes-%d", i), tok+1)
-				if err := s.Update(ctx, g, row, fence.C(cj, 100+j), fence.C(ci, 100+i)); err != nil {
+				if err := s.Update(ctx, g, row, fence.Col{Name: cj, Value: 100 + j}, fence.Col{Name: ci, Value: 100 + i}); err != nil {
 					errs <- fmt.Errorf("row %d, (%s, %s): %w", i, cj, ci, err)
 					return
 				}
@@ -82,8 +83,8 @@ func TestStore_rows_nulNameAfterKeptStatement(t *testing.T) {
 	mustExec(t, pool, "INSERT INTO nul_shapes (id) VALUES (1)")
 	s := pgxfence.New(pool)
 	ctx := t.Context()
-	kept := fence.Row{Table: "nul_shapes", TokenColumn: "fence_token", Key: []fence.Col{fence.C("id", 1)}}
-	if err := s.Update(ctx, fence.NewGrant("nul", 1), kept, fence.C("val", 7)); err != nil {
+	kept := fence.Row{Table: "nul_shapes", TokenColumn: "fence_token", Key: []fence.Col{{Name: "id", Value: 1}}}
+	if err := s.Update(ctx, fence.NewGrant("nul", 1), kept, fence.Col{Name: "val", Value: 7}); err != nil {
 		t.Fatal(err)
 	}
 	hostile := []struct {
@@ -92,9 +93,9 @@ func TestStore_rows_nulNameAfterKeptStatement(t *testing.T) {
 		set  []fence.Col
 	}{
 		// "nul_shapes\x00fence_token" + "id" + no key spells the kept shape's names.
-		{"table", fence.Row{Table: "nul_shapes\x00fence_token", TokenColumn: "id"}, []fence.Col{fence.C("val", 9)}},
-		{"token column", fence.Row{Table: "nul_shapes", TokenColumn: "fence_token\x00id", Key: []fence.Col{fence.C("", 1)}}, []fence.Col{fence.C("val", 9)}},
-		{"set column", kept, []fence.Col{fence.C("val\x00", 9)}},
+		{"table", fence.Row{Table: "nul_shapes\x00fence_token", TokenColumn: "id"}, []fence.Col{{Name: "val", Value: 9}}},
+		{"token column", fence.Row{Table: "nul_shapes", TokenColumn: "fence_token\x00id", Key: []fence.Col{{Name: "", Value: 1}}}, []fence.Col{{Name: "val", Value: 9}}},
+		{"set column", kept, []fence.Col{{Name: "val\x00", Value: 9}}},
 	}
 	for _, h := range hostile {
 		t.Run(h.name, func(t *testing.T) {
@@ -116,14 +117,14 @@ func TestStore_Decrement_nulNameAfterKeptStatement(t *testing.T) {
 	mustExec(t, pool, "INSERT INTO nul_stock VALUES (1, 10)")
 	s := pgxfence.New(pool)
 	ctx := t.Context()
-	kept := fence.Counter{Table: "nul_stock", Column: "n", Key: []fence.Col{fence.C("id", 1)}}
+	kept := nolock.Counter{Table: "nul_stock", Column: "n", Key: []fence.Col{{Name: "id", Value: 1}}}
 	for range 2 { // the second take runs the kept statement
 		if _, err := s.Decrement(ctx, kept, 1); err != nil {
 			t.Fatal(err)
 		}
 	}
 	// Read with NUL as a separator: table "nul_stock", counter "n", key "id".
-	hostile := fence.Counter{Table: "nul_stock\x00n", Column: "id"}
+	hostile := nolock.Counter{Table: "nul_stock\x00n", Column: "id"}
 	if _, err := s.Decrement(ctx, hostile, 1); !errors.Is(err, fence.ErrInvalidIdentifier) {
 		t.Fatalf("Decrement() = %v, want ErrInvalidIdentifier", err)
 	}

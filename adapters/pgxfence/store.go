@@ -41,6 +41,8 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/core/nilness"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
@@ -73,7 +75,7 @@ type DB interface {
 }
 
 // Store is a PostgreSQL database that runs fenced transactions (fence.Store[pgx.Tx])
-// and fenced single-row writes (fence.RowWriter). It is safe for concurrent use when
+// and fenced single-row writes (Update, Upsert, Delete). It is safe for concurrent use when
 // its DB is (a *pgxpool.Pool is; a *pgx.Conn or pgx.Tx is not).
 type Store struct {
 	db       DB
@@ -82,16 +84,16 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
+	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
 	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
+	keyTTL     time.Duration          // WithKeyTTL; 0: idempotency keys never expire
 }
 
 var (
 	_ fence.Store[pgx.Tx] = (*Store)(nil)
-	_ fence.RowWriter     = (*Store)(nil)
 )
 
 // New returns a Store writing through db with the server's default isolation level.
@@ -159,7 +161,7 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // DB), each with a nil Store.
 func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	s := &Store{db: db, beginSQL: "BEGIN"}
-	if fence.IsNil(db) {
+	if nilness.IsNil(db) {
 		// A typed nil (a failed pgxpool.New's pool) is refused by every method
 		// rather than dereferenced.
 		s.db = nil
@@ -189,7 +191,7 @@ func (s *Store) checkSingle(g fence.Grant) error {
 	if err := s.check(g); err != nil {
 		return err
 	}
-	return fence.CheckSingle(g)
+	return grant.CheckSingle(g)
 }
 
 func (s *Store) check(g fence.Grant) error {

@@ -349,7 +349,7 @@ func TestStore_nilDB(t *testing.T) {
 		if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Fatalf("%s: Fenced() = %v", name, err)
 		}
-		if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}); !errors.Is(err, fence.ErrInvalidArgument) {
+		if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}); !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Fatalf("%s: Delete() = %v", name, err)
 		}
 	}
@@ -368,8 +368,8 @@ func TestStore_schemaMissing(t *testing.T) {
 	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, pgxfence.ErrSchema) {
 		t.Fatalf("Fenced() = %v, want ErrSchema", err)
 	}
-	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
-	if err := s.Upsert(t.Context(), g, row, fence.C("val", 1)); !errors.Is(err, pgxfence.ErrSchema) {
+	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
+	if err := s.Upsert(t.Context(), g, row, fence.Col{Name: "val", Value: 1}); !errors.Is(err, pgxfence.ErrSchema) {
 		t.Fatalf("Upsert() = %v, want ErrSchema", err)
 	}
 	if conn.PgConn().TxStatus() != 'I' {

@@ -121,10 +121,10 @@ func TestStore_rows_commitUnknown(t *testing.T) {
 	if _, err := pool.Exec(ctx, "INSERT INTO "+tbl+" (id) VALUES ('a')"); err != nil {
 		t.Fatal(err)
 	}
-	row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", "a")}}
+	row := fence.Row{Table: tbl, Key: []fence.Col{{Name: "id", Value: "a"}}}
 	writes := map[string]func(g fence.Grant) error{
-		"update": func(g fence.Grant) error { return store.Update(ctx, g, row, fence.C("v", 1)) },
-		"upsert": func(g fence.Grant) error { return store.Upsert(ctx, g, row, fence.C("v", 2)) },
+		"update": func(g fence.Grant) error { return store.Update(ctx, g, row, fence.Col{Name: "v", Value: 1}) },
+		"upsert": func(g fence.Grant) error { return store.Upsert(ctx, g, row, fence.Col{Name: "v", Value: 2}) },
 		"delete": func(g fence.Grant) error { return store.Delete(ctx, g, row) },
 	}
 	for op, write := range writes {
@@ -155,7 +155,8 @@ func wantUnknown(t *testing.T, err error) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
 	}
-	if errors.Unwrap(err) == nil {
+	var cu *fence.CommitUnknownError
+	if !errors.As(err, &cu) || cu.Err == nil {
 		t.Fatalf("error %v wraps no driver error", err)
 	}
 }

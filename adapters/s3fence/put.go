@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // Put stores the object in describes (Bucket, Key, Body and any other field of a
@@ -75,7 +76,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 	if err == nil || !conditionFailed(err) {
 		return v, err
 	}
-	if err := live(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	st, herr := s.head(ctx, bucket, key)
@@ -93,7 +94,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 // state already is what the write wants (nothing to store).
 func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, build func(state) (*s3.PutObjectInput, error)) (Version, error) {
 	for attempt := 1; ; attempt++ {
-		if err := live(g); err != nil {
+		if err := grant.CheckLost(g); err != nil {
 			return Version{}, err
 		}
 		st, err := s.head(ctx, bucket, key)
@@ -120,7 +121,7 @@ func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, bu
 // putOnce sends one conditional PUT. A condition that fails is returned as the
 // client's error, for the caller to tell apart.
 func (s *Store) putOnce(ctx context.Context, g fence.Grant, bucket, key string, put *s3.PutObjectInput) (Version, error) {
-	if err := live(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	out, err := s.api.PutObject(ctx, put)

@@ -10,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // API is the part of *s3.Client a Store uses.
@@ -132,35 +133,14 @@ func (s *Store) head(ctx context.Context, bucket, key string) (state, error) {
 	return readState(bucket, key, out.ETag, out.Metadata)
 }
 
-// checkGrant refuses what fence.CheckGrant refuses, and a grant over several
-// resources: an object keeps one token, and a Set's token says nothing about which
-// of its resources an object belongs to.
+// checkGrant refuses what fence.CheckGrant refuses, and a grant set of several
+// resources: an object keeps one token, and a set's token says nothing about which
+// of its resources an object belongs to. A set of one is that resource's grant.
 func checkGrant(g fence.Grant) error {
 	if isNil(g) {
 		return invalid("nil grant")
 	}
-	if err := fence.CheckGrant(g); err != nil {
-		return err
-	}
-	if set, ok := g.(fence.Set); ok && len(set.Resources()) > 1 {
-		return invalid("grant %q covers several resources; fence each object with a single-resource grant", g.Resource())
-	}
-	return nil
-}
-
-// live returns a *fence.LostError when g is a Watched grant whose lock is lost.
-// Writes call it before every request.
-func live(g fence.Grant) error {
-	w, ok := g.(fence.Watched)
-	if !ok {
-		return nil
-	}
-	select {
-	case <-w.Done():
-		return &fence.LostError{Resource: g.Resource(), Token: g.Token()}
-	default:
-		return nil
-	}
+	return grant.CheckSingle(g)
 }
 
 func checkObject(s *Store, bucket, key string) error {

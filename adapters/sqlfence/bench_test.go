@@ -112,8 +112,8 @@ func plainUpdate(db *sql.DB, d migrations.Dialect) benchOp {
 
 func fencedUpdate(s *sqlfence.Store) benchOp {
 	return func(ctx context.Context, id string, tok fence.Token) error {
-		return s.Update(ctx, fence.NewGrant("bench-"+id, tok), fence.Row{Table: "bench", Key: []fence.Col{fence.C("id", id)}},
-			fence.C("val", int64(tok)))
+		return s.Update(ctx, fence.NewGrant("bench-"+id, tok), fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: id}}},
+			fence.Col{Name: "val", Value: int64(tok)})
 	}
 }
 

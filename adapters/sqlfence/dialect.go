@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/sqlident"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // dialect is the handful of things that differ between the databases a Store speaks
@@ -176,10 +177,10 @@ var (
 	mysqlDupKeyRE  = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
 )
 
-// asDuplicate maps a unique-key violation to a *fence.DuplicateError naming the
+// asDuplicate maps a unique-key violation to a *nolock.DuplicateError naming the
 // index (MySQL) or the columns (SQLite, whose message names no index), or returns nil
 // when err is not one.
-func asDuplicate(err error, table string) *fence.DuplicateError {
+func asDuplicate(err error, table string) *nolock.DuplicateError {
 	var me *mysql.MySQLError
 	if errors.As(err, &me) && me.Number == 1062 {
 		name := ""
@@ -188,7 +189,7 @@ func asDuplicate(err error, table string) *fence.DuplicateError {
 			name = strings.ReplaceAll(m[1], "''", "'")
 			name = strings.TrimPrefix(name, lastPart(table)+".")
 		}
-		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
 	}
 	var se *sqlite.Error
 	if errors.As(err, &se) && (se.Code() == 2067 || se.Code() == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
@@ -196,14 +197,14 @@ func asDuplicate(err error, table string) *fence.DuplicateError {
 		if m := sqliteUniqueRE.FindStringSubmatch(se.Error()); m != nil {
 			name = m[1]
 		}
-		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
 	}
 	if sqlState(err) == "23505" {
 		name := ""
 		if m := pgUniqueRE.FindStringSubmatch(err.Error()); m != nil {
 			name = strings.ReplaceAll(m[1], `""`, `"`)
 		}
-		return &fence.DuplicateError{Table: table, Constraint: name, Err: err}
+		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
 	}
 	return nil
 }

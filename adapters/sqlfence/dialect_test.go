@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 type backend struct {
@@ -56,12 +57,12 @@ func TestStore_Update_quotedIdentifiers(t *testing.T) {
 			quote(s.Dialect(), "va\"l`u?e")+" BIGINT NOT NULL, "+
 			quote(s.Dialect(), "tok`en")+" BIGINT NOT NULL DEFAULT 0)")
 		mustExec(t, db, "INSERT INTO "+quote(s.Dialect(), tbl)+" VALUES ('a', 1, 0), ('b', 2, 0)")
-		row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("k`\"ey", "a")}, TokenColumn: "tok`en"}
+		row := fence.Row{Table: tbl, Key: []fence.Col{{Name: "k`\"ey", Value: "a"}}, TokenColumn: "tok`en"}
 		g := fence.NewGrant("quoted", 5)
-		if err := s.Update(t.Context(), g, row, fence.C("va\"l`u?e", 42)); err != nil {
+		if err := s.Update(t.Context(), g, row, fence.Col{Name: "va\"l`u?e", Value: 42}); err != nil {
 			t.Fatalf("Update() = %v", err)
 		}
-		if err := s.Upsert(t.Context(), g, row, fence.C("va\"l`u?e", 43)); err != nil {
+		if err := s.Upsert(t.Context(), g, row, fence.Col{Name: "va\"l`u?e", Value: 43}); err != nil {
 			t.Fatalf("Upsert() = %v", err)
 		}
 		got := queryInt(t, db, "SELECT "+quote(s.Dialect(), "va\"l`u?e")+" FROM "+quote(s.Dialect(), tbl)+" WHERE "+quote(s.Dialect(), "k`\"ey")+" = 'a'")
@@ -96,20 +97,22 @@ func TestStore_duplicateKey(t *testing.T) {
 		}
 		check := func(op string, err error) {
 			t.Helper()
-			var de *fence.DuplicateError
-			if !errors.Is(err, fence.ErrDuplicate) || !errors.As(err, &de) {
-				t.Fatalf("%s = %v, want a *fence.DuplicateError", op, err)
+			var de *nolock.DuplicateError
+			if !errors.Is(err, nolock.ErrDuplicate) || !errors.As(err, &de) {
+				t.Fatalf("%s = %v, want a *nolock.DuplicateError", op, err)
 			}
 			if de.Table != "users" || de.Constraint != want || de.Err == nil {
 				t.Fatalf("%s: DuplicateError = %+v, want table users, constraint %q", op, de, want)
 			}
 		}
-		row := func(id string) fence.Row { return fence.Row{Table: "users", Key: []fence.Col{fence.C("id", id)}} }
-		check("Update", s.Update(t.Context(), g, row("trinity"), fence.C("email", "neo@example.com")))
+		row := func(id string) fence.Row {
+			return fence.Row{Table: "users", Key: []fence.Col{{Name: "id", Value: id}}}
+		}
+		check("Update", s.Update(t.Context(), g, row("trinity"), fence.Col{Name: "email", Value: "neo@example.com"}))
 		// An insert of a new key whose email belongs to another row: MySQL's
 		// ON DUPLICATE KEY UPDATE must not update neo's row in its place.
-		err := s.Upsert(t.Context(), g, row("smith"), fence.C("email", "neo@example.com"))
-		if !errors.Is(err, fence.ErrDuplicate) {
+		err := s.Upsert(t.Context(), g, row("smith"), fence.Col{Name: "email", Value: "neo@example.com"})
+		if !errors.Is(err, nolock.ErrDuplicate) {
 			t.Fatalf("Upsert clashing on another unique key = %v, want ErrDuplicate", err)
 		}
 		if n := queryInt(t, db, "SELECT COUNT(*) FROM users WHERE id = 'smith' OR fence_token <> 0"); n != 0 {
@@ -124,7 +127,7 @@ func TestStore_duplicateKey(t *testing.T) {
 // TestStore_badInput checks every refusal names its sentinel, before any I/O.
 func TestStore_badInput(t *testing.T) {
 	g := fence.NewGrant("r", 1)
-	key := []fence.Col{fence.C("id", 1)}
+	key := []fence.Col{{Name: "id", Value: 1}}
 	var nilStore *sqlfence.Store
 	db, err := sql.Open("sqlite", "file:unused?mode=memory")
 	if err != nil {
@@ -138,17 +141,17 @@ func TestStore_badInput(t *testing.T) {
 		want error
 	}{
 		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), migrations.ErrUnknownDialect},
-		{"nil db", sqlfence.New(nil, migrations.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1)), fence.ErrInvalidArgument},
+		{"nil db", sqlfence.New(nil, migrations.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidArgument},
 		{"nil store", nilStore.Delete(t.Context(), g, fence.Row{Table: "t", Key: key}), fence.ErrInvalidArgument},
-		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
-		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
-		{"overlong mysql column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C(strings.Repeat("c", 65), 1)), fence.ErrInvalidIdentifier},
-		{"not utf-8", s.Update(t.Context(), g, fence.Row{Table: "t\xff", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
-		{"nul in token column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
-		{"column set twice", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1), fence.C("V", 2)), fence.ErrInvalidArgument},
-		{"key column set", s.Upsert(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("id", 2)), fence.ErrInvalidArgument},
-		{"token column set", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("fence_token", 99)), fence.ErrInvalidArgument},
-		{"bad grant first", s.Update(t.Context(), fence.NewGrant("r", 0), fence.Row{}, fence.C("", 1)), fence.ErrInvalidToken},
+		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
+		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
+		{"overlong mysql column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: strings.Repeat("c", 65), Value: 1}), fence.ErrInvalidIdentifier},
+		{"not utf-8", s.Update(t.Context(), g, fence.Row{Table: "t\xff", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
+		{"nul in token column", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
+		{"column set twice", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v", Value: 1}, fence.Col{Name: "V", Value: 2}), fence.ErrInvalidArgument},
+		{"key column set", s.Upsert(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "id", Value: 2}), fence.ErrInvalidArgument},
+		{"token column set", s.Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "fence_token", Value: 99}), fence.ErrInvalidArgument},
+		{"bad grant first", s.Update(t.Context(), fence.NewGrant("r", 0), fence.Row{}, fence.Col{Name: "", Value: 1}), fence.ErrInvalidToken},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

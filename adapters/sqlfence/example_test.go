@@ -70,10 +70,10 @@ func ExampleStore_Update() {
 	db.ExecContext(ctx, `INSERT INTO jobs (name, state) VALUES ('nightly', 'queued')`)
 
 	store := sqlfence.New(db, migrations.SQLite)
-	job := fence.Row{Table: "jobs", Key: []fence.Col{fence.C("name", "nightly")}}
-	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 8), job, fence.C("state", "done")))
-	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 7), job, fence.C("state", "running")))
-	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 9), fence.Row{Table: "jobs", Key: []fence.Col{fence.C("name", "weekly")}}, fence.C("state", "done")))
+	job := fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "nightly"}}}
+	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 8), job, fence.Col{Name: "state", Value: "done"}))
+	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 7), job, fence.Col{Name: "state", Value: "running"}))
+	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 9), fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "weekly"}}}, fence.Col{Name: "state", Value: "done"}))
 	// Output:
 	// <nil>
 	// fence: stale token 7 for "nightly": 8 already seen

@@ -30,27 +30,27 @@ func TestGeneratedTokenColumn_fencedWrites(t *testing.T) {
 		mustExec(t, db, string(up))
 
 		row := func(acct int) fence.Row {
-			return fence.Row{Table: "invoices", Key: []fence.Col{fence.C("account", acct)}}
+			return fence.Row{Table: "invoices", Key: []fence.Col{{Name: "account", Value: acct}}}
 		}
 		g := func(tok fence.Token) fence.Grant { return fence.NewGrant("invoices", tok) }
 		ctx := t.Context()
-		if err := s.Update(ctx, g(33), row(1), fence.C("total", 100)); err != nil {
+		if err := s.Update(ctx, g(33), row(1), fence.Col{Name: "total", Value: 100}); err != nil {
 			t.Fatalf("Update(33) on a migrated row: %v", err)
 		}
-		if err := s.Update(ctx, g(34), row(1), fence.C("total", 200)); err != nil {
+		if err := s.Update(ctx, g(34), row(1), fence.Col{Name: "total", Value: 200}); err != nil {
 			t.Fatalf("Update(34): %v", err)
 		}
 		var se *fence.StaleError
-		if err := s.Update(ctx, g(33), row(1), fence.C("total", 999)); !errors.As(err, &se) || se.Seen != 34 {
+		if err := s.Update(ctx, g(33), row(1), fence.Col{Name: "total", Value: 999}); !errors.As(err, &se) || se.Seen != 34 {
 			t.Fatalf("stale Update(33) = %v, want StaleError seen 34", err)
 		}
-		if err := s.Upsert(ctx, g(35), row(3), fence.C("total", 30)); err != nil {
+		if err := s.Upsert(ctx, g(35), row(3), fence.Col{Name: "total", Value: 30}); err != nil {
 			t.Fatalf("Upsert(35) of a new row: %v", err)
 		}
 		if err := s.Delete(ctx, g(36), row(2)); err != nil {
 			t.Fatalf("Delete(36): %v", err)
 		}
-		if err := s.Upsert(ctx, g(35), row(2), fence.C("total", 666)); !errors.Is(err, fence.ErrStale) {
+		if err := s.Upsert(ctx, g(35), row(2), fence.Col{Name: "total", Value: 666}); !errors.Is(err, fence.ErrStale) {
 			t.Fatalf("stale re-insert after Delete(36) = %v, want ErrStale", err)
 		}
 		if got := queryInt(t, db, "SELECT SUM(total) FROM invoices"); got != 230 {

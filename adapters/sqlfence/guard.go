@@ -9,9 +9,8 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
-
-var _ fence.Guard = (*Store)(nil)
 
 // maxDecrementLooks bounds how often Decrement tries again when its guarded UPDATE
 // changed nothing yet the look that follows finds enough left (the counter was
@@ -52,7 +51,7 @@ func (d dialect) decrementSQL(table, col, where string) string {
 // MySQL/MariaDB returns the new value through LAST_INSERT_ID(col - ?), SQLite and
 // PostgreSQL through RETURNING; either way one round trip. It does not need
 // clientFoundRows: a take always changes the row. When it changes no row it reads the row once: an
-// *fence.InsufficientError (errors.Is fence.ErrInsufficient) with what was left, or
+// *nolock.InsufficientError (errors.Is nolock.ErrInsufficient) with what was left, or
 // fence.ErrNotFound. If that read finds enough left (the counter was raised
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
 // and the column must be an integer. A Store checks and builds the SQL of a counter
@@ -64,7 +63,7 @@ func (d dialect) decrementSQL(table, col, where string) string {
 // Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
 // (the counter cannot be a key column); fence.ErrInvalidIdentifier; migrations.ErrUnknownDialect;
 // fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
-func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64, error) {
+func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
@@ -105,15 +104,15 @@ func (s *Store) Decrement(ctx context.Context, c fence.Counter, n int64) (int64,
 		case err != nil:
 			return 0, counterErr("decrement: look up", c.Table, err)
 		case left < n || try == maxDecrementLooks:
-			return 0, &fence.InsufficientError{Table: c.Table, Wanted: n, Left: left}
+			return 0, &nolock.InsufficientError{Table: c.Table, Wanted: n, Left: left}
 		}
 	}
 }
 
-// counter checks and quotes a fence.Counter's names: the table, the counter column
+// counter checks and quotes a nolock.Counter's names: the table, the counter column
 // and the key columns ("k1 = ? AND k2 = ?"). Names compare case-insensitively in
 // every database, so the counter cannot also be a key column.
-func (s *Store) counter(c fence.Counter) (table, col, where string, err error) {
+func (s *Store) counter(c nolock.Counter) (table, col, where string, err error) {
 	if table, err = s.d.table(c.Table); err != nil {
 		return
 	}
@@ -211,8 +210,8 @@ func describeCols(key []fence.Col) string {
 }
 
 // Insert inserts one row into table: one INSERT, the names quoted by the dialect, the
-// values sent as arguments. A unique-key violation returns a *fence.DuplicateError
-// (errors.Is fence.ErrDuplicate) naming the table and, where the database says, the
+// values sent as arguments. A unique-key violation returns a *nolock.DuplicateError
+// (errors.Is nolock.ErrDuplicate) naming the table and, where the database says, the
 // index (MySQL/MariaDB: the index name; SQLite: its columns, "t.a, t.b"), wrapping
 // the driver's error.
 //

@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // hostile are names and values that would end a badly quoted identifier or
@@ -42,18 +43,18 @@ func TestStore_builders_hostileNames(t *testing.T) {
 			tbl, kc, vc := h, h+"k", h+"v"
 			mustExec(t, db, "CREATE TABLE "+quote(d, tbl)+" ("+quote(d, kc)+" VARCHAR(100) PRIMARY KEY, "+
 				quote(d, vc)+" VARCHAR(100) NOT NULL, n BIGINT NOT NULL DEFAULT 10, fence_token BIGINT NOT NULL DEFAULT 0)"+charset)
-			row := fence.Row{Table: tbl, Key: []fence.Col{fence.C(kc, h)}}
+			row := fence.Row{Table: tbl, Key: []fence.Col{{Name: kc, Value: h}}}
 			tok := fence.Token(10 * (i + 1))
 			g := func(n fence.Token) fence.Grant { return fence.NewGrant(h, tok+n) }
 			steps := []struct {
 				what string
 				err  error
 			}{
-				{"Insert", s.Insert(ctx, tbl, fence.C(kc, h), fence.C(vc, "insert "+h))},
-				{"Update", s.Update(ctx, g(1), row, fence.C(vc, "update "+h))},
-				{"Upsert", s.Upsert(ctx, g(2), row, fence.C(vc, "upsert "+h))},
+				{"Insert", s.Insert(ctx, tbl, fence.Col{Name: kc, Value: h}, fence.Col{Name: vc, Value: "insert " + h})},
+				{"Update", s.Update(ctx, g(1), row, fence.Col{Name: vc, Value: "update " + h})},
+				{"Upsert", s.Upsert(ctx, g(2), row, fence.Col{Name: vc, Value: "upsert " + h})},
 			}
-			_, derr := s.Decrement(ctx, fence.Counter{Table: tbl, Key: row.Key, Column: "n"}, 3)
+			_, derr := s.Decrement(ctx, nolock.Counter{Table: tbl, Key: row.Key, Column: "n"}, 3)
 			steps = append(steps, struct {
 				what string
 				err  error
@@ -74,7 +75,7 @@ func TestStore_builders_hostileNames(t *testing.T) {
 			if err := s.Delete(ctx, g(3), row); err != nil {
 				t.Fatalf("%q: Delete: %v", h, err)
 			}
-			if err := s.Upsert(ctx, g(2), row, fence.C(vc, "stale")); !errors.Is(err, fence.ErrStale) {
+			if err := s.Upsert(ctx, g(2), row, fence.Col{Name: vc, Value: "stale"}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("%q: stale Upsert after Delete = %v, want ErrStale", h, err)
 			}
 			if got := queryInt(t, db, "SELECT count(*) FROM "+quote(d, tbl)); got != 0 {

@@ -10,13 +10,14 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // WithIdleTimeout sets how long a fenced transaction may sit idle on the server
 // (between statements, or before COMMIT) before the server ends it, so that a holder
 // frozen inside fn (a stopped process) holding the fence row cannot hold up its
 // successor much longer than its lease. The default is the grant's lease when it
-// implements fence.Leased, else fence.DefaultIdleTimeout (10 s, the default lease).
+// implements fence.Leased, else 10 s (the lock service's default lease).
 // A d under a millisecond is ErrInvalidOption. Per database:
 //
 //   - PostgreSQL: idle_in_transaction_session_timeout, set for the transaction only
@@ -49,7 +50,7 @@ func WithIdleTimeout(d time.Duration) Option {
 // idleMS is the idle timeout of g's transactions in milliseconds, as text
 // (PostgreSQL).
 func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(fence.IdleTimeout(g, s.idle).Milliseconds(), 10)
+	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }
 
 // fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
@@ -64,7 +65,7 @@ func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx
 	if s.mariadb {
 		v = "idle_transaction_timeout"
 	}
-	secs := int64(math.Ceil(fence.IdleTimeout(g, s.idle).Seconds()))
+	secs := int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
 	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
 		return fmt.Errorf("sqlfence: set %s: %w", v, err)
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/go-sql-driver/mysql"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // On MariaDB a fenced transaction through a pool opened by OpenMySQL costs the round
@@ -169,7 +170,7 @@ func (s *Store) fencedFast(ctx context.Context, g fence.Grant, fn func(*sql.Tx) 
 }
 
 func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(fence.IdleTimeout(g, s.idle).Seconds()))
+	return int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
 }
 
 // fastBeginErr turns the compound's refusal into a *fence.StaleError.

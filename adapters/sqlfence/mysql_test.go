@@ -47,14 +47,14 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 		t.Fatalf("without clientFoundRows an unchanged write reports %d rows; the trap this test guards is gone", n)
 	}
 	store := sqlfence.New(changed, migrations.MySQL)
-	row := fence.Row{Table: "acct", Key: []fence.Col{fence.C("id", "a")}}
+	row := fence.Row{Table: "acct", Key: []fence.Col{{Name: "id", Value: "a"}}}
 	g := fence.NewGrant("acct", 6)
 	calls := map[string]func() error{
 		"Fenced": func() error {
 			return store.Fenced(t.Context(), g, func(*sql.Tx) error { return errors.New("fn ran") })
 		},
-		"Update": func() error { return store.Update(t.Context(), g, row, fence.C("val", 2)) },
-		"Upsert": func() error { return store.Upsert(t.Context(), g, row, fence.C("val", 2)) },
+		"Update": func() error { return store.Update(t.Context(), g, row, fence.Col{Name: "val", Value: 2}) },
+		"Upsert": func() error { return store.Upsert(t.Context(), g, row, fence.Col{Name: "val", Value: 2}) },
 		"Delete": func() error { return store.Delete(t.Context(), g, row) },
 	}
 	for name, call := range calls {
@@ -72,7 +72,7 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 
 	found := sqlfence.New(openRaw(t, dsn, true, false), migrations.MySQL)
 	for range 2 { // the second write stores the values the row already has
-		if err := found.Update(t.Context(), g, row, fence.C("val", 2)); err != nil {
+		if err := found.Update(t.Context(), g, row, fence.Col{Name: "val", Value: 2}); err != nil {
 			t.Fatalf("Update() with clientFoundRows = %v", err)
 		}
 	}
@@ -103,7 +103,7 @@ func TestOpenMySQL_noPreparePerCall(t *testing.T) {
 		for i := range calls {
 			next++
 			g := fence.NewGrant("acct", next)
-			if err := s.Update(t.Context(), g, fence.Row{Table: "acct", Key: []fence.Col{fence.C("id", "a")}}, fence.C("val", i)); err != nil {
+			if err := s.Update(t.Context(), g, fence.Row{Table: "acct", Key: []fence.Col{{Name: "id", Value: "a"}}}, fence.Col{Name: "val", Value: i}); err != nil {
 				t.Fatal(err)
 			}
 			err := s.Fenced(t.Context(), g, func(tx *sql.Tx) error {
@@ -132,7 +132,7 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE jobs (seq BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL UNIQUE, "+
 		"state VARCHAR(20) NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	s := sqlfence.New(db, migrations.MySQL)
-	row := fence.Row{Table: "jobs", Key: []fence.Col{fence.C("name", "nightly")}}
+	row := fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "nightly"}}}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("jobs", tok) }
 	steps := []struct {
 		tok   fence.Token
@@ -146,7 +146,7 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 		{2, "stale", true, "running"},    // refused
 	}
 	for i, st := range steps {
-		err := s.Upsert(t.Context(), g(st.tok), row, fence.C("state", st.state))
+		err := s.Upsert(t.Context(), g(st.tok), row, fence.Col{Name: "state", Value: st.state})
 		if st.stale {
 			var se *fence.StaleError
 			if !errors.As(err, &se) || se.Seen != 4 {
@@ -168,8 +168,8 @@ func TestMySQL_schemaQualified(t *testing.T) {
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
 	s := sqlfence.New(db, migrations.MySQL)
-	row := fence.Row{Table: cfg.DBName + ".acct", Key: []fence.Col{fence.C("id", "a")}}
-	if err := s.Update(t.Context(), fence.NewGrant("acct", 2), row, fence.C("val", 7)); err != nil {
+	row := fence.Row{Table: cfg.DBName + ".acct", Key: []fence.Col{{Name: "id", Value: "a"}}}
+	if err := s.Update(t.Context(), fence.NewGrant("acct", 2), row, fence.Col{Name: "val", Value: 7}); err != nil {
 		t.Fatal(err)
 	}
 	if got := queryInt(t, db, "SELECT val FROM acct"); got != 7 {
@@ -182,7 +182,7 @@ func TestStore_Delete_keyPicksManyRows(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		mustExec(t, db, "CREATE TABLE invoice_lines (invoice VARCHAR(20) NOT NULL, n INT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 		mustExec(t, db, "INSERT INTO invoice_lines (invoice, n) VALUES ('i1', 1), ('i1', 2)")
-		err := s.Delete(t.Context(), fence.NewGrant("inv", 3), fence.Row{Table: "invoice_lines", Key: []fence.Col{fence.C("invoice", "i1")}})
+		err := s.Delete(t.Context(), fence.NewGrant("inv", 3), fence.Row{Table: "invoice_lines", Key: []fence.Col{{Name: "invoice", Value: "i1"}}})
 		if !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Fatalf("Delete() = %v, want ErrInvalidArgument", err)
 		}

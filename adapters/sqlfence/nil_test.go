@@ -4,11 +4,11 @@ import (
 	"database/sql"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // nilLock is a grant type with pointer receivers that dereference, as
@@ -35,10 +35,9 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	var (
 		nilStore *sqlfence.Store
 		nilGrant *nilLock
-		nilKeys  *sqlfence.ExpiringKeys
 	)
 	live := fence.NewGrant("r", 1)
-	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
+	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
 	txFn := func(*sql.Tx) error { return nil }
 	keyFn := func(*sql.Tx) ([]byte, error) { return nil, nil }
 	stores := []struct {
@@ -58,25 +57,16 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	everyEntry := []call{
 		{"Fenced", func(s *sqlfence.Store) error { return s.Fenced(ctx, live, txFn) }, nil},
 		{"fence.Exec", func(s *sqlfence.Store) error { return fence.Exec(ctx, s, live, txFn) }, nil},
-		{"Update", func(s *sqlfence.Store) error { return s.Update(ctx, live, row, fence.C("v", 1)) }, nil},
+		{"Update", func(s *sqlfence.Store) error { return s.Update(ctx, live, row, fence.Col{Name: "v", Value: 1}) }, nil},
 		{"Upsert", func(s *sqlfence.Store) error { return s.Upsert(ctx, live, row) }, nil},
 		{"Delete", func(s *sqlfence.Store) error { return s.Delete(ctx, live, row) }, nil},
 		{"Decrement", func(s *sqlfence.Store) error {
-			_, err := s.Decrement(ctx, fence.Counter{Table: "t", Key: row.Key, Column: "n"}, 1)
+			_, err := s.Decrement(ctx, nolock.Counter{Table: "t", Key: row.Key, Column: "n"}, 1)
 			return err
 		}, nil},
-		{"Insert", func(s *sqlfence.Store) error { return s.Insert(ctx, "t", fence.C("id", 1)) }, nil},
+		{"Insert", func(s *sqlfence.Store) error { return s.Insert(ctx, "t", fence.Col{Name: "id", Value: 1}) }, nil},
 		{"Once", func(s *sqlfence.Store) error { _, err := s.Once(ctx, "k", "fp", keyFn); return err }, nil},
-		{"fence.Once", func(s *sqlfence.Store) error { _, err := fence.Once(ctx, s, "k", "fp", keyFn); return err }, nil},
 		{"PurgeExpiredKeys", func(s *sqlfence.Store) error { _, err := s.PurgeExpiredKeys(ctx); return err }, nil},
-		{"ExpiringKeys.Once", func(s *sqlfence.Store) error {
-			k, err := s.ExpiringKeys(time.Hour)
-			if err != nil {
-				return err
-			}
-			_, err = k.Once(ctx, "k", "fp", keyFn)
-			return err
-		}, nil},
 	}
 	check := func(t *testing.T, run func() error, want error) {
 		t.Helper()
@@ -99,21 +89,17 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		{"Fenced typed nil grant", func(s *sqlfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *sqlfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"Fenced nil fn", func(s *sqlfence.Store) error { return s.Fenced(ctx, live, nil) }, fence.ErrInvalidArgument},
-		{"Update typed nil grant", func(s *sqlfence.Store) error { return s.Update(ctx, nilGrant, row, fence.C("v", 1)) }, fence.ErrInvalidArgument},
+		{"Update typed nil grant", func(s *sqlfence.Store) error { return s.Update(ctx, nilGrant, row, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidArgument},
 		{"Upsert typed nil grant", func(s *sqlfence.Store) error { return s.Upsert(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
 		{"Delete typed nil grant", func(s *sqlfence.Store) error { return s.Delete(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
-		{"Update zero Row", func(s *sqlfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.C("v", 1)) }, fence.ErrInvalidIdentifier},
+		{"Update zero Row", func(s *sqlfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidIdentifier},
 		{"Upsert zero Row", func(s *sqlfence.Store) error { return s.Upsert(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
 		{"Delete zero Row", func(s *sqlfence.Store) error { return s.Delete(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
-		{"Decrement zero Counter", func(s *sqlfence.Store) error { _, err := s.Decrement(ctx, fence.Counter{}, 1); return err }, fence.ErrInvalidIdentifier},
+		{"Decrement zero Counter", func(s *sqlfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fence.ErrInvalidIdentifier},
 		{"Insert no table", func(s *sqlfence.Store) error { return s.Insert(ctx, "") }, fence.ErrInvalidIdentifier},
 		{"Once nil fn", func(s *sqlfence.Store) error { _, err := s.Once(ctx, "k", "fp", nil); return err }, fence.ErrInvalidArgument},
-		{"nil ExpiringKeys", func(*sqlfence.Store) error { _, err := nilKeys.Once(ctx, "k", "fp", keyFn); return err }, fence.ErrInvalidArgument},
 	}
 	for _, c := range bad {
 		t.Run(c.name, func(t *testing.T) { check(t, func() error { return c.run(s) }, c.want) })
-	}
-	if nilKeys.TTL() != 0 {
-		t.Fatal("nil ExpiringKeys has a TTL")
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // BenchmarkNoLock compares, in one run per database, the no-lock path with its
@@ -27,8 +28,8 @@ import (
 //     PostgreSQL pgx prepares both by text anyway;
 //   - decrement/tx-select (MariaDB): the alternative to LAST_INSERT_ID, a transaction
 //     with the guarded UPDATE and a SELECT of the new value, against Store.Decrement;
-//   - once: fence.Once on a fresh key, whose fn inserts a charge, vs a transaction
-//     inserting the same charge; replay: fence.Once on a stored key vs the same;
+//   - once: Store.Once on a fresh key, whose fn inserts a charge, vs a transaction
+//     inserting the same charge; replay: Store.Once on a stored key vs the same;
 //   - control: the unguarded decrement against itself, the noise floor.
 func BenchmarkNoLock(b *testing.B) {
 	for _, be := range backends {
@@ -92,7 +93,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 	}
 	guarded := func(row func(int) int) benchpair.Op {
 		return func(ctx context.Context, w, i int) error {
-			_, err := s.Decrement(ctx, fence.Counter{Table: "stock", Key: []fence.Col{fence.C("id", row(w))}, Column: "n"}, 1)
+			_, err := s.Decrement(ctx, nolock.Counter{Table: "stock", Key: []fence.Col{{Name: "id", Value: row(w)}}, Column: "n"}, 1)
 			return err
 		}
 	}
@@ -128,17 +129,17 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 		return tx.Commit()
 	}
 	once := func(ctx context.Context, w, i int) error {
-		_, err := fence.Once(ctx, s, fmt.Sprintf("k-%d-%d", w, i), "amount=5000", func(tx *sql.Tx) ([]byte, error) {
+		_, err := s.Once(ctx, fmt.Sprintf("k-%d-%d", w, i), "amount=5000", func(tx *sql.Tx) ([]byte, error) {
 			_, err := tx.ExecContext(ctx, chargeSQL, w, i)
 			return []byte("receipt"), err
 		})
 		return err
 	}
-	if _, err := fence.Once(b.Context(), s, "stored", "amount=5000", func(*sql.Tx) ([]byte, error) { return []byte("receipt"), nil }); err != nil {
+	if _, err := s.Once(b.Context(), "stored", "amount=5000", func(*sql.Tx) ([]byte, error) { return []byte("receipt"), nil }); err != nil {
 		b.Fatal(err)
 	}
 	replay := func(ctx context.Context, w, i int) error {
-		r, err := fence.Once(ctx, s, "stored", "amount=5000", func(*sql.Tx) ([]byte, error) { return nil, errors.New("replay ran fn") })
+		r, err := s.Once(ctx, "stored", "amount=5000", func(*sql.Tx) ([]byte, error) { return nil, errors.New("replay ran fn") })
 		if err == nil && !r.Replayed {
 			err = errors.New("not a replay")
 		}

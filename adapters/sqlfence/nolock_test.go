@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // noLockConns caps each test pool, so the suite's 1,000 buyers queue in the pool
@@ -116,22 +117,15 @@ func TestNoLock(t *testing.T) {
 			t.Run(b.name+"/"+v.name, func(t *testing.T) {
 				db, _ := b.open(t)
 				db.SetMaxOpenConns(noLockConns)
-				s, err := sqlfence.NewWithOptions(db, b.d, v.opts...)
+				opts := v.opts
+				if v.ttl > 0 {
+					opts = append(opts, sqlfence.WithKeyTTL(v.ttl))
+				}
+				s, err := sqlfence.NewWithOptions(db, b.d, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
-				var store fencetest.NoLockStore[*sql.Tx] = s
-				if v.ttl > 0 {
-					keys, err := s.ExpiringKeys(v.ttl)
-					if err != nil {
-						t.Fatal(err)
-					}
-					store = struct {
-						fence.Guard
-						*sqlfence.ExpiringKeys
-					}{s, keys}
-				}
-				fencetest.RunNoLock(t, noLockHarness(b.name+" "+v.name, db, b.d, store))
+				fencetest.RunNoLock(t, noLockHarness(b.name+" "+v.name, db, b.d, s))
 			})
 		}
 	}
@@ -143,27 +137,27 @@ func TestStore_Insert_constraintNamed(t *testing.T) {
 		mustExec(t, db, "CREATE TABLE "+quote(d, "user`s\"")+" (id INT PRIMARY KEY, name VARCHAR(20) NOT NULL)")
 		mustExec(t, db, "CREATE UNIQUE INDEX users_name ON "+quote(d, "user`s\"")+" (name)")
 		ctx := t.Context()
-		if err := s.Insert(ctx, "user`s\"", fence.C("id", 1), fence.C("name", "neo")); err != nil {
+		if err := s.Insert(ctx, "user`s\"", fence.Col{Name: "id", Value: 1}, fence.Col{Name: "name", Value: "neo"}); err != nil {
 			t.Fatal(err)
 		}
 		want := "users_name"
 		if d == migrations.SQLite {
 			want = "user`s\".name" // SQLite names the columns, not the index
 		}
-		var de *fence.DuplicateError
-		err := s.Insert(ctx, "user`s\"", fence.C("id", 2), fence.C("name", "neo"))
+		var de *nolock.DuplicateError
+		err := s.Insert(ctx, "user`s\"", fence.Col{Name: "id", Value: 2}, fence.Col{Name: "name", Value: "neo"})
 		if !errors.As(err, &de) || de.Constraint != want || de.Table != "user`s\"" {
-			t.Fatalf("second neo = %v (%+v), want a *fence.DuplicateError on %s", err, de, want)
+			t.Fatalf("second neo = %v (%+v), want a *nolock.DuplicateError on %s", err, de, want)
 		}
 		for _, cols := range [][]fence.Col{
-			{fence.C("id", 3), fence.C("ID", 4)},
+			{fence.Col{Name: "id", Value: 3}, fence.Col{Name: "ID", Value: 4}},
 			{},
 		} {
 			if err := s.Insert(ctx, "user`s\"", cols...); !errors.Is(err, fence.ErrInvalidArgument) {
 				t.Errorf("Insert(%v) = %v, want ErrInvalidArgument", cols, err)
 			}
 		}
-		if err := s.Insert(ctx, "a.b.c", fence.C("id", 5)); !errors.Is(err, fence.ErrInvalidIdentifier) {
+		if err := s.Insert(ctx, "a.b.c", fence.Col{Name: "id", Value: 5}); !errors.Is(err, fence.ErrInvalidIdentifier) {
 			t.Errorf("Insert into a.b.c = %v, want ErrInvalidIdentifier", err)
 		}
 	})
@@ -175,18 +169,18 @@ func TestStore_Decrement_quoting(t *testing.T) {
 		tbl := "st`o\"ck; --"
 		mustExec(t, db, "CREATE TABLE "+quote(d, tbl)+" ("+quote(d, "sku id")+" VARCHAR(20) PRIMARY KEY, "+quote(d, "left?")+" BIGINT NOT NULL)")
 		mustExec(t, db, "INSERT INTO "+quote(d, tbl)+" VALUES ('a', 5)")
-		c := fence.Counter{Table: tbl, Key: []fence.Col{fence.C("sku id", "a")}, Column: "left?"}
+		c := nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "sku id", Value: "a"}}, Column: "left?"}
 		if left, err := s.Decrement(t.Context(), c, 2); err != nil || left != 3 {
 			t.Fatalf("Decrement = %d, %v; want 3", left, err)
 		}
 		bad := []struct {
 			name string
-			c    fence.Counter
+			c    nolock.Counter
 			want error
 		}{
-			{"column is a key column", fence.Counter{Table: tbl, Key: c.Key, Column: "SKU ID"}, fence.ErrInvalidArgument},
-			{"key named twice", fence.Counter{Table: tbl, Key: append(c.Key, fence.C("sku id", "b")), Column: "left?"}, fence.ErrInvalidArgument},
-			{"NUL in column", fence.Counter{Table: tbl, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
+			{"column is a key column", nolock.Counter{Table: tbl, Key: c.Key, Column: "SKU ID"}, fence.ErrInvalidArgument},
+			{"key named twice", nolock.Counter{Table: tbl, Key: append(c.Key, fence.Col{Name: "sku id", Value: "b"}), Column: "left?"}, fence.ErrInvalidArgument},
+			{"NUL in column", nolock.Counter{Table: tbl, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
 		}
 		for _, tt := range bad {
 			if _, err := s.Decrement(t.Context(), tt.c, 1); !errors.Is(err, tt.want) {
@@ -227,7 +221,7 @@ func TestStore_Once_firstRollsBack(t *testing.T) {
 		var (
 			runs    atomic.Int64
 			mu      sync.Mutex
-			results []fence.Result
+			results []nolock.Result
 			wg      sync.WaitGroup
 		)
 		for range waiters {
@@ -300,58 +294,55 @@ func waitForKeyWait(t *testing.T, db *sql.DB, d migrations.Dialect, n int64) {
 	}
 }
 
-func TestExpiringKeys_Once(t *testing.T) {
+func TestWithKeyTTL_Once(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		d := s.Dialect()
 		ctx := t.Context()
-		keys, err := s.ExpiringKeys(time.Hour)
+		keys, err := sqlfence.NewWithOptions(db, d, sqlfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
-		if keys.TTL() != time.Hour {
-			t.Fatalf("TTL() = %v", keys.TTL())
-		}
 		var runs atomic.Int64
 		work := func(*sql.Tx) ([]byte, error) { return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil }
-		if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || r.Replayed {
+		if r, err := keys.Once(ctx, "k1", "fp", work); err != nil || r.Replayed {
 			t.Fatalf("first call = %+v, %v", r, err)
 		}
 		// Stored an hour ahead by the database's clock, give or take a minute.
 		if n := nlInt(t, db, d, "SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'k1' AND expires_at > "+ago(d, -59*60)+" AND expires_at < "+ago(d, -61*60)); n != 1 {
 			t.Fatal("expires_at is not an hour after the insert")
 		}
-		if r, err := fence.Once(ctx, keys, "k1", "fp", work); err != nil || !r.Replayed || string(r.Value) != "run-1" {
+		if r, err := keys.Once(ctx, "k1", "fp", work); err != nil || !r.Replayed || string(r.Value) != "run-1" {
 			t.Fatalf("replay = %+v, %v; want run-1 replayed", r, err)
 		}
 		// Expired: it counts as absent, even for another request.
 		mustExec(t, db, "UPDATE idempotency_keys SET expires_at = "+ago(d, 1)+" WHERE idem_key = 'k1'")
-		if r, err := fence.Once(ctx, keys, "k1", "other request", work); err != nil || r.Replayed || string(r.Value) != "run-2" {
+		if r, err := keys.Once(ctx, "k1", "other request", work); err != nil || r.Replayed || string(r.Value) != "run-2" {
 			t.Fatalf("call after expiry = %+v, %v; want a fresh run-2", r, err)
 		}
-		if _, err := fence.Once(ctx, keys, "k1", "fp", work); !errors.Is(err, fence.ErrKeyReused) {
+		if _, err := keys.Once(ctx, "k1", "fp", work); !errors.Is(err, nolock.ErrKeyReused) {
 			t.Fatalf("the old request after replacement = %v; want ErrKeyReused", err)
 		}
-		// Store.Once stores no expiry.
+		// Without WithKeyTTL no expiry is stored.
 		if _, err := s.Once(ctx, "k2", "fp", work); err != nil {
 			t.Fatal(err)
 		}
 		if n := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys WHERE idem_key = 'k2' AND expires_at IS NULL"); n != 1 {
-			t.Fatal("Store.Once stored an expiry")
+			t.Fatal("a Store without WithKeyTTL stored an expiry")
 		}
 		for _, ttl := range []time.Duration{0, -time.Second, time.Nanosecond} {
-			if _, err := s.ExpiringKeys(ttl); !errors.Is(err, fence.ErrInvalidArgument) {
-				t.Errorf("ExpiringKeys(%v) = %v, want ErrInvalidArgument", ttl, err)
+			if _, err := sqlfence.NewWithOptions(db, d, sqlfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
+				t.Errorf("WithKeyTTL(%v) = %v, want ErrInvalidArgument naming the option", ttl, err)
 			}
 		}
 	})
 }
 
-// TestExpiringKeys_concurrentReplace: 20 concurrent calls on one expired key run fn
+// TestWithKeyTTL_concurrentReplace: 20 concurrent calls on one expired key run fn
 // once between them, and all get that run's result.
-func TestExpiringKeys_concurrentReplace(t *testing.T) {
+func TestWithKeyTTL_concurrentReplace(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		db.SetMaxOpenConns(noLockConns)
-		keys, err := s.ExpiringKeys(time.Hour)
+		keys, err := sqlfence.NewWithOptions(db, s.Dialect(), sqlfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -367,7 +358,7 @@ func TestExpiringKeys_concurrentReplace(t *testing.T) {
 		for range 20 {
 			wg.Go(func() {
 				<-release
-				r, err := fence.Once(t.Context(), keys, "k", "new", func(*sql.Tx) ([]byte, error) {
+				r, err := keys.Once(t.Context(), "k", "new", func(*sql.Tx) ([]byte, error) {
 					return fmt.Appendf(nil, "run-%d", runs.Add(1)), nil
 				})
 				mu.Lock()
@@ -433,7 +424,7 @@ func TestStore_Once_badInput(t *testing.T) {
 		want          error
 	}{
 		{"empty key", "", "fp", ok, fence.ErrInvalidArgument},
-		{"long key", strings.Repeat("k", fence.MaxKeyLen+1), "fp", ok, fence.ErrInvalidArgument},
+		{"long key", strings.Repeat("k", nolock.MaxKeyLen+1), "fp", ok, fence.ErrInvalidArgument},
 		{"key not UTF-8", "k\xff", "fp", ok, fence.ErrInvalidArgument},
 		{"NUL in key", "k\x00", "fp", ok, fence.ErrInvalidArgument},
 		{"long fingerprint", "k", strings.Repeat("f", 256), ok, fence.ErrInvalidArgument},
@@ -482,11 +473,11 @@ func ExampleStore_Decrement() {
 	db.ExecContext(ctx, `INSERT INTO stock VALUES ('sku-42', 2)`)
 
 	store := sqlfence.New(db, migrations.SQLite)
-	item := fence.Counter{Table: "stock", Key: []fence.Col{fence.C("sku", "sku-42")}, Column: "items_left"}
+	item := nolock.Counter{Table: "stock", Key: []fence.Col{{Name: "sku", Value: "sku-42"}}, Column: "items_left"}
 	for buyer := 1; buyer <= 3; buyer++ {
 		left, err := store.Decrement(ctx, item, 1)
 		switch {
-		case errors.Is(err, fence.ErrInsufficient):
+		case errors.Is(err, nolock.ErrInsufficient):
 			fmt.Printf("buyer %d: sold out (%v)\n", buyer, err)
 		case err != nil:
 			panic(err)
@@ -497,7 +488,7 @@ func ExampleStore_Decrement() {
 	// Output:
 	// buyer 1: bought one, 1 left
 	// buyer 2: bought one, 0 left
-	// buyer 3: sold out (fence: insufficient in "stock": wanted 1, 0 left)
+	// buyer 3: sold out (nolock: insufficient in "stock": wanted 1, 0 left)
 }
 
 // A retried payment is charged once: the retry gets the first call's receipt back.
@@ -509,7 +500,7 @@ func ExampleStore_Once() {
 
 	store := sqlfence.New(db, migrations.SQLite)
 	pay := func(fingerprint string) {
-		r, err := fence.Once(ctx, store, "checkout-7", fingerprint, func(tx *sql.Tx) ([]byte, error) {
+		r, err := store.Once(ctx, "checkout-7", fingerprint, func(tx *sql.Tx) ([]byte, error) {
 			_, err := tx.ExecContext(ctx, `INSERT INTO charges VALUES ('checkout-7', 5000)`)
 			return []byte("receipt: $50.00 charged"), err
 		})
@@ -525,6 +516,6 @@ func ExampleStore_Once() {
 	// Output:
 	// "receipt: $50.00 charged" replayed=false err=<nil>
 	// "receipt: $50.00 charged" replayed=true err=<nil>
-	// "" replayed=false err=fence: idempotency key reused with a different request: key "checkout-7"
+	// "" replayed=false err=nolock: idempotency key reused with a different request: key "checkout-7"
 	// charges: 1
 }

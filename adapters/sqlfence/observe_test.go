@@ -12,6 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/observe"
 )
 
 // writeRecorder is a fence.WriteObserver that keeps what it was told.
@@ -20,10 +21,10 @@ type writeRecorder struct {
 	seen []string // "adapter op result"
 }
 
-func (r *writeRecorder) FencedWrite(adapter, op string, res fence.WriteResult) {
+func (r *writeRecorder) FencedWrite(adapter, op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, adapter+" "+op+" "+res.String())
+	r.seen = append(r.seen, adapter+" "+op+" "+observe.Result(err))
 }
 
 func TestStore_WithObserver_WithLogger(t *testing.T) {
@@ -41,7 +42,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			ctx := t.Context()
 			mustExec(t, db, "CREATE TABLE obs (k VARCHAR(20) PRIMARY KEY, v BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 			mustExec(t, db, "INSERT INTO obs (k, v) VALUES ('a', 1)")
-			row := fence.Row{Table: "obs", Key: []fence.Col{fence.C("k", "a")}}
+			row := fence.Row{Table: "obs", Key: []fence.Col{{Name: "k", Value: "a"}}}
 			noop := func(*sql.Tx) error { return nil }
 
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 5), noop); err != nil {
@@ -50,10 +51,10 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			if err := s.Fenced(ctx, fence.NewGrant("acct", 4), noop); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Fenced: %v", err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.C("v", 2)); err != nil {
+			if err := s.Update(ctx, fence.NewGrant("acct", 7), row, fence.Col{Name: "v", Value: 2}); err != nil {
 				t.Fatal(err)
 			}
-			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.C("v", 3)); !errors.Is(err, fence.ErrStale) {
+			if err := s.Update(ctx, fence.NewGrant("acct", 6), row, fence.Col{Name: "v", Value: 3}); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("stale Update: %v", err)
 			}
 			boom := errors.New("boom")
@@ -63,7 +64,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			done := make(chan struct{})
 			close(done)
 			lost := lostGrant{fence.NewGrant("acct", 9), done}
-			if err := s.Update(ctx, lost, row, fence.C("v", 4)); !errors.Is(err, fence.ErrLost) {
+			if err := s.Update(ctx, lost, row, fence.Col{Name: "v", Value: 4}); !errors.Is(err, fence.ErrLost) {
 				t.Fatalf("Update with a lost grant: %v", err)
 			}
 			want := []string{"sqlfence fenced accepted", "sqlfence fenced stale", "sqlfence update accepted", "sqlfence update stale", "sqlfence fenced error", "sqlfence update lost"}

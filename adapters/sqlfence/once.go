@@ -14,11 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/idemkey"
-)
-
-var (
-	_ fence.KeyStore[*sql.Tx] = (*Store)(nil)
-	_ fence.KeyStore[*sql.Tx] = (*ExpiringKeys)(nil)
+	"github.com/fencegate/fencegate/nolock"
 )
 
 const (
@@ -106,8 +102,13 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 	return ttl.Microseconds()
 }
 
-// Once runs fn at most once per idempotency key (see fence.Once for the contract);
-// the key never expires. ExpiringKeys gives keys that do.
+// Once runs fn at most once per idempotency key, the way payment APIs do: the first
+// call with key runs fn and stores its result in the same transaction as fn's
+// writes; a later call with the same key and fingerprint returns that result with
+// Replayed = true and does not run fn. ctx governs the transaction and the wait.
+// Keys never expire, unless the Store has WithKeyTTL: then a key counts as absent
+// once its time-to-live has passed since it was stored (the database's clock
+// decides), and a stored key that has expired is replaced, whatever its fingerprint.
 //
 // In one transaction (the Store's isolation level, see WithTxOptions) it first
 // inserts the key with its fingerprint, then runs fn, then stores fn's result on the
@@ -124,57 +125,46 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 // transaction, up to 10 times within ctx; InnoDB reports such a deadlock when a key's
 // first holder rolls back while several duplicates wait on it.
 //
-// Errors: fence.ErrKeyReused (the key is stored with another fingerprint; nothing
+// Errors: nolock.ErrKeyReused (the key is stored with another fingerprint; nothing
 // ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
-// fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
+// nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), migrations.ErrUnknownDialect, fn's own error as is after
 // rolling back fn's writes and the key, fence.ErrBusy when the database stayed locked (no
 // retry is left, or the lock was met after fn ran: nothing was written, run the call
 // again), or the driver's error wrapped. If fn panics, the transaction is rolled back
 // and the panic goes on.
-func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
-	return s.once(ctx, key, fingerprint, 0, fn)
-}
-
-// ExpiringKeys are a Store's idempotency keys stored with an expiry: a key counts as
-// absent once its time-to-live has passed since it was stored (the database's clock
-// decides), so a call with it runs fn again and stores the key anew. Expired rows
-// stay in idempotency_keys until Store.PurgeExpiredKeys removes them; schedule that
-// call. An ExpiringKeys is safe for concurrent use.
-type ExpiringKeys struct {
-	s   *Store
-	ttl time.Duration
-}
-
-// ExpiringKeys returns the Store's idempotency keys with time-to-live ttl: use it
-// with fence.Once in place of the Store. A ttl under one microsecond (the precision
-// stored) returns fence.ErrInvalidArgument.
-func (s *Store) ExpiringKeys(ttl time.Duration) (*ExpiringKeys, error) {
-	if err := idemkey.CheckTTL(ttl); err != nil {
-		return nil, err
+func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (nolock.Result, error) {
+	if err := s.usable(); err != nil {
+		return nolock.Result{}, err
 	}
-	return &ExpiringKeys{s: s, ttl: ttl}, nil
-}
-
-// TTL returns the keys' time-to-live; 0 for a nil ExpiringKeys.
-func (k *ExpiringKeys) TTL() time.Duration {
-	if k == nil {
-		return 0
+	if fn == nil {
+		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	return k.ttl
-}
-
-// Once is Store.Once for a key that expires TTL after it is stored. A stored key that
-// has expired is replaced, whatever its fingerprint.
-func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
-	if k == nil {
-		return fence.Result{}, fmt.Errorf("%w: nil ExpiringKeys", fence.ErrInvalidArgument)
+	if err := idemkey.Check(key, fingerprint); err != nil {
+		return nolock.Result{}, err
 	}
-	return k.s.once(ctx, key, fingerprint, k.ttl, fn)
+	wait := time.Millisecond
+	for attempt := 1; ; attempt++ {
+		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(s.keyTTL), fn)
+		switch {
+		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, fence.ErrBusy):
+			return r, err
+		case stage == fnRan || attempt == maxOnceAttempts:
+			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
+		}
+		t := time.NewTimer(wait/2 + rand.N(wait))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nolock.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, context.Cause(ctx), err)
+		case <-t.C:
+		}
+		wait = min(2*wait, 50*time.Millisecond)
+	}
 }
 
 // PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys stored
-// by Store.Once never expire) and returns how many it deleted. It deletes in batches
+// without WithKeyTTL never expire) and returns how many it deleted. It deletes in batches
 // of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
 // has deleted what it reports. Schedule it as often as the table's growth calls for.
 //
@@ -206,36 +196,6 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 }
 
-func (s *Store) once(ctx context.Context, key, fingerprint string, ttl time.Duration, fn func(*sql.Tx) ([]byte, error)) (fence.Result, error) {
-	if err := s.usable(); err != nil {
-		return fence.Result{}, err
-	}
-	if fn == nil {
-		return fence.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
-	}
-	if err := idemkey.Check(key, fingerprint); err != nil {
-		return fence.Result{}, err
-	}
-	wait := time.Millisecond
-	for attempt := 1; ; attempt++ {
-		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(ttl), fn)
-		switch {
-		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, fence.ErrBusy):
-			return r, err
-		case stage == fnRan || attempt == maxOnceAttempts:
-			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
-		}
-		t := time.NewTimer(wait/2 + rand.N(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fence.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, context.Cause(ctx), err)
-		case <-t.C:
-		}
-		wait = min(2*wait, 50*time.Millisecond)
-	}
-}
-
 // How far an attempt of Once got: once fn has been called Once never starts over,
 // since fn may have done more than write; fn's own error is returned as it is.
 type onceStage int
@@ -247,10 +207,10 @@ const (
 )
 
 // onceAttempt is one transaction of Once.
-func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (r fence.Result, stage onceStage, err error) {
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (r nolock.Result, stage onceStage, err error) {
 	tx, err := s.db.BeginTx(ctx, s.txOpts)
 	if err != nil {
-		return fence.Result{}, beforeFn, keyErr("once: begin", err)
+		return nolock.Result{}, beforeFn, keyErr("once: begin", err)
 	}
 	done := false
 	defer func() {
@@ -258,62 +218,70 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 			tx.Rollback() // fn panicked; the panic goes on
 		}
 	}()
-	end := func(r fence.Result, stage onceStage, err error) (fence.Result, onceStage, error) {
+	end := func(r nolock.Result, stage onceStage, err error) (nolock.Result, onceStage, error) {
 		done = true
 		tx.Rollback() // nothing to keep, or fn failed
 		return r, stage, err
 	}
 
+	r, mine, err := s.claimKey(ctx, tx, key, fingerprint, ttl)
+	if err != nil || !mine {
+		return end(r, beforeFn, err)
+	}
+
+	val, err := fn(tx)
+	if err != nil {
+		return end(nolock.Result{}, fnFailed, err)
+	}
+	if _, err := tx.ExecContext(ctx, s.d.storeKeySQL(), val, key); err != nil {
+		return end(nolock.Result{}, fnRan, keyErr("once: store result", err))
+	}
+	done = true
+	if err := tx.Commit(); err != nil {
+		return nolock.Result{}, fnRan, s.commitErr(ctx, err)
+	}
+	return nolock.Result{Value: val}, fnRan, nil
+}
+
+// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
+// that the key is now this transaction's, so fn is to run; otherwise r is the
+// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
+// claim's failure.
+func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (r nolock.Result, mine bool, err error) {
 	var (
-		mine     bool
 		expired  int64 // 1: the stored key has expired
 		storedFP string
 		stored   []byte
 	)
 	for try := 1; ; try++ {
 		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
-			return end(fence.Result{}, beforeFn, keyErr("once: claim key", err))
+			return r, false, keyErr("once: claim key", err)
 		}
 		if mine {
-			break
+			return r, true, nil
 		}
 		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
 		if errors.Is(err, sql.ErrNoRows) && try < maxClaimTries {
 			continue // deleted in between (purged, or replaced as expired): claim again
 		}
 		if err != nil {
-			return end(fence.Result{}, beforeFn, keyErr("once: read key", err))
+			return r, false, keyErr("once: read key", err)
 		}
 		if expired == 0 || try == maxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
 		if _, err := tx.ExecContext(ctx, s.d.dropKeySQL(), key); err != nil {
-			return end(fence.Result{}, beforeFn, keyErr("once: drop expired key", err))
+			return r, false, keyErr("once: drop expired key", err)
 		}
 	}
-	if !mine {
-		switch {
-		case expired != 0:
-			return end(fence.Result{}, beforeFn, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries))
-		case storedFP != fingerprint:
-			return end(fence.Result{}, beforeFn, fmt.Errorf("%w: key %q", fence.ErrKeyReused, key))
-		}
-		return end(fence.Result{Value: stored, Replayed: true}, beforeFn, nil)
+	switch {
+	case expired != 0:
+		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+	case storedFP != fingerprint:
+		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}
-
-	val, err := fn(tx)
-	if err != nil {
-		return end(fence.Result{}, fnFailed, err)
-	}
-	if _, err := tx.ExecContext(ctx, s.d.storeKeySQL(), val, key); err != nil {
-		return end(fence.Result{}, fnRan, keyErr("once: store result", err))
-	}
-	done = true
-	if err := tx.Commit(); err != nil {
-		return fence.Result{}, fnRan, s.commitErr(ctx, err)
-	}
-	return fence.Result{Value: val}, fnRan, nil
+	return nolock.Result{Value: stored, Replayed: true}, false, nil
 }
 
 // claim inserts the key in tx; false means it is already stored.

@@ -3,8 +3,10 @@ package sqlfence
 import (
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/idemkey"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -63,4 +65,18 @@ func NewWithOptions(db *sql.DB, md migrations.Dialect, opts ...Option) (*Store, 
 		}
 	}
 	return s, nil
+}
+
+// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
+// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
+// under one microsecond, the precision stored, is an error wrapping
+// fence.ErrInvalidArgument.
+func WithKeyTTL(d time.Duration) Option {
+	return func(s *Store) error {
+		if err := idemkey.CheckTTL(d); err != nil {
+			return fmt.Errorf("sqlfence: %w", err)
+		}
+		s.keyTTL = d
+		return nil
+	}
 }

@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // rowStmt is a checked, quoted fence.Row and the columns to set: the parts every
@@ -29,7 +31,7 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err := s.check(g); err != nil {
 		return nil, err
 	}
-	if err := fence.CheckSingle(g); err != nil {
+	if err := grant.CheckSingle(g); err != nil {
 		return nil, err
 	}
 	st := &rowStmt{table: r.Table}
@@ -100,7 +102,7 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 // nothing. Writing the values the row already has is a success.
 //
 // MySQL: ON DUPLICATE KEY UPDATE, every column guarded by IF() on the old token and
-// the key; a clash on another unique key returns a *fence.DuplicateError instead of
+// the key; a clash on another unique key returns a *nolock.DuplicateError instead of
 // updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
 // table's primary key or a unique index. Errors are those of Update.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
@@ -138,7 +140,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		}
 		// MySQL only: the insert hit another unique key and the guarded update left
 		// that row alone.
-		return &fence.DuplicateError{Table: r.Table,
+		return &nolock.DuplicateError{Table: r.Table,
 			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
 	})
 	if err != nil {
@@ -248,7 +250,7 @@ func (s *Store) refused(ctx context.Context, q querier, g fence.Grant, st *rowSt
 	return fmt.Errorf("%w: no row in %q where %s", fence.ErrNotFound, st.table, st.where)
 }
 
-// failed maps a write's error: a unique-key violation to a *fence.DuplicateError,
+// failed maps a write's error: a unique-key violation to a *nolock.DuplicateError,
 // fence's own errors, fence.ErrBusy and ctx's error as they are, anything else wrapped.
 func (st *rowStmt) failed(op string, err error) error {
 	if de := asDuplicate(err, st.table); de != nil {
@@ -256,7 +258,7 @@ func (st *rowStmt) failed(op string, err error) error {
 	}
 	var (
 		se *fence.StaleError
-		de *fence.DuplicateError
+		de *nolock.DuplicateError
 	)
 	switch {
 	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),

@@ -53,7 +53,6 @@ import (
 
 var (
 	_ fence.Store[*sql.Tx] = (*Store)(nil)
-	_ fence.RowWriter      = (*Store)(nil)
 )
 
 // Errors returned by this package, besides the fence package's sentinels and typed
@@ -71,18 +70,19 @@ var (
 )
 
 // Store fences transactions and single-row writes on one database. It implements
-// fence.Store[*sql.Tx] and fence.RowWriter. It is safe for concurrent use and holds
+// fence.Store[*sql.Tx] and the single-row writes Update, Upsert and Delete. It is safe for concurrent use and holds
 // no connection of its own.
 type Store struct {
 	db     *sql.DB
 	d      dialect
 	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
-	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
+	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
 	// set by the connection check, before probeOK.
 	mariadb bool
 	log     *slog.Logger        // refused writes; nil: silent
 	obs     fence.WriteObserver // write results; nil: none
+	keyTTL  time.Duration       // WithKeyTTL; 0: idempotency keys never expire
 
 	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex

@@ -81,8 +81,8 @@ func sqliteChild() int {
 			fmt.Printf("process %d token %d: Exec: %v\n", idx, tok, err)
 			return 1
 		}
-		err = store.Update(ctx, fence.NewGrant("row", tok), fence.Row{Table: "mp", Key: []fence.Col{fence.C("id", "row")}},
-			fence.C("val", int64(tok)))
+		err = store.Update(ctx, fence.NewGrant("row", tok), fence.Row{Table: "mp", Key: []fence.Col{{Name: "id", Value: "row"}}},
+			fence.Col{Name: "val", Value: int64(tok)})
 		if err != nil && !errors.Is(err, fence.ErrStale) {
 			fmt.Printf("process %d token %d: Update: %v\n", idx, tok, err)
 			return 1
@@ -228,7 +228,7 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 					return store.Fenced(ctx, g, func(*sql.Tx) error { return errors.New("fn ran without the fence") })
 				},
 				"Upsert": func(ctx context.Context) error {
-					return store.Upsert(ctx, g, fence.Row{Table: "mp", Key: []fence.Col{fence.C("id", "x")}})
+					return store.Upsert(ctx, g, fence.Row{Table: "mp", Key: []fence.Col{{Name: "id", Value: "x"}}})
 				},
 			}
 			for name, call := range calls {

@@ -6,8 +6,8 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // shape is Decrement's SQL for one counter shape (table, counter column, key columns
@@ -63,7 +63,7 @@ func (l *stmtList) close() {
 
 // appendShapeKey appends c's shape to buf: the table, the counter column and the key
 // columns, each by shapecache.AppendName.
-func appendShapeKey(buf []byte, c fence.Counter) []byte {
+func appendShapeKey(buf []byte, c nolock.Counter) []byte {
 	buf = shapecache.AppendName(buf, c.Table)
 	buf = shapecache.AppendName(buf, c.Column)
 	for _, k := range c.Key {
@@ -75,7 +75,7 @@ func appendShapeKey(buf []byte, c fence.Counter) []byte {
 // shapeOf returns c's shape: the cached one, or checked and built now and cached
 // below the bound. A counter that fails the checks is never cached, so it fails on
 // every call with the same error.
-func (s *Store) shapeOf(ctx context.Context, c fence.Counter) (*shape, error) {
+func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length
 	key := appendShapeKey(buf[:0], c)
 	sh, _ := s.shapes.m.Load(key)

@@ -11,18 +11,19 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // decrement takes n from c through s and fails t unless want is left.
-func decrement(t *testing.T, s *sqlfence.Store, c fence.Counter, n, want int64) {
+func decrement(t *testing.T, s *sqlfence.Store, c nolock.Counter, n, want int64) {
 	t.Helper()
 	if left, err := s.Decrement(t.Context(), c, n); err != nil || left != want {
 		t.Fatalf("Decrement(%v, %d) = %d, %v; want %d", c, n, left, err, want)
 	}
 }
 
-func stockCounter(table string, id int) fence.Counter {
-	return fence.Counter{Table: table, Key: []fence.Col{fence.C("id", id)}, Column: "n"}
+func stockCounter(table string, id int) nolock.Counter {
+	return nolock.Counter{Table: table, Key: []fence.Col{{Name: "id", Value: id}}, Column: "n"}
 }
 
 // TestStore_Decrement_concurrentShapes: workers take through one Store from their own
@@ -59,7 +60,7 @@ func TestStore_Decrement_concurrentShapes(t *testing.T) {
 					switch {
 					case err == nil:
 						sold.Add(1)
-					case errors.Is(err, fence.ErrInsufficient):
+					case errors.Is(err, nolock.ErrInsufficient):
 						refused.Add(1)
 					default:
 						t.Errorf("hot row: Decrement = %v", err)
@@ -110,7 +111,7 @@ func TestStore_Decrement_schemaChange(t *testing.T) {
 
 		mustExec(t, db, "ALTER TABLE stock ADD COLUMN later INT DEFAULT 0")
 		decrement(t, s, c, 5, 40)
-		var ie *fence.InsufficientError
+		var ie *nolock.InsufficientError
 		if _, err := s.Decrement(t.Context(), c, 41); !errors.As(err, &ie) || ie.Left != 40 {
 			t.Fatalf("Decrement of 41 = %v, want an *InsufficientError with 40 left", err)
 		}
@@ -130,11 +131,11 @@ func TestStore_Decrement_shapesApart(t *testing.T) {
 			// (2, 1) is where (1, 2)'s values land if bound in the wrong order.
 			nlExec(t, db, d, "INSERT INTO "+tbl+" (x, y, n) VALUES (1, 2, 100), (2, 1, 1000)")
 		}
-		xy := func(tbl string) fence.Counter {
-			return fence.Counter{Table: tbl, Key: []fence.Col{fence.C("x", 1), fence.C("y", 2)}, Column: "n"}
+		xy := func(tbl string) nolock.Counter {
+			return nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "x", Value: 1}, {Name: "y", Value: 2}}, Column: "n"}
 		}
-		yx := func(tbl string) fence.Counter {
-			return fence.Counter{Table: tbl, Key: []fence.Col{fence.C("y", 2), fence.C("x", 1)}, Column: "n"}
+		yx := func(tbl string) nolock.Counter {
+			return nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "y", Value: 2}, {Name: "x", Value: 1}}, Column: "n"}
 		}
 		for i := range int64(3) {
 			decrement(t, s, xy("stock_a"), 1, 99-2*i)
@@ -156,20 +157,20 @@ func TestStore_Decrement_badShapeEveryCall(t *testing.T) {
 		mustExec(t, db, "CREATE TABLE stock (id INT PRIMARY KEY, n BIGINT NOT NULL)")
 		nlExec(t, db, s.Dialect(), "INSERT INTO stock (id, n) VALUES (?, ?)", 1, 10)
 		decrement(t, s, stockCounter("stock", 1), 1, 9)
-		key := []fence.Col{fence.C("id", 1)}
+		key := []fence.Col{{Name: "id", Value: 1}}
 		tests := []struct {
 			name string
-			c    fence.Counter
+			c    nolock.Counter
 			want error
 		}{
 			// The valid shape's names joined by NUL bytes: a key with plain
 			// separators would find its statement.
-			{"NUL-joined look-alike", fence.Counter{Table: "stock\x00n\x00id", Column: "n", Key: key}, fence.ErrInvalidIdentifier},
-			{"NUL-joined look-alike, no key", fence.Counter{Table: "stock\x00n", Column: "id"}, fence.ErrInvalidIdentifier},
-			{"no key", fence.Counter{Table: "stock", Column: "n"}, fence.ErrInvalidArgument},
-			{"column is a key column", fence.Counter{Table: "stock", Column: "ID", Key: key}, fence.ErrInvalidArgument},
-			{"key named twice", fence.Counter{Table: "stock", Column: "n", Key: append(key, fence.C("Id", 1))}, fence.ErrInvalidArgument},
-			{"empty column", fence.Counter{Table: "stock", Key: key}, fence.ErrInvalidIdentifier},
+			{"NUL-joined look-alike", nolock.Counter{Table: "stock\x00n\x00id", Column: "n", Key: key}, fence.ErrInvalidIdentifier},
+			{"NUL-joined look-alike, no key", nolock.Counter{Table: "stock\x00n", Column: "id"}, fence.ErrInvalidIdentifier},
+			{"no key", nolock.Counter{Table: "stock", Column: "n"}, fence.ErrInvalidArgument},
+			{"column is a key column", nolock.Counter{Table: "stock", Column: "ID", Key: key}, fence.ErrInvalidArgument},
+			{"key named twice", nolock.Counter{Table: "stock", Column: "n", Key: append(key, fence.Col{Name: "Id", Value: 1})}, fence.ErrInvalidArgument},
+			{"empty column", nolock.Counter{Table: "stock", Key: key}, fence.ErrInvalidIdentifier},
 		}
 		for _, tt := range tests {
 			for call := range 3 {
@@ -208,10 +209,10 @@ func TestStore_Decrement_pastTheBound(t *testing.T) {
 			for _, order := range shapes {
 				key := make([]fence.Col, cols)
 				for j, k := range order {
-					key[j] = fence.C(fmt.Sprintf("k%d", k), k)
+					key[j] = fence.Col{Name: fmt.Sprintf("k%d", k), Value: k}
 				}
 				left--
-				decrement(t, s, fence.Counter{Table: "wide", Key: key, Column: "n"}, 1, left)
+				decrement(t, s, nolock.Counter{Table: "wide", Key: key, Column: "n"}, 1, left)
 			}
 		}
 		if got := queryInt(t, db, "SELECT n FROM wide"); got != left {

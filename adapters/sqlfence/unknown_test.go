@@ -154,7 +154,7 @@ func testRowsUnknown(t *testing.T, db *sql.DB, d migrations.Dialect, store *sqlf
 	tbl := fmt.Sprintf("rows_unknown_%d", time.Now().UnixNano())
 	mustExec(t, db, "CREATE TABLE "+tbl+" (id VARCHAR(20) PRIMARY KEY, v INT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO "+tbl+" (id) VALUES ('a')")
-	row := fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", "a")}}
+	row := fence.Row{Table: tbl, Key: []fence.Col{{Name: "id", Value: "a"}}}
 	// The resource has a mark already, so Update is one autocommit statement (MySQL
 	// writes a resource's first mark in a transaction).
 	if err := fence.Exec(ctx, store, fence.NewGrant("rows-unknown", 4), func(*sql.Tx) error { return nil }); err != nil {
@@ -174,11 +174,11 @@ func testRowsUnknown(t *testing.T, db *sql.DB, d migrations.Dialect, store *sqlf
 	killed := make(chan struct{})
 	go func() { defer close(killed); killWhen(t, db, d, "%UPDATE%"+tbl+"%", wait) }()
 	defer func() { <-killed }()
-	wantUnknown(t, store.Update(ctx, fence.NewGrant("rows-unknown", 5), row, fence.C("v", 1)))
+	wantUnknown(t, store.Update(ctx, fence.NewGrant("rows-unknown", 5), row, fence.Col{Name: "v", Value: 1}))
 	if err := holder.Rollback(); err != nil {
 		t.Fatal(err)
 	}
-	if err := store.Update(ctx, fence.NewGrant("rows-unknown", 6), row, fence.C("v", 2)); err != nil {
+	if err := store.Update(ctx, fence.NewGrant("rows-unknown", 6), row, fence.Col{Name: "v", Value: 2}); err != nil {
 		t.Fatalf("the pool's next Update: %v", err)
 	}
 }
@@ -193,7 +193,8 @@ func wantUnknown(t *testing.T, err error) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
 	}
-	if errors.Unwrap(err) == nil {
+	var cu *fence.CommitUnknownError
+	if !errors.As(err, &cu) || cu.Err == nil {
 		t.Fatalf("error %v wraps no driver error", err)
 	}
 }

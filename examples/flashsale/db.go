@@ -17,6 +17,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // maxConns caps the pool: a thousand buyers queue for 8 connections, as they would
@@ -44,12 +45,18 @@ var schema = []string{
 type shop struct {
 	where string
 	kind  string
-	db    *sql.DB     // setup, counts and the unguarded path
-	guard fence.Guard // the guarded decrement and the order insert
+	db    *sql.DB // setup, counts and the unguarded path
+	guard guard   // the guarded decrement and the order insert
 	// once runs fn through the adapter's idempotency keys; fn gets a function that
 	// executes a statement (with ? placeholders) in the key's transaction.
-	once  func(ctx context.Context, key, fingerprint string, fn func(exec execFunc) ([]byte, error)) (fence.Result, error)
+	once  func(ctx context.Context, key, fingerprint string, fn func(exec execFunc) ([]byte, error)) (nolock.Result, error)
 	close func()
+}
+
+// guard is what both adapters' Stores have for the no-lock path.
+type guard interface {
+	Decrement(ctx context.Context, c nolock.Counter, n int64) (left int64, err error)
+	Insert(ctx context.Context, table string, cols ...fence.Col) error
 }
 
 // execFunc executes one statement, written with ? placeholders, in a transaction.
@@ -97,8 +104,8 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			kind:  b.kind, db: db, guard: store,
 			close: func() { db.Close(); pool.Close() },
 		}
-		s.once = func(ctx context.Context, key, fp string, fn func(execFunc) ([]byte, error)) (fence.Result, error) {
-			return fence.Once(ctx, store, key, fp, func(tx pgx.Tx) ([]byte, error) {
+		s.once = func(ctx context.Context, key, fp string, fn func(execFunc) ([]byte, error)) (nolock.Result, error) {
+			return store.Once(ctx, key, fp, func(tx pgx.Tx) ([]byte, error) {
 				return fn(func(ctx context.Context, q string, args ...any) error {
 					_, err := tx.Exec(ctx, rebind(b.kind, q), args...)
 					return err
@@ -152,8 +159,8 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			where: where + " (sqlfence)", kind: b.kind, db: db, guard: store,
 			close: func() { db.Close(); clean() },
 		}
-		s.once = func(ctx context.Context, key, fp string, fn func(execFunc) ([]byte, error)) (fence.Result, error) {
-			return fence.Once(ctx, store, key, fp, func(tx *sql.Tx) ([]byte, error) {
+		s.once = func(ctx context.Context, key, fp string, fn func(execFunc) ([]byte, error)) (nolock.Result, error) {
+			return store.Once(ctx, key, fp, func(tx *sql.Tx) ([]byte, error) {
 				return fn(func(ctx context.Context, q string, args ...any) error {
 					_, err := tx.ExecContext(ctx, q, args...)
 					return err

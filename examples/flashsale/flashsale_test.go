@@ -66,7 +66,7 @@ func wantGuarded(t *testing.T, out string, code int, buyers, items int64) {
 			t.Errorf("%s = %d, want %d", k, got[k], v)
 		}
 	}
-	for _, line := range []string{"same key, $75.00: refused (fence.ErrKeyReused)", "  OK: exactly", "  OK: charged once"} {
+	for _, line := range []string{"same key, $75.00: refused (nolock.ErrKeyReused)", "  OK: exactly", "  OK: charged once"} {
 		if !strings.Contains(out, line) {
 			t.Errorf("output lacks %q", line)
 		}

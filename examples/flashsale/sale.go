@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 const sku = "sku-42"
@@ -98,16 +99,16 @@ func flashSale(ctx context.Context, s *shop, cfg config, out io.Writer) (bool, e
 // the order with a plain insert (the buyer is the key: one order per buyer). It
 // returns what the take left in stock.
 func (s *shop) buyGuarded(ctx context.Context, buyer string) (left int64, ok bool, err error) {
-	left, err = s.guard.Decrement(ctx, fence.Counter{
-		Table: "flashsale_stock", Key: []fence.Col{fence.C("sku", sku)}, Column: "items_left",
+	left, err = s.guard.Decrement(ctx, nolock.Counter{
+		Table: "flashsale_stock", Key: []fence.Col{{Name: "sku", Value: sku}}, Column: "items_left",
 	}, 1)
 	switch {
-	case errors.Is(err, fence.ErrInsufficient):
+	case errors.Is(err, nolock.ErrInsufficient):
 		return 0, false, nil
 	case err != nil:
 		return 0, false, err
 	}
-	return left, true, s.guard.Insert(ctx, "flashsale_orders", fence.C("buyer", buyer), fence.C("sku", sku))
+	return left, true, s.guard.Insert(ctx, "flashsale_orders", fence.Col{Name: "buyer", Value: buyer}, fence.Col{Name: "sku", Value: sku})
 }
 
 // buyUnguarded is the check-then-act a lock-free shop must not do: the stock read
@@ -141,15 +142,15 @@ func retriedPayment(ctx context.Context, s *shop, cfg config, out io.Writer) (bo
 		}
 		return fmt.Appendf(nil, "receipt: charge %s of $%d.%02d", id, amount/100, amount%100), nil
 	}
-	send := func() (fence.Result, error) {
+	send := func() (nolock.Result, error) {
 		if cfg.unguarded {
 			r, err := charge(func(ctx context.Context, q string, args ...any) error { return s.exec(ctx, q, args...) })
-			return fence.Result{Value: r}, err
+			return nolock.Result{Value: r}, err
 		}
 		return s.once(ctx, key, fmt.Sprintf("amount=%d", amount), charge)
 	}
 
-	how := "idempotency key " + key + ", fence.Once"
+	how := "idempotency key " + key + ", Store.Once"
 	if cfg.unguarded {
 		how = "no idempotency key"
 	}
@@ -163,7 +164,7 @@ func retriedPayment(ctx context.Context, s *shop, cfg config, out io.Writer) (bo
 		firstErr error
 		wg       sync.WaitGroup
 	)
-	record := func(r fence.Result, err error) {
+	record := func(r nolock.Result, err error) {
 		mu.Lock()
 		defer mu.Unlock()
 		if err != nil {
@@ -192,8 +193,8 @@ func retriedPayment(ctx context.Context, s *shop, cfg config, out io.Writer) (bo
 	if !cfg.unguarded {
 		_, err := s.once(ctx, key, "amount=7500", charge)
 		switch {
-		case errors.Is(err, fence.ErrKeyReused):
-			reused = "refused (fence.ErrKeyReused)"
+		case errors.Is(err, nolock.ErrKeyReused):
+			reused = "refused (nolock.ErrKeyReused)"
 		case err != nil:
 			return false, err
 		default:

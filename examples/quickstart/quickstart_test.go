@@ -87,8 +87,8 @@ func Example_tokenColumn() {
 		lock  *lockclient.Lock // from Acquire
 	)
 	err := store.Update(ctx, lock,
-		fence.Row{Table: "invoices", Key: []fence.Col{fence.C("account", 42)}},
-		fence.C("total", 1250), fence.C("status", "sent"))
+		fence.Row{Table: "invoices", Key: []fence.Col{{Name: "account", Value: 42}}},
+		fence.Col{Name: "total", Value: 1250}, fence.Col{Name: "status", Value: "sent"})
 	var stale *fence.StaleError
 	if errors.As(err, &stale) {
 		log.Printf("refused: token %d, the row has seen %d", stale.Presented, stale.Seen)

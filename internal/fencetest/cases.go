@@ -138,7 +138,7 @@ func testBadGrant[Tx any](t *testing.T, h Harness[Tx]) {
 			if !errors.Is(err, tt.want) || ran {
 				t.Fatalf("Fenced() = %v (fn ran: %v), want %v", err, ran, tt.want)
 			}
-			err = h.Store.Update(t.Context(), tt.grant, fence.Row{Table: "t", Key: []fence.Col{fence.C("id", "a")}}, fence.C("val", 1))
+			err = h.Store.Update(t.Context(), tt.grant, fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: "a"}}}, fence.Col{Name: "val", Value: 1})
 			if !errors.Is(err, tt.want) {
 				t.Fatalf("Update() = %v, want %v", err, tt.want)
 			}
@@ -150,7 +150,7 @@ func testBadGrant[Tx any](t *testing.T, h Harness[Tx]) {
 }
 
 func row(tbl, id string) fence.Row {
-	return fence.Row{Table: tbl, Key: []fence.Col{fence.C("id", id)}}
+	return fence.Row{Table: tbl, Key: []fence.Col{{Name: "id", Value: id}}}
 }
 
 func testRowUpdate[Tx any](t *testing.T, h Harness[Tx]) {
@@ -160,15 +160,15 @@ func testRowUpdate[Tx any](t *testing.T, h Harness[Tx]) {
 		t.Fatal(err)
 	}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant(res, tok) }
-	if err := h.Store.Update(ctx, g(10), row(tbl, "a"), fence.C("val", 100), fence.C("note", "ten")); err != nil {
+	if err := h.Store.Update(ctx, g(10), row(tbl, "a"), fence.Col{Name: "val", Value: 100}, fence.Col{Name: "note", Value: "ten"}); err != nil {
 		t.Fatalf("Update(10) = %v", err)
 	}
 	// Unchanged values with the same token are a valid write, not a refusal.
-	if err := h.Store.Update(ctx, g(10), row(tbl, "a"), fence.C("val", 100), fence.C("note", "ten")); err != nil {
+	if err := h.Store.Update(ctx, g(10), row(tbl, "a"), fence.Col{Name: "val", Value: 100}, fence.Col{Name: "note", Value: "ten"}); err != nil {
 		t.Fatalf("Update(10) with unchanged values = %v", err)
 	}
-	wantStale(t, h.Store.Update(ctx, g(9), row(tbl, "a"), fence.C("val", 9)), res, 9, 10)
-	if err := h.Store.Update(ctx, g(11), row(tbl, "missing"), fence.C("val", 1)); !errors.Is(err, fence.ErrNotFound) {
+	wantStale(t, h.Store.Update(ctx, g(9), row(tbl, "a"), fence.Col{Name: "val", Value: 9}), res, 9, 10)
+	if err := h.Store.Update(ctx, g(11), row(tbl, "missing"), fence.Col{Name: "val", Value: 1}); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Update of a missing row = %v, want ErrNotFound", err)
 	}
 	if got := intOf(t, h, "SELECT val FROM "+tbl+" WHERE id = ?", "a"); got != 100 {
@@ -197,7 +197,7 @@ func testRowUpsert[Tx any](t *testing.T, h Harness[Tx]) {
 		{2, 20, true, 80},  // far older
 	}
 	for i, s := range steps {
-		err := h.Store.Upsert(ctx, g(s.tok), row(tbl, "a"), fence.C("val", s.val))
+		err := h.Store.Upsert(ctx, g(s.tok), row(tbl, "a"), fence.Col{Name: "val", Value: s.val})
 		if s.stale {
 			var se *fence.StaleError
 			if !errors.As(err, &se) || se.Presented != s.tok {
@@ -222,7 +222,7 @@ func testRowDelete[Tx any](t *testing.T, h Harness[Tx]) {
 	tbl, res := table(t, h), resource(t)
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant(res, tok) }
 	count := func() int64 { return intOf(t, h, "SELECT COUNT(*) FROM "+tbl+" WHERE id = ?", "a") }
-	if err := h.Store.Upsert(ctx, g(10), row(tbl, "a"), fence.C("val", 1)); err != nil {
+	if err := h.Store.Upsert(ctx, g(10), row(tbl, "a"), fence.Col{Name: "val", Value: 1}); err != nil {
 		t.Fatal(err)
 	}
 	wantStale(t, h.Store.Delete(ctx, g(9), row(tbl, "a")), res, 9, 0)
@@ -235,14 +235,14 @@ func testRowDelete[Tx any](t *testing.T, h Harness[Tx]) {
 	if count() != 0 {
 		t.Fatal("row still there after Delete(12)")
 	}
-	wantStale(t, h.Store.Upsert(ctx, g(11), row(tbl, "a"), fence.C("val", 666)), res, 11, 12)
+	wantStale(t, h.Store.Upsert(ctx, g(11), row(tbl, "a"), fence.Col{Name: "val", Value: 666}), res, 11, 12)
 	if count() != 0 {
 		t.Fatal("a stale holder re-inserted the deleted row")
 	}
 	if err := h.Store.Delete(ctx, g(13), row(tbl, "a")); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Delete of a missing row = %v, want ErrNotFound", err)
 	}
-	if err := h.Store.Upsert(ctx, g(14), row(tbl, "a"), fence.C("val", 2)); err != nil {
+	if err := h.Store.Upsert(ctx, g(14), row(tbl, "a"), fence.Col{Name: "val", Value: 2}); err != nil {
 		t.Fatalf("a newer holder re-inserting: %v", err)
 	}
 	if count() != 1 {
@@ -254,21 +254,23 @@ func testRowBadInput[Tx any](t *testing.T, h Harness[Tx]) {
 	ctx := t.Context()
 	tbl := table(t, h)
 	g := fence.NewGrant(resource(t), 3)
-	key := []fence.Col{fence.C("id", "a")}
+	key := []fence.Col{{Name: "id", Value: "a"}}
 	tests := []struct {
 		name string
 		call func() error
 		want error
 	}{
-		{"empty table", func() error { return h.Store.Update(ctx, g, fence.Row{Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"nul in table", func() error { return h.Store.Update(ctx, g, fence.Row{Table: "a\x00b", Key: key}, fence.C("val", 1)) }, fence.ErrInvalidIdentifier},
-		{"empty column", func() error { return h.Store.Update(ctx, g, row(tbl, "a"), fence.C("", 1)) }, fence.ErrInvalidIdentifier},
-		{"empty key column", func() error {
-			return h.Store.Update(ctx, g, fence.Row{Table: tbl, Key: []fence.Col{fence.C("", "a")}}, fence.C("val", 1))
+		{"empty table", func() error { return h.Store.Update(ctx, g, fence.Row{Key: key}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidIdentifier},
+		{"nul in table", func() error {
+			return h.Store.Update(ctx, g, fence.Row{Table: "a\x00b", Key: key}, fence.Col{Name: "val", Value: 1})
 		}, fence.ErrInvalidIdentifier},
-		{"no key", func() error { return h.Store.Update(ctx, g, fence.Row{Table: tbl}, fence.C("val", 1)) }, fence.ErrInvalidArgument},
+		{"empty column", func() error { return h.Store.Update(ctx, g, row(tbl, "a"), fence.Col{Name: "", Value: 1}) }, fence.ErrInvalidIdentifier},
+		{"empty key column", func() error {
+			return h.Store.Update(ctx, g, fence.Row{Table: tbl, Key: []fence.Col{{Name: "", Value: "a"}}}, fence.Col{Name: "val", Value: 1})
+		}, fence.ErrInvalidIdentifier},
+		{"no key", func() error { return h.Store.Update(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidArgument},
 		{"no columns to set", func() error { return h.Store.Update(ctx, g, row(tbl, "a")) }, fence.ErrInvalidArgument},
-		{"upsert no key", func() error { return h.Store.Upsert(ctx, g, fence.Row{Table: tbl}, fence.C("val", 1)) }, fence.ErrInvalidArgument},
+		{"upsert no key", func() error { return h.Store.Upsert(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidArgument},
 		{"delete no key", func() error { return h.Store.Delete(ctx, g, fence.Row{Table: tbl}) }, fence.ErrInvalidArgument},
 		{"nil fn", func() error { return h.Store.Fenced(ctx, g, nil) }, fence.ErrInvalidArgument},
 	}
@@ -299,13 +301,13 @@ func testHostile[Tx any](t *testing.T, h Harness[Tx]) {
 		"ταμπλό",
 	}
 	for _, name := range names {
-		if err := h.Store.Update(ctx, g, fence.Row{Table: name, Key: []fence.Col{fence.C("id", "a")}}, fence.C("val", 0)); err == nil {
+		if err := h.Store.Update(ctx, g, fence.Row{Table: name, Key: []fence.Col{{Name: "id", Value: "a"}}}, fence.Col{Name: "val", Value: 0}); err == nil {
 			t.Errorf("Update on table %q succeeded", name)
 		}
-		if err := h.Store.Update(ctx, g, row(tbl, "a"), fence.C("val = 0, note", "x")); err == nil {
+		if err := h.Store.Update(ctx, g, row(tbl, "a"), fence.Col{Name: "val = 0, note", Value: "x"}); err == nil {
 			t.Errorf("Update with a hostile column succeeded")
 		}
-		if err := h.Store.Delete(ctx, g, fence.Row{Table: tbl, Key: []fence.Col{fence.C("id = id OR 1=1 --", "a")}}); err == nil {
+		if err := h.Store.Delete(ctx, g, fence.Row{Table: tbl, Key: []fence.Col{{Name: "id = id OR 1=1 --", Value: "a"}}}); err == nil {
 			t.Errorf("Delete with a hostile key column succeeded")
 		}
 	}

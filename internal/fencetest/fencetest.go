@@ -20,7 +20,16 @@ import (
 // Store is what the suite needs of an adapter.
 type Store[Tx any] interface {
 	fence.Store[Tx]
-	fence.RowWriter
+	RowWriter
+}
+
+// RowWriter is what every adapter's Store has: fenced single-row writes on a table
+// with a token column, sharing one high-water mark per resource with the Store's
+// fenced transactions.
+type RowWriter interface {
+	Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error
+	Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) error
+	Delete(ctx context.Context, g fence.Grant, r fence.Row) error
 }
 
 // Harness connects the suite to one adapter and one real database on which the

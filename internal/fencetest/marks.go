@@ -24,10 +24,10 @@ func forms[Tx any]() []form[Tx] {
 			})
 		}},
 		{"Update", func(ctx context.Context, h Harness[Tx], g fence.Grant, tbl, id string, val int64) error {
-			return h.Store.Update(ctx, g, row(tbl, id), fence.C("val", val))
+			return h.Store.Update(ctx, g, row(tbl, id), fence.Col{Name: "val", Value: val})
 		}},
 		{"Upsert", func(ctx context.Context, h Harness[Tx], g fence.Grant, tbl, id string, val int64) error {
-			return h.Store.Upsert(ctx, g, row(tbl, id), fence.C("val", val))
+			return h.Store.Upsert(ctx, g, row(tbl, id), fence.Col{Name: "val", Value: val})
 		}},
 	}
 }
@@ -115,7 +115,8 @@ func (s setGrant) Resources() []string { return s.res }
 // (a later single grant on any of them with a lower token is stale, whatever its
 // form); a set holding a token older than one resource's mark is refused with a
 // *fence.StaleError naming that resource and writes nothing, not even the other
-// marks; and the single-row forms refuse a set with ErrInvalidArgument.
+// marks; and the single-row forms refuse a set of several resources with
+// ErrInvalidArgument and take a set of one as that resource's grant.
 func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	ctx := t.Context()
 	tbl := table(t, h)
@@ -155,8 +156,8 @@ func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	}
 	set := setGrant{[]string{a, c}, 20}
 	for name, err := range map[string]error{
-		"Update": h.Store.Update(ctx, set, row(tbl, "x"), fence.C("val", 1)),
-		"Upsert": h.Store.Upsert(ctx, set, row(tbl, "x"), fence.C("val", 1)),
+		"Update": h.Store.Update(ctx, set, row(tbl, "x"), fence.Col{Name: "val", Value: 1}),
+		"Upsert": h.Store.Upsert(ctx, set, row(tbl, "x"), fence.Col{Name: "val", Value: 1}),
 		"Delete": h.Store.Delete(ctx, set, row(tbl, "x")),
 	} {
 		if !errors.Is(err, fence.ErrInvalidArgument) {
@@ -165,5 +166,11 @@ func testSets[Tx any](t *testing.T, h Harness[Tx]) {
 	}
 	if got := storedToken(t, h, c); got != 0 {
 		t.Fatalf("a refused single-row write of a set left a mark of %d", got)
+	}
+	if err := h.Store.Update(ctx, setGrant{[]string{c}, 21}, row(tbl, "x"), fence.Col{Name: "val", Value: 21}); err != nil {
+		t.Fatalf("Update with a set of one: %v", err)
+	}
+	if got := storedToken(t, h, c); got != 21 {
+		t.Fatalf("mark of %q = %d after an Update with a set of one, want 21", c, got)
 	}
 }

@@ -10,12 +10,20 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // NoLockStore is what the no-lock suite needs of an adapter.
 type NoLockStore[Tx any] interface {
-	fence.Guard
-	fence.KeyStore[Tx]
+	Guard
+	Once(ctx context.Context, key, fingerprint string, fn func(Tx) ([]byte, error)) (nolock.Result, error)
+}
+
+// Guard is what every adapter's Store has for the no-lock path: a guarded
+// decrement and an insert refused on a unique key.
+type Guard interface {
+	Decrement(ctx context.Context, c nolock.Counter, n int64) (left int64, err error)
+	Insert(ctx context.Context, table string, cols ...fence.Col) error
 }
 
 // NoLockHarness connects the no-lock suite to one adapter and one real database on
@@ -61,7 +69,7 @@ func guardedRace[Tx any](t *testing.T, h NoLockHarness[Tx], start, amount int64,
 	if err := h.Exec(ctx, "INSERT INTO "+tbl+" (sku, items_left) VALUES (?, ?)", "sku-1", start); err != nil {
 		t.Fatal(err)
 	}
-	c := fence.Counter{Table: tbl, Key: []fence.Col{fence.C("sku", "sku-1")}, Column: "items_left"}
+	c := nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "sku", Value: "sku-1"}}, Column: "items_left"}
 	var ok, no atomic.Int64
 	var wg sync.WaitGroup
 	release := make(chan struct{})
@@ -69,14 +77,14 @@ func guardedRace[Tx any](t *testing.T, h NoLockHarness[Tx], start, amount int64,
 		wg.Go(func() {
 			<-release
 			left, err := h.Store.Decrement(ctx, c, amount)
-			var ie *fence.InsufficientError
+			var ie *nolock.InsufficientError
 			switch {
 			case err == nil:
 				ok.Add(1)
 				if left < 0 {
 					t.Errorf("left = %d after a successful take", left)
 				}
-			case errors.As(err, &ie) && errors.Is(err, fence.ErrInsufficient):
+			case errors.As(err, &ie) && errors.Is(err, nolock.ErrInsufficient):
 				no.Add(1)
 				if ie.Left >= amount || ie.Left < 0 {
 					t.Errorf("refused with %d left, wanted %d", ie.Left, amount)
@@ -117,20 +125,20 @@ func testDecrementBad[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	if err := h.Exec(ctx, "INSERT INTO "+tbl+" (sku, items_left) VALUES (?, 3)", "a"); err != nil {
 		t.Fatal(err)
 	}
-	key := []fence.Col{fence.C("sku", "a")}
+	key := []fence.Col{{Name: "sku", Value: "a"}}
 	tests := []struct {
 		name string
-		c    fence.Counter
+		c    nolock.Counter
 		n    int64
 		want error
 	}{
-		{"zero amount", fence.Counter{Table: tbl, Key: key, Column: "items_left"}, 0, fence.ErrInvalidArgument},
-		{"negative amount", fence.Counter{Table: tbl, Key: key, Column: "items_left"}, -1, fence.ErrInvalidArgument},
-		{"no such row", fence.Counter{Table: tbl, Key: []fence.Col{fence.C("sku", "zz")}, Column: "items_left"}, 1, fence.ErrNotFound},
-		{"too much", fence.Counter{Table: tbl, Key: key, Column: "items_left"}, 4, fence.ErrInsufficient},
-		{"empty table", fence.Counter{Key: key, Column: "items_left"}, 1, fence.ErrInvalidIdentifier},
-		{"empty column", fence.Counter{Table: tbl, Key: key}, 1, fence.ErrInvalidIdentifier},
-		{"no key", fence.Counter{Table: tbl, Column: "items_left"}, 1, fence.ErrInvalidArgument},
+		{"zero amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 0, fence.ErrInvalidArgument},
+		{"negative amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, -1, fence.ErrInvalidArgument},
+		{"no such row", nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "sku", Value: "zz"}}, Column: "items_left"}, 1, fence.ErrNotFound},
+		{"too much", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 4, nolock.ErrInsufficient},
+		{"empty table", nolock.Counter{Key: key, Column: "items_left"}, 1, fence.ErrInvalidIdentifier},
+		{"empty column", nolock.Counter{Table: tbl, Key: key}, 1, fence.ErrInvalidIdentifier},
+		{"no key", nolock.Counter{Table: tbl, Column: "items_left"}, 1, fence.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -139,7 +147,7 @@ func testDecrementBad[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 			}
 		})
 	}
-	left, err := h.Store.Decrement(ctx, fence.Counter{Table: tbl, Key: key, Column: "items_left"}, 3)
+	left, err := h.Store.Decrement(ctx, nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 3)
 	if err != nil || left != 0 {
 		t.Fatalf("Decrement(3 of 3) = %d, %v; want 0, nil", left, err)
 	}
@@ -148,13 +156,13 @@ func testDecrementBad[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 func testDuplicate[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	ctx := t.Context()
 	tbl := nlTable(t, h, "id VARCHAR(64) PRIMARY KEY, name VARCHAR(64) NOT NULL UNIQUE")
-	if err := h.Store.Insert(ctx, tbl, fence.C("id", "1"), fence.C("name", "neo")); err != nil {
+	if err := h.Store.Insert(ctx, tbl, fence.Col{Name: "id", Value: "1"}, fence.Col{Name: "name", Value: "neo"}); err != nil {
 		t.Fatalf("first neo: %v", err)
 	}
-	err := h.Store.Insert(ctx, tbl, fence.C("id", "2"), fence.C("name", "neo"))
-	var de *fence.DuplicateError
-	if !errors.Is(err, fence.ErrDuplicate) || !errors.As(err, &de) {
-		t.Fatalf("second neo: %v, want a *fence.DuplicateError", err)
+	err := h.Store.Insert(ctx, tbl, fence.Col{Name: "id", Value: "2"}, fence.Col{Name: "name", Value: "neo"})
+	var de *nolock.DuplicateError
+	if !errors.Is(err, nolock.ErrDuplicate) || !errors.As(err, &de) {
+		t.Fatalf("second neo: %v, want a *nolock.DuplicateError", err)
 	}
 	if de.Table != tbl || de.Err == nil {
 		t.Fatalf("DuplicateError = %+v, want table %q and the driver's error", de, tbl)
@@ -162,7 +170,7 @@ func testDuplicate[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	if n := nlInt(t, h, "SELECT COUNT(*) FROM "+tbl); n != 1 {
 		t.Fatalf("%d users, want 1", n)
 	}
-	if err := h.Store.Insert(ctx, "", fence.C("id", "3")); !errors.Is(err, fence.ErrInvalidIdentifier) {
+	if err := h.Store.Insert(ctx, "", fence.Col{Name: "id", Value: "3"}); !errors.Is(err, fence.ErrInvalidIdentifier) {
 		t.Fatalf("Insert into an empty table name = %v", err)
 	}
 	if err := h.Store.Insert(ctx, tbl); !errors.Is(err, fence.ErrInvalidArgument) {
@@ -194,7 +202,7 @@ func testRetriedPayment[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 		wg       sync.WaitGroup
 		release  = make(chan struct{})
 		callOnce = func() {
-			r, err := fence.Once(ctx, h.Store, key, "amount=50", pay(h, tbl, key, &runs))
+			r, err := h.Store.Once(ctx, key, "amount=50", pay(h, tbl, key, &runs))
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -231,11 +239,11 @@ func testKeyReused[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	tbl := nlTable(t, h, "id BIGINT PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
 	key := fmt.Sprintf("pay-%d-%d", rand.Int64(), seq.Add(1))
 	var runs atomic.Int64
-	if _, err := fence.Once(ctx, h.Store, key, "amount=50", pay(h, tbl, key, &runs)); err != nil {
+	if _, err := h.Store.Once(ctx, key, "amount=50", pay(h, tbl, key, &runs)); err != nil {
 		t.Fatal(err)
 	}
-	_, err := fence.Once(ctx, h.Store, key, "amount=5000", pay(h, tbl, key, &runs))
-	if !errors.Is(err, fence.ErrKeyReused) {
+	_, err := h.Store.Once(ctx, key, "amount=5000", pay(h, tbl, key, &runs))
+	if !errors.Is(err, nolock.ErrKeyReused) {
 		t.Fatalf("Once with another request = %v, want ErrKeyReused", err)
 	}
 	if runs.Load() != 1 || nlInt(t, h, "SELECT COUNT(*) FROM "+tbl) != 1 {
@@ -248,7 +256,7 @@ func testFnFails[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	tbl := nlTable(t, h, "id BIGINT PRIMARY KEY, idem_key VARCHAR(200) NOT NULL, amount BIGINT NOT NULL")
 	key := fmt.Sprintf("pay-%d-%d", rand.Int64(), seq.Add(1))
 	declined := errors.New("card declined")
-	_, err := fence.Once(ctx, h.Store, key, "amount=50", func(tx Tx) ([]byte, error) {
+	_, err := h.Store.Once(ctx, key, "amount=50", func(tx Tx) ([]byte, error) {
 		if err := h.TxExec(ctx, tx, "INSERT INTO "+tbl+" (id, idem_key, amount) VALUES (?, ?, 50)", 1, key); err != nil {
 			return nil, err
 		}
@@ -264,7 +272,7 @@ func testFnFails[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 		t.Fatal("a failed call stored its key")
 	}
 	var runs atomic.Int64
-	r, err := fence.Once(ctx, h.Store, key, "amount=50", pay(h, tbl, key, &runs))
+	r, err := h.Store.Once(ctx, key, "amount=50", pay(h, tbl, key, &runs))
 	if err != nil || r.Replayed || runs.Load() != 1 {
 		t.Fatalf("retry after failure = %+v, %v (runs %d); want a fresh run", r, err, runs.Load())
 	}

@@ -24,7 +24,7 @@ func testBlockedStaleUpdate[Tx any](t *testing.T, h Harness[Tx]) {
 			}
 			// Token 40 has written: the stale Update then takes the path of a holder
 			// whose token equals the stored mark.
-			if err := h.Store.Update(ctx, fence.NewGrant(res, 40), row(tbl, target), fence.C("val", 1)); err != nil {
+			if err := h.Store.Update(ctx, fence.NewGrant(res, 40), row(tbl, target), fence.Col{Name: "val", Value: 1}); err != nil {
 				t.Fatal(err)
 			}
 			inside, finish := make(chan struct{}), make(chan struct{})
@@ -42,7 +42,7 @@ func testBlockedStaleUpdate[Tx any](t *testing.T, h Harness[Tx]) {
 			<-inside
 			stale := make(chan error, 1)
 			go func() {
-				stale <- h.Store.Update(ctx, fence.NewGrant(res, 40), row(tbl, target), fence.C("val", 40), fence.C("note", "stale"))
+				stale <- h.Store.Update(ctx, fence.NewGrant(res, 40), row(tbl, target), fence.Col{Name: "val", Value: 40}, fence.Col{Name: "note", Value: "stale"})
 			}()
 			select {
 			case err := <-stale:

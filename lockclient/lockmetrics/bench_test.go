@@ -18,7 +18,7 @@ func (nopObserver) Ended(string, fence.Token, time.Duration, error) {}
 func (nopObserver) KeepAlive(time.Duration, error)                  {}
 func (nopObserver) SessionStarted()                                 {}
 func (nopObserver) SessionLost(int)                                 {}
-func (nopObserver) FencedWrite(string, string, fence.WriteResult)   {}
+func (nopObserver) FencedWrite(string, string, error)               {}
 
 type observer interface {
 	lockclient.Observer
@@ -37,7 +37,7 @@ func BenchmarkMetrics_lockLifetime(b *testing.B) {
 		start := time.Now()
 		for range n {
 			o.Acquired("a", time.Millisecond, nil)
-			o.FencedWrite("pgxfence", "fenced", fence.WriteAccepted)
+			o.FencedWrite("pgxfence", "fenced", nil)
 			o.Ended("a", 1, time.Second, lockclient.ErrReleased)
 		}
 		return time.Since(start)

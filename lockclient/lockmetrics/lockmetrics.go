@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/observe"
 	"github.com/fencegate/fencegate/lockclient"
 )
 
@@ -247,7 +248,8 @@ func (m *Metrics) SessionStarted() { m.started.Inc() }
 // SessionLost implements lockclient.Observer.
 func (m *Metrics) SessionLost(int) { m.lost.Inc() }
 
-// FencedWrite implements fence.WriteObserver.
-func (m *Metrics) FencedWrite(adapter, _ string, r fence.WriteResult) {
-	m.writes.WithLabelValues(adapter, r.String()).Inc()
+// FencedWrite implements fence.WriteObserver: it counts the write under its adapter
+// and its result, "accepted", "stale", "lost", "commit_unknown" or "error".
+func (m *Metrics) FencedWrite(adapter, _ string, err error) {
+	m.writes.WithLabelValues(adapter, observe.Result(err)).Inc()
 }

@@ -9,6 +9,7 @@ import (
 	"errors"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // Ops are an open fenced transaction's adapter-specific steps.
@@ -54,7 +55,7 @@ func Run(g fence.Grant, fn func() error, ops Ops) (err error) {
 	if r := refused(); r != nil {
 		return r
 	}
-	if err := fence.CheckLost(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return err
 	}
 	return ops.Commit()

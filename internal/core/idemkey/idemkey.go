@@ -10,21 +10,22 @@ import (
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // MaxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
 const MaxFingerprintLen = 255
 
 // Check refuses, with fence.ErrInvalidArgument, what idempotency_keys cannot store
-// alike on every database: an empty key, a key over fence.MaxKeyLen bytes, a key or
+// alike on every database: an empty key, a key over nolock.MaxKeyLen bytes, a key or
 // fingerprint that is not UTF-8 or holds a NUL byte (PostgreSQL text cannot), and a
 // fingerprint over MaxFingerprintLen characters.
 func Check(key, fingerprint string) error {
 	switch {
 	case key == "":
 		return fmt.Errorf("%w: empty idempotency key", fence.ErrInvalidArgument)
-	case len(key) > fence.MaxKeyLen:
-		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), fence.MaxKeyLen)
+	case len(key) > nolock.MaxKeyLen:
+		return fmt.Errorf("%w: idempotency key is %d bytes, the limit is %d", fence.ErrInvalidArgument, len(key), nolock.MaxKeyLen)
 	case !utf8.ValidString(key) || strings.IndexByte(key, 0) >= 0:
 		return fmt.Errorf("%w: idempotency key %q is not UTF-8 text without NUL bytes", fence.ErrInvalidArgument, key)
 	case !utf8.ValidString(fingerprint) || strings.IndexByte(fingerprint, 0) >= 0:
@@ -35,11 +36,12 @@ func Check(key, fingerprint string) error {
 	return nil
 }
 
-// CheckTTL refuses, with fence.ErrInvalidArgument, a time-to-live for idempotency keys
-// under one microsecond, the precision the expiry is stored with.
+// CheckTTL refuses, with an error naming the option WithKeyTTL and wrapping
+// fence.ErrInvalidArgument, a time-to-live for idempotency keys under one
+// microsecond, the precision the expiry is stored with.
 func CheckTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond {
-		return fmt.Errorf("%w: idempotency key time-to-live %v: want at least 1µs", fence.ErrInvalidArgument, ttl)
+		return fmt.Errorf("WithKeyTTL(%v): under the 1µs precision stored: %w", ttl, fence.ErrInvalidArgument)
 	}
 	return nil
 }

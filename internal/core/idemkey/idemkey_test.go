@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/idemkey"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 func TestCheck(t *testing.T) {
@@ -16,10 +17,10 @@ func TestCheck(t *testing.T) {
 		ok                     bool
 	}{
 		{"plain", "order-1", "sha256:ab", true},
-		{"longest key", strings.Repeat("k", fence.MaxKeyLen), "", true},
+		{"longest key", strings.Repeat("k", nolock.MaxKeyLen), "", true},
 		{"longest fingerprint in characters", "k", strings.Repeat("ü", idemkey.MaxFingerprintLen), true},
 		{"empty key", "", "fp", false},
-		{"key too long", strings.Repeat("k", fence.MaxKeyLen+1), "fp", false},
+		{"key too long", strings.Repeat("k", nolock.MaxKeyLen+1), "fp", false},
 		{"key not UTF-8", "k\xff", "fp", false},
 		{"key with NUL", "k\x00", "fp", false},
 		{"fingerprint not UTF-8", "k", "f\xff", false},

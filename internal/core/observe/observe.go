@@ -28,11 +28,11 @@ func Write(ctx context.Context, k Sink, op string, g fence.Grant, err error) {
 	if k.Obs == nil && k.Log == nil {
 		return
 	}
-	res := fence.WriteResultOf(err)
 	if k.Obs != nil {
-		k.Obs.FencedWrite(k.Adapter, op, res)
+		k.Obs.FencedWrite(k.Adapter, op, err)
 	}
-	if k.Log == nil || (res != fence.WriteStale && res != fence.WriteLost) || g == nil {
+	res := Result(err)
+	if k.Log == nil || (res != "stale" && res != "lost") || g == nil {
 		return
 	}
 	attrs := make([]slog.Attr, 0, 7)
@@ -44,11 +44,28 @@ func Write(ctx context.Context, k Sink, op string, g fence.Grant, err error) {
 		slog.String("op", op),
 		slog.String("resource", g.Resource()),
 		slog.Int64("token", int64(g.Token())),
-		slog.String("result", res.String()),
+		slog.String("result", res),
 	)
 	var stale *fence.StaleError
 	if errors.As(err, &stale) {
 		attrs = append(attrs, slog.Int64("stored_token", int64(stale.Seen)))
 	}
 	k.Log.LogAttrs(ctx, slog.LevelWarn, "fenced write refused", attrs...)
+}
+
+// Result classifies the error a fenced write returned, for metric labels and logs:
+// "accepted" (nil), "stale" (fence.ErrStale), "lost" (fence.ErrLost),
+// "commit_unknown" (fence.ErrCommitUnknown) or "error" (anything else).
+func Result(err error) string {
+	switch {
+	case err == nil:
+		return "accepted"
+	case errors.Is(err, fence.ErrStale):
+		return "stale"
+	case errors.Is(err, fence.ErrLost):
+		return "lost"
+	case errors.Is(err, fence.ErrCommitUnknown):
+		return "commit_unknown"
+	}
+	return "error"
 }

@@ -14,8 +14,8 @@ import (
 
 type recorder []string
 
-func (r *recorder) FencedWrite(adapter, op string, res fence.WriteResult) {
-	*r = append(*r, adapter+" "+op+" "+res.String())
+func (r *recorder) FencedWrite(adapter, op string, err error) {
+	*r = append(*r, adapter+" "+op+" "+observe.Result(err))
 }
 
 func TestWrite(t *testing.T) {
@@ -65,5 +65,20 @@ func TestWrite_nilSinks(t *testing.T) {
 	observe.Write(t.Context(), observe.Sink{Adapter: "a", Log: slog.New(slog.NewJSONHandler(&logs, nil))}, "update", fence.NewGrant("acct", 1), fence.ErrLost)
 	if logs.Len() == 0 {
 		t.Fatal("a refused write with a logger and no observer was not logged")
+	}
+}
+
+// TestResult pins the label values lockmetrics exports.
+func TestResult(t *testing.T) {
+	for err, want := range map[error]string{
+		nil: "accepted",
+		fmt.Errorf("x: %w", &fence.StaleError{Resource: "r", Presented: 1, Seen: 2}):             "stale",
+		&fence.LostError{Resource: "r", Token: 1}:                                                "lost",
+		&fence.CommitUnknownError{Resource: "r", Token: 1, Op: "commit", Err: errors.New("eof")}: "commit_unknown",
+		errors.New("boom"): "error",
+	} {
+		if got := observe.Result(err); got != want {
+			t.Errorf("Result(%v) = %q, want %q", err, got, want)
+		}
 	}
 }

@@ -1,0 +1,84 @@
+// Package grant holds the checks and helpers the adapters (pgxfence, sqlfence,
+// s3fence) apply to the fence.Grant a write presents, beyond fence.CheckGrant.
+package grant
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/nilness"
+)
+
+// DefaultIdleTimeout is how long a fenced transaction may sit idle on the server
+// (no statement running) before the server ends it, when neither the Store's option
+// nor the grant (fence.Leased) says: the lock service's default lease.
+const DefaultIdleTimeout = 10 * time.Second
+
+// IdleTimeout returns how long a fenced transaction of g may sit idle: override when
+// it is > 0 (a Store option), else g's Lease when g is fence.Leased and it is > 0,
+// else DefaultIdleTimeout. It is never under a millisecond, the servers' unit.
+func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
+	d := override
+	if d <= 0 {
+		if l, ok := g.(fence.Leased); ok && !nilness.IsNil(g) {
+			d = l.Lease()
+		}
+	}
+	if d <= 0 {
+		d = DefaultIdleTimeout
+	}
+	return max(d, time.Millisecond)
+}
+
+// CheckLost returns a *fence.LostError (fence.ErrLost) when g is a fence.Watched
+// grant whose Done channel is closed, and nil otherwise. Adapters call it (after
+// fence.CheckGrant, which makes the same check) immediately before COMMIT, so that a
+// fenced transaction whose grant is known lost by the time fn returns rolls back
+// instead of committing, and before every request of a write that makes several.
+func CheckLost(g fence.Grant) error {
+	w, ok := g.(fence.Watched)
+	if !ok || nilness.IsNil(g) {
+		return nil
+	}
+	if d := w.Done(); d != nil {
+		select {
+		case <-d:
+			return &fence.LostError{Resource: g.Resource(), Token: g.Token()}
+		default:
+		}
+	}
+	return nil
+}
+
+// CheckSingle is fence.CheckGrant for a write that fences exactly one resource (the
+// adapters' single-row Update, Upsert and Delete, an s3fence object write): it also
+// refuses, with fence.ErrInvalidArgument and before any I/O, a fence.Set of more
+// than one resource, rather than fence one resource of the set. A Set of one
+// resource is that resource's grant.
+func CheckSingle(g fence.Grant) error {
+	if err := fence.CheckGrant(g); err != nil {
+		return err
+	}
+	if set, ok := g.(fence.Set); ok {
+		if res := Resources(set); len(res) > 1 {
+			return fmt.Errorf("%w: grant %q covers %d resources: a single-resource write fences one; write a grant set's resources in a fenced transaction", fence.ErrInvalidArgument, g.Resource(), len(res))
+		}
+	}
+	return nil
+}
+
+// Resources returns the resources g fences, sorted (byte order) and each once: a
+// fence.Set's Resources, or g.Resource() alone. Adapters raise the marks in this
+// order, so that two transactions over overlapping sets lock their fence rows in the
+// same order.
+func Resources(g fence.Grant) []string {
+	set, ok := g.(fence.Set)
+	if !ok {
+		return []string{g.Resource()}
+	}
+	res := slices.Clone(set.Resources())
+	slices.Sort(res)
+	return slices.Compact(res)
+}

@@ -1,0 +1,107 @@
+package grant_test
+
+import (
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
+)
+
+type set struct {
+	fence.Grant
+	res []string
+}
+
+func (s set) Resources() []string { return s.res }
+
+type watched struct {
+	fence.Grant
+	done chan struct{}
+}
+
+func (w watched) Done() <-chan struct{} { return w.done }
+
+type leased struct {
+	fence.Grant
+	d time.Duration
+}
+
+func (l leased) Lease() time.Duration { return l.d }
+
+func TestCheckSingle(t *testing.T) {
+	g := fence.NewGrant("a", 3)
+	tests := []struct {
+		name string
+		g    fence.Grant
+		want error
+	}{
+		{"grant", g, nil},
+		{"set of one", set{g, []string{"a"}}, nil},
+		{"set of one named twice", set{g, []string{"a", "a"}}, nil},
+		{"set of two", set{g, []string{"a", "b"}}, fence.ErrInvalidArgument},
+		{"empty set", set{g, nil}, fence.ErrInvalidArgument},
+		{"nil", nil, fence.ErrInvalidArgument},
+		{"zero token", fence.NewGrant("a", 0), fence.ErrInvalidToken},
+	}
+	for _, tt := range tests {
+		err := grant.CheckSingle(tt.g)
+		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
+			t.Errorf("%s: CheckSingle = %v, want %v", tt.name, err, tt.want)
+		}
+	}
+}
+
+func TestResources(t *testing.T) {
+	g := fence.NewGrant("b", 3)
+	if got := grant.Resources(g); !slices.Equal(got, []string{"b"}) {
+		t.Fatalf("Resources(grant) = %q", got)
+	}
+	res := []string{"c", "a", "c", "b"}
+	if got := grant.Resources(set{g, res}); !slices.Equal(got, []string{"a", "b", "c"}) {
+		t.Fatalf("Resources(set) = %q", got)
+	}
+	if !slices.Equal(res, []string{"c", "a", "c", "b"}) {
+		t.Fatal("Resources changed the set's slice")
+	}
+}
+
+func TestCheckLost(t *testing.T) {
+	g := fence.NewGrant("a", 3)
+	done := make(chan struct{})
+	w := watched{g, done}
+	var nilWatched *watched
+	if grant.CheckLost(g) != nil || grant.CheckLost(w) != nil || grant.CheckLost(nilWatched) != nil || grant.CheckLost(watched{g, nil}) != nil {
+		t.Fatal("CheckLost refused a live grant")
+	}
+	close(done)
+	var le *fence.LostError
+	if err := grant.CheckLost(w); !errors.Is(err, fence.ErrLost) || !errors.As(err, &le) || le.Resource != "a" || le.Token != 3 {
+		t.Fatalf("CheckLost(lost) = %v", err)
+	}
+}
+
+func TestIdleTimeout(t *testing.T) {
+	g := fence.NewGrant("a", 3)
+	var nilLeased *leased
+	tests := []struct {
+		g        fence.Grant
+		override time.Duration
+		want     time.Duration
+	}{
+		{g, 0, grant.DefaultIdleTimeout},
+		{g, 2 * time.Second, 2 * time.Second},
+		{leased{g, 4 * time.Second}, 0, 4 * time.Second},
+		{leased{g, 4 * time.Second}, time.Second, time.Second},
+		{leased{g, 0}, 0, grant.DefaultIdleTimeout},
+		{nilLeased, 0, grant.DefaultIdleTimeout},
+		{g, time.Microsecond, time.Millisecond},
+	}
+	for _, tt := range tests {
+		if got := grant.IdleTimeout(tt.g, tt.override); got != tt.want {
+			t.Errorf("IdleTimeout(%T, %v) = %v, want %v", tt.g, tt.override, got, tt.want)
+		}
+	}
+}

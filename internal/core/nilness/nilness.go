@@ -1,0 +1,20 @@
+// Package nilness tells a typed nil from a usable value, for fence and the adapters,
+// which refuse a nil grant, store or connection with fence.ErrInvalidArgument instead
+// of calling its methods.
+package nilness
+
+import "reflect"
+
+// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
+// function: a typed nil that satisfies an interface but whose methods would
+// dereference it.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
