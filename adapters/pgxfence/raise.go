@@ -45,7 +45,7 @@ var raiseSetParams = raiseSetSQL("$1", "$2")
 // raiseFor returns the fence raise of g and its arguments: raiseSQL for one resource,
 // raiseSetParams for a fence.Set.
 func raiseFor(g fence.Grant) (string, []any) {
-	if _, ok := g.(fence.Set); ok {
+	if grant.Multi(g) {
 		return raiseSetParams, []any{grant.Resources(g), int64(g.Token())}
 	}
 	return raiseSQL, []any{g.Resource(), int64(g.Token())}
@@ -54,7 +54,7 @@ func raiseFor(g fence.Grant) (string, []any) {
 // fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
 // literal), for the message that carries BEGIN and the raise.
 func fenceFirstSQL(g fence.Grant) string {
-	if _, ok := g.(fence.Set); !ok {
+	if !grant.Multi(g) {
 		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
 	}
 	res := grant.Resources(g)

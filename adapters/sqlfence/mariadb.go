@@ -139,7 +139,7 @@ func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
 // fast reports whether Fenced can take the one-statement begin: MariaDB, a pool
 // opened by OpenMySQL, the server's default transaction options, a single grant.
 func (s *Store) fast(g fence.Grant) bool {
-	if _, ok := g.(fence.Set); ok || !s.mariadb || s.txOpts != nil {
+	if grant.Multi(g) || !s.mariadb || s.txOpts != nil {
 		return false
 	}
 	_, ok := s.db.Driver().(fastDriver)

@@ -48,6 +48,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
 )
 
@@ -222,7 +223,7 @@ func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*s
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
 // the upsert of dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	if _, ok := g.(fence.Set); ok {
+	if grant.Multi(g) {
 		return s.raiseSet(ctx, tx, g)
 	}
 	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()

@@ -82,3 +82,18 @@ func Resources(g fence.Grant) []string {
 	slices.Sort(res)
 	return slices.Compact(res)
 }
+
+// Multi reports whether g fences more than one resource: a fence.Set naming two or
+// more. Every *lockclient.Lock is a fence.Set; one on a single name takes the
+// single-resource path (one raise of g.Resource()).
+func Multi(g fence.Grant) bool {
+	set, ok := g.(fence.Set)
+	if !ok {
+		return false
+	}
+	res := set.Resources()
+	if len(res) < 2 {
+		return false
+	}
+	return len(Resources(g)) > 1
+}
