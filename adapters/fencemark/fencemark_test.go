@@ -107,7 +107,10 @@ func TestRaise(t *testing.T) {
 				t.Fatalf("Raise of a hostile name = %d, %v", after, err)
 			}
 			// A fenced write with a lower token is refused; with the mark, accepted.
-			s := sqlfence.New(b.db, b.d)
+			s, err := sqlfence.New(b.db, b.d)
+			if err != nil {
+				t.Fatal(err)
+			}
 			noop := func(*sql.Tx) error { return nil }
 			if err := fence.Exec(ctx, s, fence.NewGrant("acct-1", 11), noop); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("write with token 11 under mark 12 = %v, want ErrStale", err)
@@ -165,5 +168,9 @@ func pgxStore(t *testing.T, dsn string) *pgxfence.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pgxfence.New(pool)
+	s, err := pgxfence.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -22,8 +22,8 @@ type nilLock struct {
 func (l *nilLock) Resource() string   { return l.res }
 func (l *nilLock) Token() fence.Token { return l.tok }
 
-// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a Store of a
-// typed nil pool, a typed nil grant, zero Rows and Counters and nil functions: each
+// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a typed nil
+// grant, zero Rows and Counters and nil functions: each
 // returns its documented error before any I/O (the pool points at a closed port), and
 // none panics.
 func TestStore_nilAndZeroInputs(t *testing.T) {
@@ -35,7 +35,6 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	t.Cleanup(unreachable.Close)
 	var (
 		nilStore *pgxfence.Store
-		nilPool  *pgxpool.Pool
 		nilGrant *nilLock
 		nilKeys  *pgxfence.ExpiringKeys
 	)
@@ -43,10 +42,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
 	txFn := func(pgx.Tx) error { return nil }
 	keyFn := func(pgx.Tx) ([]byte, error) { return nil, nil }
-	stores := map[string]*pgxfence.Store{
-		"nil Store":      nilStore,
-		"typed nil pool": pgxfence.New(nilPool),
-	}
+	stores := map[string]*pgxfence.Store{"nil Store": nilStore}
 	type call struct {
 		name string
 		run  func(s *pgxfence.Store) error
@@ -91,7 +87,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 			t.Run(sname+"/"+c.name, func(t *testing.T) { check(t, func() error { return c.run(s) }, c.want) })
 		}
 	}
-	s := pgxfence.New(unreachable)
+	s := newStore(unreachable)
 	bad := []call{
 		{"Fenced typed nil grant", func(s *pgxfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *pgxfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},
@@ -123,10 +119,10 @@ func TestNewWithOptions_unsupportedDB(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pgxfence.NewWithOptions(poolWrapper{pool}); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("NewWithOptions(wrapper) = %v, want ErrInvalidArgument", err)
+	if _, err := pgxfence.New(poolWrapper{pool}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("New(wrapper) = %v, want ErrInvalidArgument", err)
 	}
-	err = pgxfence.New(poolWrapper{pool}).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
+	err = newStore(poolWrapper{pool}).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
 	if !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("New(wrapper).Fenced = %v, want ErrInvalidArgument", err)
 	}

@@ -35,11 +35,11 @@ func noLockHarness(name string, pool *pgxpool.Pool, store fencetest.NoLockStore[
 func TestNoLock(t *testing.T) {
 	t.Run("read committed", func(t *testing.T) {
 		pool := newPool(t)
-		fencetest.RunNoLock(t, noLockHarness("pgxfence", pool, pgxfence.New(pool)))
+		fencetest.RunNoLock(t, noLockHarness("pgxfence", pool, newStore(pool)))
 	})
 	t.Run("repeatable read", func(t *testing.T) {
 		pool := newPool(t)
-		s, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.RepeatableRead}))
+		s, err := pgxfence.New(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.RepeatableRead}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -47,7 +47,7 @@ func TestNoLock(t *testing.T) {
 	})
 	t.Run("expiring keys", func(t *testing.T) {
 		pool := newPool(t)
-		s := pgxfence.New(pool)
+		s := newStore(pool)
 		keys, err := s.ExpiringKeys(time.Hour)
 		if err != nil {
 			t.Fatal(err)
@@ -61,7 +61,7 @@ func TestNoLock(t *testing.T) {
 
 func TestStore_Decrement_quoting(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	mustExec(t, pool, `CREATE SCHEMA "shop; DROP"`)
 	mustExec(t, pool, `CREATE TABLE "shop; DROP"."stock ""x""" ("sku id" TEXT, "left" INT NOT NULL, PRIMARY KEY ("sku id"))`)
 	mustExec(t, pool, `INSERT INTO "shop; DROP"."stock ""x""" VALUES ('a', 5)`)
@@ -93,7 +93,7 @@ func TestStore_Decrement_quoting(t *testing.T) {
 
 func TestStore_Insert_duplicate(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	mustExec(t, pool, `CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL, CONSTRAINT users_name_key UNIQUE (name))`)
 	ctx := t.Context()
 	if err := s.Insert(ctx, "users", fence.C("id", 1), fence.C("name", "neo")); err != nil {
@@ -125,7 +125,7 @@ func TestStore_Insert_duplicate(t *testing.T) {
 // then find it rolled back: one of them runs fn, the others replay its result.
 func TestStore_Once_firstRollsBack(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	mustExec(t, pool, "CREATE TABLE charges (id BIGSERIAL PRIMARY KEY, idem_key TEXT NOT NULL)")
 	const key = "pay-rollback"
@@ -207,7 +207,7 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, n int64) {
 
 func TestExpiringKeys_Once(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	keys, err := s.ExpiringKeys(time.Hour)
 	if err != nil {
@@ -252,7 +252,7 @@ func TestExpiringKeys_Once(t *testing.T) {
 // once between them.
 func TestExpiringKeys_concurrentReplace(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	keys, err := s.ExpiringKeys(time.Hour)
 	if err != nil {
 		t.Fatal(err)
@@ -304,7 +304,7 @@ func TestStore_Once_results(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	stores := map[string]*pgxfence.Store{"pool": pgxfence.New(pool), "conn": pgxfence.New(conn.Conn())}
+	stores := map[string]*pgxfence.Store{"pool": newStore(pool), "conn": newStore(conn.Conn())}
 	for name, s := range stores {
 		for i, want := range [][]byte{{0, 0xff, '\\', '\'', 'x'}, {}, nil} {
 			key := fmt.Sprintf("%s-%d", name, i)
@@ -318,7 +318,7 @@ func TestStore_Once_results(t *testing.T) {
 		}
 	}
 	// Keys and fingerprints with quotes and backslashes are parameters like any value.
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	for _, key := range []string{`it's`, `back\slash`, `E'x'`, "naïve ✓"} {
 		if _, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return []byte(key), nil }); err != nil {
 			t.Fatalf("Once(%q): %v", key, err)
@@ -334,7 +334,7 @@ func TestStore_Once_results(t *testing.T) {
 
 func TestStore_PurgeExpiredKeys(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	mustExec(t, pool, `INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at)
 		SELECT 'old-' || i, 'fp', now() - interval '1 minute' FROM generate_series(1, 2500) AS i`)
@@ -354,7 +354,7 @@ func TestStore_PurgeExpiredKeys(t *testing.T) {
 
 func TestStore_Once_badInput(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ok := func(pgx.Tx) ([]byte, error) { return nil, nil }
 	tests := []struct {
 		name, key, fp string
@@ -396,7 +396,7 @@ func TestStore_Once_callerTx(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	mustExec(t, tx, "INSERT INTO log VALUES ('before')")
-	s := pgxfence.New(tx)
+	s := newStore(tx)
 	boom := errors.New("boom")
 	if _, err := s.Once(ctx, "k", "fp", func(tx pgx.Tx) ([]byte, error) {
 		mustExec(t, tx, "INSERT INTO log VALUES ('inside')")
@@ -417,7 +417,7 @@ func TestStore_Once_callerTx(t *testing.T) {
 	if n := mustInt(t, pool, "SELECT count(*) FROM log"); n != 1 {
 		t.Fatalf("%d log rows, want only the caller's", n)
 	}
-	if r, err := pgxfence.New(pool).Once(ctx, "k", "fp", func(pgx.Tx) ([]byte, error) { return nil, boom }); err != nil || !r.Replayed || string(r.Value) != "ok" {
+	if r, err := newStore(pool).Once(ctx, "k", "fp", func(pgx.Tx) ([]byte, error) { return nil, boom }); err != nil || !r.Replayed || string(r.Value) != "ok" {
 		t.Fatalf("replay after the caller committed = %+v, %v", r, err)
 	}
 }

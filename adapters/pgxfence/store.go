@@ -19,8 +19,9 @@
 //
 // A fenced transaction:
 //
-//	store := pgxfence.New(pool)
-//	err := fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
+//	store, err := pgxfence.New(pool)
+//	if err != nil { /* a nil pool, an unusable option */ }
+//	err = fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, total, 42)
 //		return err
 //	})
@@ -47,8 +48,6 @@ import (
 // Errors returned by this package besides fence's sentinels (fence.ErrStale,
 // fence.ErrNotFound, fence.ErrInvalidArgument, ...).
 var (
-	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
-	ErrInvalidOption = errors.New("pgxfence: invalid option")
 	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
 	// idle longer than its idle timeout (WithIdleTimeout; by default the grant's
 	// lease): the client stopped inside fn, a frozen process. Nothing of it was
@@ -64,8 +63,7 @@ var (
 // guessed: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not inside a transaction)
 // gets fenced transactions of its own, begun with the fence in one round trip; a
 // caller's pgx.Tx gets fenced transactions as savepoints inside it. Any other type
-// is refused with fence.ErrInvalidArgument (by NewWithOptions, and by every method of
-// a Store from New).
+// is refused by New with fence.ErrInvalidArgument.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -84,7 +82,6 @@ type Store struct {
 	fenceFirst bool
 	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or fence.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
-	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
 }
@@ -94,50 +91,39 @@ var (
 	_ fence.RowWriter     = (*Store)(nil)
 )
 
-// New returns a Store writing through db with the server's default isolation level.
-// A nil db (typed nil included), or one of no supported type (see DB), gives a Store
-// whose every method returns fence.ErrInvalidArgument.
-func New(db DB) *Store {
-	s, err := NewWithOptions(db)
-	if err != nil {
-		return &Store{invalid: err} // every method returns err
-	}
-	return s
-}
-
-// Option configures a Store; see NewWithOptions.
+// Option configures a Store; see New.
 type Option func(*Store) error
 
 // WithTxOptions sets the isolation level (and access mode) of the transactions
 // Fenced begins on a pool or connection. READ COMMITTED (PostgreSQL's default),
 // REPEATABLE READ and SERIALIZABLE are all fenced correctly; see Fenced for what a
 // serialization failure returns. Read-only transactions cannot raise a fence and a
-// custom BeginQuery or CommitQuery would replace the fence: both are refused with
-// ErrInvalidOption, as are unknown values.
+// custom BeginQuery or CommitQuery would replace the fence: both are refused, as are
+// unknown values and options on a pgx.Tx (New's error wraps fence.ErrInvalidArgument).
 func WithTxOptions(o pgx.TxOptions) Option {
 	return func(s *Store) error {
 		switch o.IsoLevel {
 		case "", pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadUncommitted:
 		default:
-			return fmt.Errorf("%w: isolation level %q", ErrInvalidOption, o.IsoLevel)
+			return optionErr("WithTxOptions", "isolation level %q", o.IsoLevel)
 		}
 		switch o.AccessMode {
 		case "", pgx.ReadWrite:
 		case pgx.ReadOnly:
-			return fmt.Errorf("%w: a read-only transaction cannot raise the fence", ErrInvalidOption)
+			return optionErr("WithTxOptions", "a read-only transaction cannot raise the fence")
 		default:
-			return fmt.Errorf("%w: access mode %q", ErrInvalidOption, o.AccessMode)
+			return optionErr("WithTxOptions", "access mode %q", o.AccessMode)
 		}
 		switch o.DeferrableMode {
 		case "", pgx.NotDeferrable:
 		default:
-			return fmt.Errorf("%w: deferrable mode %q (DEFERRABLE applies to read-only transactions only)", ErrInvalidOption, o.DeferrableMode)
+			return optionErr("WithTxOptions", "deferrable mode %q (DEFERRABLE applies to read-only transactions only)", o.DeferrableMode)
 		}
 		if o.BeginQuery != "" || o.CommitQuery != "" {
-			return fmt.Errorf("%w: BeginQuery and CommitQuery are not supported: the fence is part of the begin", ErrInvalidOption)
+			return optionErr("WithTxOptions", "BeginQuery and CommitQuery are not supported: the fence is part of the begin")
 		}
 		if s.nested {
-			return fmt.Errorf("%w: transaction options on a %T: fenced transactions there are savepoints of the caller's transaction", ErrInvalidOption, s.db)
+			return optionErr("WithTxOptions", "on a %T: fenced transactions there are savepoints of the caller's transaction", s.db)
 		}
 		parts := []string{"BEGIN"}
 		if o.IsoLevel != "" {
@@ -154,18 +140,18 @@ func WithTxOptions(o pgx.TxOptions) Option {
 	}
 }
 
-// NewWithOptions is New with options. It returns ErrInvalidOption for an option that
-// cannot be used and fence.ErrInvalidArgument for a db of no supported type (see
-// DB), each with a nil Store.
-func NewWithOptions(db DB, opts ...Option) (*Store, error) {
-	s := &Store{db: db, beginSQL: "BEGIN"}
+// New returns a Store writing through db, with the server's default isolation level
+// unless an option says otherwise. It does no I/O. It returns an error wrapping
+// fence.ErrInvalidArgument, and a nil Store, for a nil db (a typed nil, such as a
+// failed pgxpool.New's pool, included), a db of no supported type (see DB) and an
+// option that cannot be used (the error names it). A nil Option is ignored.
+func New(db DB, opts ...Option) (*Store, error) {
 	if fence.IsNil(db) {
-		// A typed nil (a failed pgxpool.New's pool) is refused by every method
-		// rather than dereferenced.
-		s.db = nil
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
+	s := &Store{db: db, beginSQL: "BEGIN"}
 	switch db.(type) {
-	case nil, *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
 	case pgx.Tx:
 		s.nested = true
 	default:
@@ -175,13 +161,18 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			continue
 		}
 		if err := o(s); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// optionErr is the error of an option that cannot be used, naming it.
+func optionErr(option, format string, args ...any) error {
+	return fmt.Errorf("pgxfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
 }
 
 // checkSingle is check for a single-row write: a fence.Set grant is refused.
@@ -195,9 +186,6 @@ func (s *Store) checkSingle(g fence.Grant) error {
 func (s *Store) check(g fence.Grant) error {
 	if err := fence.CheckGrant(g); err != nil {
 		return err
-	}
-	if s != nil && s.invalid != nil {
-		return s.invalid
 	}
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)

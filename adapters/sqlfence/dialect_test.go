@@ -6,6 +6,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
@@ -40,7 +41,7 @@ func forEach(t *testing.T, fn func(t *testing.T, db *sql.DB, s *sqlfence.Store))
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
-			fn(t, db, sqlfence.New(db, b.d))
+			fn(t, db, newStore(db, b.d))
 		})
 	}
 }
@@ -131,14 +132,12 @@ func TestStore_badInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s := sqlfence.New(db, migrations.MySQL)
+	s := newStore(db, migrations.MySQL)
 	tests := []struct {
 		name string
 		err  error
 		want error
 	}{
-		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), migrations.ErrUnknownDialect},
-		{"nil db", sqlfence.New(nil, migrations.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.C("v", 1)), fence.ErrInvalidArgument},
 		{"nil store", nilStore.Delete(t.Context(), g, fence.Row{Table: "t", Key: key}), fence.ErrInvalidArgument},
 		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
 		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.C("v", 1)), fence.ErrInvalidIdentifier},
@@ -216,7 +215,7 @@ func TestStore_missingSchema(t *testing.T) {
 			if err := migrations.Down(t.Context(), db, migrationsDialect(b.d)); err != nil {
 				t.Fatal(err)
 			}
-			s := sqlfence.New(db, b.d)
+			s := newStore(db, b.d)
 			err := s.Fenced(t.Context(), fence.NewGrant("r", 1), func(*sql.Tx) error { return nil })
 			if !errors.Is(err, sqlfence.ErrSchema) {
 				t.Fatalf("Fenced() without fence_tokens = %v, want ErrSchema", err)
@@ -225,7 +224,7 @@ func TestStore_missingSchema(t *testing.T) {
 	}
 }
 
-func TestNewWithOptions(t *testing.T) {
+func TestNew(t *testing.T) {
 	db, err := sql.Open("sqlite", "file:unused?mode=memory")
 	if err != nil {
 		t.Fatal(err)
@@ -240,18 +239,24 @@ func TestNewWithOptions(t *testing.T) {
 	}{
 		{"mysql read committed", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, nil},
 		{"sqlite serializable", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable})}, nil},
-		{"sqlite read committed", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, sqlfence.ErrInvalidOption},
-		{"read only", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, sqlfence.ErrInvalidOption},
-		{"snapshot", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, sqlfence.ErrInvalidOption},
-		{"nil option", migrations.MySQL, db, []sqlfence.Option{nil}, sqlfence.ErrInvalidOption},
+		{"sqlite read committed", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, fence.ErrInvalidArgument},
+		{"read only", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, fence.ErrInvalidArgument},
+		{"snapshot", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, fence.ErrInvalidArgument},
+		{"nil option", migrations.MySQL, db, []sqlfence.Option{nil}, nil},
+		{"nil option among others", migrations.SQLite, db, []sqlfence.Option{nil, sqlfence.WithIdleTimeout(time.Second), nil}, nil},
+		{"idle timeout under 1ms", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithIdleTimeout(0)}, fence.ErrInvalidArgument},
 		{"nil db", migrations.MySQL, nil, nil, fence.ErrInvalidArgument},
-		{"unknown dialect", 7, db, nil, migrations.ErrUnknownDialect},
+		{"unknown dialect", 7, db, nil, fence.ErrInvalidArgument},
+		{"unknown dialect, as migrations says", 7, db, nil, migrations.ErrUnknownDialect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := sqlfence.NewWithOptions(tt.db, tt.d, tt.opts...)
+			s, err := sqlfence.New(tt.db, tt.d, tt.opts...)
 			if !errors.Is(err, tt.want) || (err == nil) != (s != nil) {
-				t.Fatalf("NewWithOptions() = %v, %v; want error %v", s, err, tt.want)
+				t.Fatalf("New() = %v, %v; want error %v", s, err, tt.want)
+			}
+			if err != nil && len(tt.opts) > 0 && !strings.Contains(err.Error(), "With") {
+				t.Fatalf("New() error %q does not name the option", err)
 			}
 		})
 	}
@@ -266,7 +271,7 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 	levels := []sql.IsolationLevel{sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
 	for i, level := range levels {
 		t.Run(level.String(), func(t *testing.T) {
-			s, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			s, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -30,7 +30,10 @@ func ExampleStore_Fenced() {
 	db.ExecContext(ctx, `CREATE TABLE invoices (account INTEGER PRIMARY KEY, total INTEGER NOT NULL)`)
 	db.ExecContext(ctx, `INSERT INTO invoices VALUES (42, 0)`)
 
-	store := sqlfence.New(db, migrations.SQLite)
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		panic(err)
+	}
 	bill := func(token fence.Token, total int) error {
 		// In a service the grant is the *lockclient.Lock itself.
 		return fence.Exec(ctx, store, fence.NewGrant("account-42", token), func(tx *sql.Tx) error {
@@ -69,7 +72,10 @@ func ExampleStore_Update() {
 	db.ExecContext(ctx, `CREATE TABLE jobs (name TEXT PRIMARY KEY, state TEXT NOT NULL, fence_token INTEGER NOT NULL DEFAULT 0)`)
 	db.ExecContext(ctx, `INSERT INTO jobs (name, state) VALUES ('nightly', 'queued')`)
 
-	store := sqlfence.New(db, migrations.SQLite)
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		panic(err)
+	}
 	job := fence.Row{Table: "jobs", Key: []fence.Col{fence.C("name", "nightly")}}
 	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 8), job, fence.C("state", "done")))
 	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 7), job, fence.C("state", "running")))

@@ -17,7 +17,7 @@ import (
 // frozen inside fn (a stopped process) holding the fence row cannot hold up its
 // successor much longer than its lease. The default is the grant's lease when it
 // implements fence.Leased, else fence.DefaultIdleTimeout (10 s, the default lease).
-// A d under a millisecond is ErrInvalidOption. Per database:
+// A d under a millisecond is refused (fence.ErrInvalidArgument). Per database:
 //
 //   - PostgreSQL: idle_in_transaction_session_timeout, set for the transaction only
 //     (set_config(..., true)) inside the fence raise statement: no round trip of its
@@ -39,7 +39,7 @@ import (
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: idle timeout %v: want at least 1ms", ErrInvalidOption, d)
+			return optionErr(fmt.Sprintf("WithIdleTimeout(%v)", d), "want at least 1ms")
 		}
 		s.idle = d
 		return nil

@@ -102,6 +102,15 @@ func sqliteDB(t testing.TB) (*sql.DB, string) {
 	return db, path
 }
 
+// newStore is sqlfence.New for a db, dialect and options the test knows to be valid.
+func newStore(db *sql.DB, d migrations.Dialect, opts ...sqlfence.Option) *sqlfence.Store {
+	s, err := sqlfence.New(db, d, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 func mustExec(t testing.TB, db *sql.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.ExecContext(context.Background(), q, args...); err != nil {

@@ -42,7 +42,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 	}
 	for name, db := range mariaPools(t) {
 		db.SetMaxOpenConns(1) // one connection: the fenced one is the one read after
-		store, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
+		store, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 		}
 	}
 	db, _ := mysqlDB(t)
-	if _, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
+	if _, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
 	}
 }
@@ -104,7 +104,7 @@ func TestStore_Fenced_roundTrips(t *testing.T) {
 	if _, err := db.ExecContext(t.Context(), "CREATE TABLE rt (id INT PRIMARY KEY, v INT)"); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, migrations.MySQL)
+	store := newStore(db, migrations.MySQL)
 	write := func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(t.Context(), "INSERT INTO rt (id, v) VALUES (1, 1) ON DUPLICATE KEY UPDATE v = v + 1")
 		return err

@@ -46,7 +46,7 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 	if n, _ := res.RowsAffected(); n != 0 {
 		t.Fatalf("without clientFoundRows an unchanged write reports %d rows; the trap this test guards is gone", n)
 	}
-	store := sqlfence.New(changed, migrations.MySQL)
+	store := newStore(changed, migrations.MySQL)
 	row := fence.Row{Table: "acct", Key: []fence.Col{fence.C("id", "a")}}
 	g := fence.NewGrant("acct", 6)
 	calls := map[string]func() error{
@@ -70,7 +70,7 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 		t.Fatalf("the probe or a refused write left %d fence rows", n)
 	}
 
-	found := sqlfence.New(openRaw(t, dsn, true, false), migrations.MySQL)
+	found := newStore(openRaw(t, dsn, true, false), migrations.MySQL)
 	for range 2 { // the second write stores the values the row already has
 		if err := found.Update(t.Context(), g, row, fence.C("val", 2)); err != nil {
 			t.Fatalf("Update() with clientFoundRows = %v", err)
@@ -116,10 +116,10 @@ func TestOpenMySQL_noPreparePerCall(t *testing.T) {
 		}
 		return comStmtPrepare(t, db) - before
 	}
-	if n := writes(sqlfence.New(db, migrations.MySQL)); n != 0 {
+	if n := writes(newStore(db, migrations.MySQL)); n != 0 {
 		t.Fatalf("OpenMySQL pool: %d server-side prepares for %d fenced writes, want 0", n, 2*calls)
 	}
-	if n := writes(sqlfence.New(openRaw(t, dsn, true, false), migrations.MySQL)); n < 2*calls {
+	if n := writes(newStore(openRaw(t, dsn, true, false), migrations.MySQL)); n < 2*calls {
 		t.Fatalf("plain DSN: %d prepares for %d writes; expected one per statement (the test cannot tell otherwise)", n, 2*calls)
 	}
 }
@@ -131,7 +131,7 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 	db, _ := mysqlDB(t)
 	mustExec(t, db, "CREATE TABLE jobs (seq BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL UNIQUE, "+
 		"state VARCHAR(20) NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
-	s := sqlfence.New(db, migrations.MySQL)
+	s := newStore(db, migrations.MySQL)
 	row := fence.Row{Table: "jobs", Key: []fence.Col{fence.C("name", "nightly")}}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("jobs", tok) }
 	steps := []struct {
@@ -167,7 +167,7 @@ func TestMySQL_schemaQualified(t *testing.T) {
 	cfg, _ := mysql.ParseDSN(dsn)
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
-	s := sqlfence.New(db, migrations.MySQL)
+	s := newStore(db, migrations.MySQL)
 	row := fence.Row{Table: cfg.DBName + ".acct", Key: []fence.Col{fence.C("id", "a")}}
 	if err := s.Update(t.Context(), fence.NewGrant("acct", 2), row, fence.C("val", 7)); err != nil {
 		t.Fatal(err)
@@ -229,7 +229,7 @@ func TestMigrations_upDownUp(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
 			md := migrationsDialect(b.d)
-			s := sqlfence.New(db, b.d)
+			s := newStore(db, b.d)
 			ok := func(*sql.Tx) error { return nil }
 			if err := s.Fenced(t.Context(), fence.NewGrant("m", 9), ok); err != nil {
 				t.Fatal(err)

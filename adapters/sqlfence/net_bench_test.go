@@ -29,7 +29,7 @@ func BenchmarkMariaDB_Net(b *testing.B) {
 		if oneWay > 0 {
 			db = proxiedMySQL(b, dsn, oneWay)
 		}
-		s := sqlfence.New(db, migrations.MySQL)
+		s := newStore(db, migrations.MySQL)
 		for _, workers := range []int{1, 16, 64} {
 			par := max(1, workers/runtime.GOMAXPROCS(0))
 			if workers == 1 {

@@ -47,8 +47,6 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		want error
 	}{
 		{"nil Store", nilStore, fence.ErrInvalidArgument},
-		{"nil DB", sqlfence.New(nil, migrations.MySQL), fence.ErrInvalidArgument},
-		{"no dialect", sqlfence.New(unreachable, 0), migrations.ErrUnknownDialect},
 	}
 	type call struct {
 		name string
@@ -94,7 +92,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 			t.Run(st.name+"/"+c.name, func(t *testing.T) { check(t, func() error { return c.run(st.s) }, st.want) })
 		}
 	}
-	s := sqlfence.New(unreachable, migrations.MySQL)
+	s := newStore(unreachable, migrations.MySQL)
 	bad := []call{
 		{"Fenced typed nil grant", func(s *sqlfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *sqlfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},

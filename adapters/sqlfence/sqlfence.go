@@ -9,7 +9,8 @@
 //	db, err := sqlfence.OpenSQLite("app.db") // or sqlfence.OpenMySQL(dsn)
 //	...
 //	err = migrations.Up(ctx, db, migrations.SQLite) // creates fence_tokens
-//	store := sqlfence.New(db, migrations.SQLite)
+//	store, err := sqlfence.New(db, migrations.SQLite)
+//	...
 //	err = fence.Exec(ctx, store, lock, func(tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, total, 42)
 //		return err
@@ -40,7 +41,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/fencegate/fencegate/migrations"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -63,8 +63,6 @@ var (
 	// rows, so a fenced write of unchanged values would look refused. Add
 	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
 	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
-	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
-	ErrInvalidOption = errors.New("sqlfence: invalid option")
 	// ErrSchema means the fence_tokens table is missing: apply the migrations
 	// package's migrations (migrations.Up with migrations.MySQL or SQLite).
 	ErrSchema = errors.New("sqlfence: fencegate schema missing, run migrations.Up")
@@ -92,27 +90,16 @@ type Store struct {
 	shapes shapeCache // Decrement's SQL per counter shape; see stmtcache.go
 }
 
-// New returns a Store writing through db in dialect d. The library's fence_tokens
-// table must exist (migrations.Up creates it). New does no I/O; a nil db or an
-// unknown dialect is reported by every method, with fence.ErrInvalidArgument or
-// migrations.ErrUnknownDialect.
-func New(db *sql.DB, d migrations.Dialect) *Store {
-	return &Store{db: db, d: dialect(d)}
-}
-
-// Dialect returns the store's dialect.
-func (s *Store) Dialect() migrations.Dialect { return migrations.Dialect(s.d) }
-
 // Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
 // g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
 // higher), runs fn and commits. The fence row stays locked to commit, so a stale
 // transaction racing a newer one waits and is then refused. ctx governs the whole
 // transaction, including waits for locks.
 //
-// Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
+// Errors: fence.ErrInvalidArgument (nil store or fn), fence.ErrInvalidResource,
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
-// checked immediately before COMMIT, the transaction then rolls back), migrations.ErrUnknownDialect,
+// checked immediately before COMMIT, the transaction then rolls back),
 // ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
@@ -175,10 +162,7 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 // check refuses a store or grant that cannot be used, before any I/O.
 func (s *Store) check(g fence.Grant) error {
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
-	}
-	if err := s.d.check(); err != nil {
-		return err
+		return fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
 	}
 	return fence.CheckGrant(g)
 }

@@ -49,7 +49,7 @@ func sqliteChild() int {
 	}
 	defer db.Close()
 	ctx := context.Background()
-	store := sqlfence.New(db, migrations.SQLite)
+	store := newStore(db, migrations.SQLite)
 	// Start together: the parent creates the go file once every process runs.
 	for {
 		if _, err := os.Stat(parts[0] + ".go"); err == nil {
@@ -221,7 +221,7 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := sqlfence.New(tt.db, migrations.SQLite)
+			store := newStore(tt.db, migrations.SQLite)
 			g := fence.NewGrant("busy", 1)
 			calls := map[string]func(ctx context.Context) error{
 				"Fenced": func(ctx context.Context) error {
@@ -258,7 +258,7 @@ func TestSQLite_busy_retriedWithoutTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { plain.Close() })
 	release := holdWriteLock(t, path)
-	store := sqlfence.New(plain, migrations.SQLite)
+	store := newStore(plain, migrations.SQLite)
 	done := make(chan error, 1)
 	go func() {
 		done <- store.Fenced(t.Context(), fence.NewGrant("retry", 7), func(tx *sql.Tx) error {

@@ -33,7 +33,7 @@ import (
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
 // fence.Set grant), fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant,
-// ErrFoundRows, migrations.ErrUnknownDialect, ErrSchema (no fence_tokens), a
+// ErrFoundRows, ErrSchema (no fence_tokens), a
 // *fence.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
 // *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.

@@ -37,7 +37,11 @@ func newFenceEnv(t *testing.T, srv *locktest.Server, db *sql.DB, d migrations.Di
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &fenceEnv{locks: locks, holder: holder, store: sqlfence.New(db, d), dsn: dsn}
+	store, err := sqlfence.New(db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fenceEnv{locks: locks, holder: holder, store: store, dsn: dsn}
 	if err := e.write(t); err != nil {
 		t.Fatalf("the holder's first write: %v", err)
 	}

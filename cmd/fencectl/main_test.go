@@ -112,7 +112,10 @@ func TestRun_tokens(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	s := sqlfence.New(db, migrations.SQLite)
+	s, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
 	noop := func(*sql.Tx) error { return nil }
 	for _, g := range []fence.Grant{fence.NewGrant("acct-1", 40), fence.NewGrant("acct-1", 42), fence.NewGrant("it's; DROP", 7)} {
 		if err := s.Fenced(t.Context(), g, noop); err != nil {

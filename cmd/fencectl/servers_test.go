@@ -59,7 +59,10 @@ func TestRun_tokens_servers(t *testing.T) {
 			if err := migrations.Up(context.Background(), db, tc.md); err != nil {
 				t.Fatal(err)
 			}
-			s := sqlfence.New(db, tc.sd)
+			s, err := sqlfence.New(db, tc.sd)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, g := range []fence.Grant{fence.NewGrant("acct-1", 42), fence.NewGrant("it's; DROP", 7)} {
 				if err := s.Fenced(t.Context(), g, func(*sql.Tx) error { return nil }); err != nil {
 					t.Fatal(err)

@@ -96,7 +96,7 @@ func (s pgStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error) 
 	if s.idle > 0 {
 		opts = append(opts, pgxfence.WithIdleTimeout(s.idle))
 	}
-	st, err := pgxfence.NewWithOptions(s.db, opts...)
+	st, err := pgxfence.New(s.db, opts...)
 	if err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func (s sqlStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error)
 	if s.idle > 0 {
 		opts = append(opts, sqlfence.WithIdleTimeout(s.idle))
 	}
-	st, err := sqlfence.NewWithOptions(s.db, s.d, opts...)
+	st, err := sqlfence.New(s.db, s.d, opts...)
 	if err != nil {
 		return err
 	}

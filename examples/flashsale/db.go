@@ -90,8 +90,12 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			pool.Close()
 			return nil, 0, fmt.Errorf("-postgres: %w", err)
 		}
+		store, err := pgxfence.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, 0, fmt.Errorf("-postgres: %w", err)
+		}
 		db := stdlib.OpenDBFromPool(pool)
-		store := pgxfence.New(pool)
 		s := &shop{
 			where: fmt.Sprintf("PostgreSQL %s:%d/%s (pgxfence)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 			kind:  b.kind, db: db, guard: store,
@@ -147,7 +151,12 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			clean()
 			return nil, 0, fmt.Errorf("%s: %w", b.kind, err)
 		}
-		store := sqlfence.New(db, d)
+		store, err := sqlfence.New(db, d)
+		if err != nil {
+			db.Close()
+			clean()
+			return nil, 0, fmt.Errorf("%s: %w", b.kind, err)
+		}
 		s := &shop{
 			where: where + " (sqlfence)", kind: b.kind, db: db, guard: store,
 			close: func() { db.Close(); clean() },

@@ -177,7 +177,12 @@ func openInvoiceDB(ctx context.Context, b backend) (invoiceDB, error) {
 			pool.Close()
 			return nil, fmt.Errorf("-postgres: %w", err)
 		}
-		return &pgInvoices{pool: pool, store: pgxfence.New(pool)}, nil
+		store, err := pgxfence.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("-postgres: %w", err)
+		}
+		return &pgInvoices{pool: pool, store: store}, nil
 	case "sqlite", "mysql":
 		db, _, err := openSQL(b)
 		if err != nil {
@@ -191,7 +196,12 @@ func openInvoiceDB(ctx context.Context, b backend) (invoiceDB, error) {
 		if b.kind == "mysql" {
 			d, upsert = migrations.MySQL, upsertInvoiceMySQL
 		}
-		return &sqlInvoices{db: db, store: sqlfence.New(db, d), upsert: upsert}, nil
+		store, err := sqlfence.New(db, d)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%s: %w", b.kind, err)
+		}
+		return &sqlInvoices{db: db, store: store, upsert: upsert}, nil
 	}
 	return nil, fmt.Errorf("unknown database kind %q", b.kind)
 }

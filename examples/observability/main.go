@@ -141,7 +141,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
 		return err
 	}
-	store, err := sqlfence.NewWithOptions(db, migrations.SQLite,
+	store, err := sqlfence.New(db, migrations.SQLite,
 		sqlfence.WithLogger(log.With("component", "sqlfence")), sqlfence.WithObserver(metrics))
 	if err != nil {
 		return err

@@ -53,7 +53,7 @@ func Example_observability() {
 		log.Fatal(err)
 	}
 	defer locks.Close()
-	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithObserver(m), pgxfence.WithLogger(logger))
+	store, err := pgxfence.New(pool, pgxfence.WithObserver(m), pgxfence.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -82,7 +82,10 @@ func TestQuickstart_locktestAndSQLite(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE invoices (account INTEGER PRIMARY KEY, total INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, migrations.SQLite)
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	first, err := locks.Acquire(ctx, "account-42")
 	if err != nil {

@@ -44,7 +44,11 @@ func Example_pgx() {
 	}
 	defer lock.Release(ctx)
 
-	err = fence.Exec(lock.Context(), pgxfence.New(pool), lock, func(tx pgx.Tx) error {
+	store, err := pgxfence.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fence.Exec(lock.Context(), store, lock, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 1250, 42)
 		return err
 	})
@@ -70,7 +74,11 @@ func Example_databaseSQL() {
 	}
 	defer lock.Release(ctx)
 
-	err = fence.Exec(ctx, sqlfence.New(db, migrations.MySQL), lock, func(tx *sql.Tx) error {
+	store, err := sqlfence.New(db, migrations.MySQL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fence.Exec(ctx, store, lock, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, 1250, 42)
 		return err
 	})
@@ -83,7 +91,7 @@ func Example_databaseSQL() {
 func Example_tokenColumn() {
 	ctx := context.Background()
 	var (
-		store *pgxfence.Store  // pgxfence.New(pool)
+		store *pgxfence.Store  // from pgxfence.New(pool)
 		lock  *lockclient.Lock // from Acquire
 	)
 	err := store.Update(ctx, lock,

@@ -53,7 +53,12 @@ func openBank(ctx context.Context, path string) (*bank, error) {
 			return nil, fmt.Errorf("set up the accounts: %w", err)
 		}
 	}
-	return &bank{db: db, store: sqlfence.New(db, migrations.SQLite)}, nil
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &bank{db: db, store: store}, nil
 }
 
 func (b *bank) Close() error { return b.db.Close() }

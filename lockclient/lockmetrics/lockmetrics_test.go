@@ -179,7 +179,7 @@ func TestMetrics_fencedWrites(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlfence.NewWithOptions(db, migrations.SQLite, sqlfence.WithObserver(m))
+	s, err := sqlfence.New(db, migrations.SQLite, sqlfence.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}
