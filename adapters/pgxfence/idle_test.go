@@ -64,7 +64,7 @@ func idleChild() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return nil
 	})
-	fmt.Printf("idle-timeout=%v err=%v\n", errors.Is(err, pgxfence.ErrIdleTimeout), err)
+	fmt.Printf("idle-timeout=%v err=%v\n", errors.Is(err, fence.ErrIdleTimeout), err)
 	return 0
 }
 

@@ -111,19 +111,30 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 // poolWrapper is a caller's type around a pool: neither a pool nor a pgx.Tx.
 type poolWrapper struct{ *pgxpool.Pool }
 
-// TestNewWithOptions_unsupportedDB checks that a DB of another type is refused, not
-// silently given a caller's-transaction (savepoint) store.
-func TestNewWithOptions_unsupportedDB(t *testing.T) {
+// TestNew_unusableDB checks that New refuses a nil DB, a typed nil pool (a failed
+// pgxpool.New's) and a DB of another type (not silently given a caller's-transaction,
+// savepoint, store) with fence.ErrInvalidArgument and a nil Store.
+func TestNew_unusableDB(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), "postgres://fencegate@127.0.0.1:1/none")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pgxfence.New(poolWrapper{pool}); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("New(wrapper) = %v, want ErrInvalidArgument", err)
-	}
-	err = newStore(poolWrapper{pool}).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
-	if !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("New(wrapper).Fenced = %v, want ErrInvalidArgument", err)
+	var (
+		nilPool *pgxpool.Pool
+		nilTx   pgx.Tx
+	)
+	for name, db := range map[string]pgxfence.DB{
+		"nil":            nil,
+		"typed nil pool": nilPool,
+		"nil pgx.Tx":     nilTx,
+		"wrapper":        poolWrapper{pool},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := pgxfence.New(db)
+			if !errors.Is(err, fence.ErrInvalidArgument) || s != nil {
+				t.Fatalf("New(%s) = %v, %v; want nil, ErrInvalidArgument", name, s, err)
+			}
+		})
 	}
 }

@@ -379,7 +379,7 @@ func TestStore_Once_badInput(t *testing.T) {
 	}
 	// Without the migrations: ErrSchema names the fix.
 	mustExec(t, pool, "DROP TABLE idempotency_keys")
-	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, pgxfence.ErrSchema) {
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
 }

@@ -77,7 +77,7 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 // fence.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), fn's own error as is after rolling back fn's
 // writes and the key, fence.ErrBusy when a serialization failure hit fn's work
-// or the commit (run the call again), ErrSchema when idempotency_keys is missing,
+// or the commit (run the call again), fence.ErrSchema when idempotency_keys is missing,
 // or the driver's error wrapped. If fn panics, the transaction is rolled back and
 // the panic goes on.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (fence.Result, error) {
@@ -127,7 +127,7 @@ func (k *ExpiringKeys) Once(ctx context.Context, key, fingerprint string, fn fun
 // locked, until none is left or ctx ends; a purge that ctx cut short has deleted what
 // it reports. Schedule it as often as the table's growth calls for.
 //
-// Errors: fence.ErrInvalidArgument for a nil Store, ErrSchema when
+// Errors: fence.ErrInvalidArgument for a nil Store, fence.ErrSchema when
 // idempotency_keys is missing, or the driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if s == nil || s.db == nil {
@@ -282,7 +282,7 @@ func keyError(op string, err error) error {
 		case codeSerialization:
 			return fmt.Errorf("%w: %s: %w", fence.ErrBusy, op, err)
 		case codeNoTable:
-			return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+			return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 		}
 	}
 	return fmt.Errorf("pgxfence: %s: %w", op, err)

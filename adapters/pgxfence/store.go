@@ -45,20 +45,6 @@ import (
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
-// Errors returned by this package besides fence's sentinels (fence.ErrStale,
-// fence.ErrNotFound, fence.ErrInvalidArgument, ...).
-var (
-	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
-	// idle longer than its idle timeout (WithIdleTimeout; by default the grant's
-	// lease): the client stopped inside fn, a frozen process. Nothing of it was
-	// committed, and the grant has most likely passed on: stop, do not retry. It
-	// wraps the *pgconn.PgError (SQLSTATE 25P03).
-	ErrIdleTimeout = errors.New("pgxfence: fenced transaction ended by the server: idle past its timeout")
-	// ErrSchema means fence_tokens or fence_raise is missing: apply the migrations
-	// package's migrations (migrations.Up with migrations.Postgres).
-	ErrSchema = errors.New("pgxfence: fencegate schema missing, run migrations.Up")
-)
-
 // DB is what a Store writes through, one of two kinds, told apart by type and never
 // guessed: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not inside a transaction)
 // gets fenced transactions of its own, begun with the fence in one round trip; a
@@ -232,8 +218,11 @@ func (s *Store) check(g fence.Grant) error {
 // time fn returned (checked immediately before COMMIT, which is then never sent); a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
 // higher one is stored; fn's error as it is (when fn returns an error that
-// does not wrap the refusal it was given, the two joined); ErrSchema when the
-// migrations were not applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
+// does not wrap the refusal it was given, the two joined); fence.ErrSchema when the
+// migrations were not applied; fence.ErrIdleTimeout, wrapping the *pgconn.PgError
+// (25P03), when the server ended the transaction because it sat idle past its idle
+// timeout (WithIdleTimeout): nothing was committed and the grant has most likely
+// passed on, so stop, do not retry. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
 // a serialization failure (40001): it is returned as a *fence.StaleError when a
 // higher token is stored by the time it is looked at (retrying could never succeed),
 // otherwise wrapped with fence.ErrBusy, for the caller to retry the whole

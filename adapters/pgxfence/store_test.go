@@ -385,11 +385,11 @@ func TestStore_schemaMissing(t *testing.T) {
 	mustExec(t, conn, "CREATE TABLE t (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)")
 	s := newStore(conn)
 	g := fence.NewGrant("r", 1)
-	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, pgxfence.ErrSchema) {
+	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Fenced() = %v, want ErrSchema", err)
 	}
 	row := fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}
-	if err := s.Upsert(t.Context(), g, row, fence.C("val", 1)); !errors.Is(err, pgxfence.ErrSchema) {
+	if err := s.Upsert(t.Context(), g, row, fence.C("val", 1)); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Upsert() = %v, want ErrSchema", err)
 	}
 	if conn.PgConn().TxStatus() != 'I' {

@@ -217,7 +217,7 @@ func TestStore_missingSchema(t *testing.T) {
 			}
 			s := newStore(db, b.d)
 			err := s.Fenced(t.Context(), fence.NewGrant("r", 1), func(*sql.Tx) error { return nil })
-			if !errors.Is(err, sqlfence.ErrSchema) {
+			if !errors.Is(err, fence.ErrSchema) {
 				t.Fatalf("Fenced() without fence_tokens = %v, want ErrSchema", err)
 			}
 		})

@@ -21,9 +21,9 @@ type nilLock struct {
 func (l *nilLock) Resource() string   { return l.res }
 func (l *nilLock) Token() fence.Token { return l.tok }
 
-// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a Store of a
-// nil *sql.DB or of no dialect, a typed nil grant, zero Rows and Counters and nil
-// functions: each returns its documented error before any I/O (the pool points at a
+// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store (New refuses a
+// nil *sql.DB and an unknown dialect: TestNew), a typed nil grant, zero
+// Rows and Counters and nil functions: each returns its documented error before any I/O (the pool points at a
 // closed port), and none panics.
 func TestStore_nilAndZeroInputs(t *testing.T) {
 	ctx := t.Context()

@@ -451,7 +451,7 @@ func TestStore_Once_badInput(t *testing.T) {
 	}
 	// Without the migrations: ErrSchema names the fix.
 	mustExec(t, db, "DROP TABLE idempotency_keys")
-	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrSchema) {
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
 }

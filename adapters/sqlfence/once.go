@@ -336,7 +336,7 @@ func keyErr(op string, err error) error {
 		return err
 	}
 	if isNoKeysTable(err) {
-		return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+		return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 	}
 	return fmt.Errorf("sqlfence: %s: %w", op, err)
 }

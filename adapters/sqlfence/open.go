@@ -122,7 +122,7 @@ func (s *Store) probeFoundRows(ctx context.Context) error {
 		for range 2 {
 			res, err := tx.ExecContext(ctx, q, probeResource)
 			if missingSchema(err) {
-				return fmt.Errorf("%w: check mysql connection: %w", ErrSchema, err)
+				return fmt.Errorf("%w: check mysql connection: %w", fence.ErrSchema, err)
 			}
 			if err != nil {
 				return fmt.Errorf("sqlfence: check mysql connection: %w", err)

@@ -63,9 +63,6 @@ var (
 	// rows, so a fenced write of unchanged values would look refused. Add
 	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
 	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
-	// ErrSchema means the fence_tokens table is missing: apply the migrations
-	// package's migrations (migrations.Up with migrations.MySQL or SQLite).
-	ErrSchema = errors.New("sqlfence: fencegate schema missing, run migrations.Up")
 )
 
 // Store fences transactions and single-row writes on one database. It implements
@@ -100,7 +97,7 @@ type Store struct {
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back),
-// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
+// ErrFoundRows (MySQL), fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
@@ -256,7 +253,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 
 func raiseErr(g fence.Grant, err error) error {
 	if missingSchema(err) {
-		return fmt.Errorf("%w: raise fence row %q: %w", ErrSchema, g.Resource(), err)
+		return fmt.Errorf("%w: raise fence row %q: %w", fence.ErrSchema, g.Resource(), err)
 	}
 	return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
 }

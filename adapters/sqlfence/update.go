@@ -33,7 +33,7 @@ import (
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
 // fence.Set grant), fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant,
-// ErrFoundRows, ErrSchema (no fence_tokens), a
+// ErrFoundRows, fence.ErrSchema (no fence_tokens), a
 // *fence.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
 // *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.
@@ -99,7 +99,7 @@ func (s *Store) updateTry(ctx context.Context, g fence.Grant, st *rowStmt, bump 
 				return u
 			}
 			if missingSchema(err) {
-				return fmt.Errorf("%w: %w", ErrSchema, err)
+				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
 		}
 		return err
@@ -127,7 +127,7 @@ func (s *Store) fenceToken(ctx context.Context, resource string) (fence.Token, b
 		return 0, false, nil
 	case err != nil:
 		if missingSchema(err) {
-			return 0, false, fmt.Errorf("%w: %w", ErrSchema, err)
+			return 0, false, fmt.Errorf("%w: %w", fence.ErrSchema, err)
 		}
 		return 0, false, fmt.Errorf("sqlfence: read fence row %q: %w", resource, err)
 	}
