@@ -14,6 +14,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
@@ -69,11 +71,11 @@ func backends() []opener {
 	}
 	return []opener{
 		open("sqlite", migrations.SQLite, migrations.SQLite,
-			func(t *testing.T) string { return filepath.Join(t.TempDir(), "app.db") }, sqlfence.OpenSQLite),
+			func(t *testing.T) string { return filepath.Join(t.TempDir(), "app.db") }, sqlite.Open),
 		open("postgres", migrations.Postgres, migrations.Postgres,
 			func(t *testing.T) string { return postgres.DSN(t) }, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }),
 		open("mariadb", migrations.MySQL, migrations.MySQL,
-			func(t *testing.T) string { return mariadb.DSN(t) }, sqlfence.OpenMySQL),
+			func(t *testing.T) string { return mariadb.DSN(t) }, mysql.Open),
 	}
 }
 
@@ -123,7 +125,7 @@ func TestRaise(t *testing.T) {
 }
 
 func TestRaise_badInput(t *testing.T) {
-	closed, err := sqlfence.OpenSQLite(filepath.Join(t.TempDir(), "x.db"))
+	closed, err := sqlite.Open(filepath.Join(t.TempDir(), "x.db"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -122,12 +122,12 @@ func TestNew_unusableDB(t *testing.T) {
 	t.Cleanup(pool.Close)
 	var (
 		nilPool *pgxpool.Pool
-		nilTx   pgx.Tx
+		nilConn *pgx.Conn
 	)
 	for name, db := range map[string]pgxfence.DB{
 		"nil":            nil,
 		"typed nil pool": nilPool,
-		"nil pgx.Tx":     nilTx,
+		"typed nil conn": nilConn,
 		"wrapper":        poolWrapper{pool},
 	} {
 		t.Run(name, func(t *testing.T) {

@@ -360,21 +360,6 @@ func TestStore_Fenced_connInsideTransaction(t *testing.T) {
 	}
 }
 
-func TestStore_nilDB(t *testing.T) {
-	var pool *pgxpool.Pool
-	var conn *pgx.Conn
-	for name, db := range map[string]pgxfence.DB{"nil": nil, "nil pool": pool, "nil conn": conn} {
-		s := newStore(db)
-		g := fence.NewGrant("r", 1)
-		if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Fatalf("%s: Fenced() = %v", name, err)
-		}
-		if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{fence.C("id", 1)}}); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Fatalf("%s: Delete() = %v", name, err)
-		}
-	}
-}
-
 // TestStore_schemaMissing checks the error a database without the migrations gives.
 func TestStore_schemaMissing(t *testing.T) {
 	conn, err := pgx.Connect(t.Context(), postgres.DSN(t))

@@ -3,7 +3,6 @@ package sqlfence_test
 import (
 	"database/sql"
 	"errors"
-	"os"
 	"strings"
 	"testing"
 	"time"
@@ -158,46 +157,6 @@ func TestStore_badInput(t *testing.T) {
 	}
 }
 
-func TestOpen_badInput(t *testing.T) {
-	tests := []struct {
-		name string
-		open func() (*sql.DB, error)
-	}{
-		{"empty sqlite path", func() (*sql.DB, error) { return sqlfence.OpenSQLite("") }},
-		{"sqlite memory", func() (*sql.DB, error) { return sqlfence.OpenSQLite(":memory:") }},
-		{"sqlite uri", func() (*sql.DB, error) { return sqlfence.OpenSQLite("file:x.db?mode=ro") }},
-		{"mysql dsn", func() (*sql.DB, error) { return sqlfence.OpenMySQL("user@tcp(127.0.0.1:3306/db") }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			db, err := tt.open()
-			if !errors.Is(err, fence.ErrInvalidArgument) || db != nil {
-				t.Fatalf("error = %v, want ErrInvalidArgument and no pool", err)
-			}
-		})
-	}
-}
-
-// TestOpenSQLite_oddPath opens a file whose name holds URI metacharacters.
-func TestOpenSQLite_oddPath(t *testing.T) {
-	path := t.TempDir() + "/a?b#c%d e.db"
-	db, err := sqlfence.OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	mustExec(t, db, "CREATE TABLE t (id INTEGER)")
-	if mode := queryString(t, db, "PRAGMA journal_mode"); mode != "wal" {
-		t.Fatalf("journal_mode = %q, want wal", mode)
-	}
-	if ms := queryInt(t, db, "PRAGMA busy_timeout"); ms != sqlfence.SQLiteBusyTimeoutMS {
-		t.Fatalf("busy_timeout = %d", ms)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("database not at the path given: %v", err)
-	}
-}
-
 func queryString(t testing.TB, db *sql.DB, q string) string {
 	t.Helper()
 	var v string
@@ -293,14 +252,4 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestOpenMySQL_unsafeCollation keeps a DSN whose collation the driver will not
-// interpolate into usable, without interpolation.
-func TestOpenMySQL_unsafeCollation(t *testing.T) {
-	db, err := sqlfence.OpenMySQL("u:p@tcp(127.0.0.1:3306)/db?collation=sjis_japanese_ci")
-	if err != nil {
-		t.Fatalf("OpenMySQL() = %v", err)
-	}
-	db.Close()
 }

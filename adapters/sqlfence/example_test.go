@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -19,7 +20,7 @@ func ExampleStore_Fenced() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
 	defer os.RemoveAll(dir)
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
@@ -61,7 +62,7 @@ func ExampleStore_Update() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
 	defer os.RemoveAll(dir)
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}

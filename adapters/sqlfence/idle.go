@@ -25,7 +25,7 @@ import (
 //   - MariaDB: idle_transaction_timeout (whole seconds, rounded up) on the session,
 //     restored to the server's default when the transaction ends, so a connection
 //     returns to the pool with the server's default and the caller's own
-//     transactions never inherit it. Through a pool opened by OpenMySQL this costs
+//     transactions never inherit it. Through a pool opened by sqlfence/mysql this costs
 //     no round trip: the SET, BEGIN and fence raise are one compound statement, and
 //     COMMIT (or ROLLBACK) and the restore another. Through a pool opened otherwise
 //     the transaction runs on a pinned connection whose timeout is set before BEGIN
@@ -34,7 +34,7 @@ import (
 //   - SQLite: nothing to set. Writers are one host's processes and the lock is the
 //     database file's: a frozen writer holds it until it wakes or dies, and a
 //     waiter's call ends with its ctx's error, wrapped in fence.ErrBusy where the Store
-//     was retrying (the driver's busy timeout, SQLiteBusyTimeoutMS, bounds each
+//     was retrying (the driver's busy timeout, 5 s with sqlfence/sqlite, bounds each
 //     wait; the Store retries until ctx ends).
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/testserver"
 	"github.com/fencegate/fencegate/migrations"
@@ -47,7 +47,7 @@ func idleChild() int {
 		err error
 	)
 	if d == migrations.MySQL {
-		db, err = sqlfence.OpenMySQL(os.Getenv(idleDSNEnv))
+		db, err = mysql.Open(os.Getenv(idleDSNEnv))
 	} else {
 		db, err = sql.Open("pgx", os.Getenv(idleDSNEnv))
 	}

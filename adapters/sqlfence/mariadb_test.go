@@ -12,13 +12,13 @@ import (
 	"github.com/fencegate/fencegate/migrations"
 )
 
-// mariaPools are the two ways a MariaDB pool reaches a Store: OpenMySQL (the
+// mariaPools are the two ways a MariaDB pool reaches a Store: mysql.Open (the
 // one-statement begin) and the driver opened by hand with the two flags (a pinned
 // connection whose session timeout is set and restored around the transaction).
 func mariaPools(t *testing.T) map[string]*sql.DB {
 	t.Helper()
 	db, dsn := mysqlDB(t)
-	return map[string]*sql.DB{"OpenMySQL": db, "sql.Open": openRaw(t, dsn, true, true)}
+	return map[string]*sql.DB{"mysql.Open": db, "sql.Open": openRaw(t, dsn, true, true)}
 }
 
 // TestStore_Fenced_idleTimeoutRestored checks that MariaDB's session idle timeout,
@@ -97,7 +97,7 @@ func fencedRecover(ctx context.Context, s *sqlfence.Store, g fence.Grant, fn fun
 
 // TestStore_Fenced_roundTrips counts the statements a one-write fenced transaction
 // sends MariaDB (the session's Questions counter, which counts a compound statement
-// once): through an OpenMySQL pool as many as the unfenced transaction, three.
+// once): through a mysql.Open pool as many as the unfenced transaction, three.
 func TestStore_Fenced_roundTrips(t *testing.T) {
 	db, _ := mysqlDB(t)
 	db.SetMaxOpenConns(1)

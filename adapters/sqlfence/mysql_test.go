@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
@@ -17,7 +17,7 @@ import (
 // openRaw opens dsn with the driver as given, after setting the two flags.
 func openRaw(t *testing.T, dsn string, foundRows, interpolate bool) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,8 +59,8 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, sqlfence.ErrFoundRows) || !strings.Contains(err.Error(), "clientFoundRows=true") {
-			t.Errorf("%s() = %v, want ErrFoundRows saying how to fix the DSN", name, err)
+		if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "clientFoundRows=true") {
+			t.Errorf("%s() = %v, want ErrInvalidArgument saying how to fix the DSN", name, err)
 		}
 	}
 	if v, tok := queryInt(t, db, "SELECT val FROM acct"), queryInt(t, db, "SELECT fence_token FROM acct"); v != 1 || tok != 5 {
@@ -89,10 +89,10 @@ func comStmtPrepare(t *testing.T, db *sql.DB) int64 {
 	return n
 }
 
-// TestOpenMySQL_noPreparePerCall: a pool from OpenMySQL sends each statement in one
+// TestMySQLOpen_noPreparePerCall: a pool from sqlfence/mysql sends each statement in one
 // round trip (interpolateParams); the same writes through a plain DSN prepare a
 // server-side statement per call, which is what halves throughput.
-func TestOpenMySQL_noPreparePerCall(t *testing.T) {
+func TestMySQLOpen_noPreparePerCall(t *testing.T) {
 	db, dsn := mysqlDB(t)
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
@@ -117,7 +117,7 @@ func TestOpenMySQL_noPreparePerCall(t *testing.T) {
 		return comStmtPrepare(t, db) - before
 	}
 	if n := writes(newStore(db, migrations.MySQL)); n != 0 {
-		t.Fatalf("OpenMySQL pool: %d server-side prepares for %d fenced writes, want 0", n, 2*calls)
+		t.Fatalf("mysql.Open pool: %d server-side prepares for %d fenced writes, want 0", n, 2*calls)
 	}
 	if n := writes(newStore(openRaw(t, dsn, true, false), migrations.MySQL)); n < 2*calls {
 		t.Fatalf("plain DSN: %d prepares for %d writes; expected one per statement (the test cannot tell otherwise)", n, 2*calls)
@@ -164,7 +164,7 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 // TestMySQL_schemaQualified writes to database.table.
 func TestMySQL_schemaQualified(t *testing.T) {
 	db, dsn := mysqlDB(t)
-	cfg, _ := mysql.ParseDSN(dsn)
+	cfg, _ := gomysql.ParseDSN(dsn)
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
 	s := newStore(db, migrations.MySQL)

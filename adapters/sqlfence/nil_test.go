@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -27,7 +28,7 @@ func (l *nilLock) Token() fence.Token { return l.tok }
 // closed port), and none panics.
 func TestStore_nilAndZeroInputs(t *testing.T) {
 	ctx := t.Context()
-	unreachable, err := sqlfence.OpenMySQL("u:p@tcp(127.0.0.1:1)/none?timeout=1s")
+	unreachable, err := mysql.Open("u:p@tcp(127.0.0.1:1)/none?timeout=1s")
 	if err != nil {
 		t.Fatal(err)
 	}

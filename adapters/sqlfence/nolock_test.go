@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
@@ -459,7 +460,7 @@ func TestStore_Once_badInput(t *testing.T) {
 // exampleDB opens a migrated SQLite file for the examples.
 func exampleDB(ctx context.Context) (*sql.DB, func()) {
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "shop.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "shop.db"))
 	if err != nil {
 		panic(err)
 	}

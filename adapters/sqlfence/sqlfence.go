@@ -1,12 +1,14 @@
 // Package sqlfence fences writes made through database/sql on MySQL/MariaDB
 // (github.com/go-sql-driver/mysql), SQLite (modernc.org/sqlite, pure Go) and
-// PostgreSQL (any database/sql driver, such as pgx's stdlib). A Store
+// PostgreSQL (any database/sql driver, such as pgx's stdlib). It imports no driver:
+// the subpackages sqlfence/mysql and sqlfence/sqlite open pools set up for a Store,
+// so a program links only the driver of its database. A Store
 // runs a function in a transaction that first raises the resource's row in
 // fence_tokens to the grant's token, so a holder that lost its lock to a newer one is
 // refused by the database itself; and it makes single-row writes on tables with a
 // token column conditional on that column.
 //
-//	db, err := sqlfence.OpenSQLite("app.db") // or sqlfence.OpenMySQL(dsn)
+//	db, err := sqlite.Open("app.db") // sqlfence/sqlite; or sqlfence/mysql's mysql.Open(dsn)
 //	...
 //	err = migrations.Up(ctx, db, migrations.SQLite) // creates fence_tokens
 //	store, err := sqlfence.New(db, migrations.SQLite)
@@ -24,12 +26,13 @@
 // MySQL: a Store needs the connection flag clientFoundRows=true (an UPDATE that
 // writes the values a row already has must count as done, not as refused). It checks
 // once, on first use, by writing a probe row in fence_tokens twice inside a
-// transaction it rolls back, and refuses a pool without the flag with ErrFoundRows.
-// It does not check interpolateParams: without it the driver prepares and closes a
-// server-side statement for every call, which halves throughput. OpenMySQL sets both.
+// transaction it rolls back, and refuses a pool without the flag with an error
+// wrapping fence.ErrInvalidArgument that says so. It does not check
+// interpolateParams: without it the driver prepares and closes a server-side
+// statement for every call, which halves throughput. sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers, in one process or several, need WAL, a busy timeout
-// and BEGIN IMMEDIATE; OpenSQLite sets all three. When the begin of a fenced
+// and BEGIN IMMEDIATE; sqlfence/sqlite's Open sets all three. When the begin of a fenced
 // transaction finds the database locked (nothing of the caller's has run yet), the
 // Store tries again until ctx ends; a lock that outlasts ctx returns ctx's error,
 // wrapped in fence.ErrBusy when the driver gave up before ctx did. The driver's raw
@@ -54,15 +57,6 @@ import (
 var (
 	_ fence.Store[*sql.Tx] = (*Store)(nil)
 	_ fence.RowWriter      = (*Store)(nil)
-)
-
-// Errors returned by this package, besides the fence package's sentinels and typed
-// errors (fence.ErrStale, fence.ErrNotFound, fence.ErrInvalidIdentifier, ...).
-var (
-	// ErrFoundRows means a MySQL connection counts changed rows instead of matched
-	// rows, so a fenced write of unchanged values would look refused. Add
-	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
-	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
 )
 
 // Store fences transactions and single-row writes on one database. It implements
@@ -97,7 +91,8 @@ type Store struct {
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back),
-// ErrFoundRows (MySQL), fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
+// fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
+// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a

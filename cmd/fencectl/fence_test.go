@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
@@ -56,7 +58,7 @@ func (e *fenceEnv) write(t *testing.T) error {
 func TestRun_fence(t *testing.T) {
 	srv := locktest.Start(t)
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +164,7 @@ func TestRun_fence_servers(t *testing.T) {
 		sd   migrations.Dialect
 	}{
 		{"postgres", postgres.DSN, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }, migrations.Postgres, migrations.Postgres},
-		{"mariadb", mariadb.DSN, sqlfence.OpenMySQL, migrations.MySQL, migrations.MySQL},
+		{"mariadb", mariadb.DSN, mysql.Open, migrations.MySQL, migrations.MySQL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := tc.dsn(t)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
@@ -104,7 +105,7 @@ func TestRun_locks(t *testing.T) {
 
 func TestRun_tokens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}

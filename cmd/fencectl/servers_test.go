@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
@@ -48,7 +49,7 @@ func TestRun_tokens_servers(t *testing.T) {
 			var db *sql.DB
 			var err error
 			if tc.sd == migrations.MySQL {
-				db, err = sqlfence.OpenMySQL(dsn)
+				db, err = mysql.Open(dsn)
 			} else {
 				db, err = sql.Open(tc.driver, dsn)
 			}

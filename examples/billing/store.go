@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/jackc/pgx/v5"
@@ -48,14 +50,14 @@ func openStore(ctx context.Context, dsn string, idle time.Duration) (store, erro
 		}
 		return pgStore{db, idle}, nil
 	case strings.HasPrefix(dsn, "mysql://"):
-		db, err := sqlfence.OpenMySQL(strings.TrimPrefix(dsn, "mysql://"))
+		db, err := mysql.Open(strings.TrimPrefix(dsn, "mysql://"))
 		if err != nil {
 			return nil, err
 		}
 		db.SetMaxIdleConns(4)
 		return sqlStore{db, migrations.MySQL, idle}, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
-		db, err := sqlfence.OpenSQLite(strings.TrimPrefix(dsn, "sqlite://"))
+		db, err := sqlite.Open(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
 			return nil, err
 		}

@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -120,11 +122,11 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 		)
 		d, md := migrations.MySQL, migrations.MySQL
 		if b.kind == "mysql" {
-			if db, err = sqlfence.OpenMySQL(b.dsn); err != nil {
+			if db, err = mysql.Open(b.dsn); err != nil {
 				return nil, 0, fmt.Errorf("-mysql: %w", err)
 			}
 			where = "MySQL"
-			if cfg, err := mysql.ParseDSN(b.dsn); err == nil {
+			if cfg, err := gomysql.ParseDSN(b.dsn); err == nil {
 				where = fmt.Sprintf("MySQL %s/%s", cfg.Addr, cfg.DBName)
 			}
 		} else {
@@ -138,7 +140,7 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 				path = filepath.Join(dir, "flashsale.db")
 				clean = func() { os.RemoveAll(dir) }
 			}
-			if db, err = sqlfence.OpenSQLite(path); err != nil {
+			if db, err = sqlite.Open(path); err != nil {
 				clean()
 				return nil, 0, fmt.Errorf("-sqlite: %w", err)
 			}

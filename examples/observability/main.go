@@ -47,6 +47,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -130,7 +131,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	}
 	defer locks.Close()
 
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		return err
 	}

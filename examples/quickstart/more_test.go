@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -71,7 +72,7 @@ func TestQuickstart_locktestAndSQLite(t *testing.T) {
 	t.Cleanup(func() { locks.Close() })
 
 	ctx := t.Context()
-	db, err := sqlfence.OpenSQLite(t.TempDir() + "/billing.db")
+	db, err := sqlite.Open(t.TempDir() + "/billing.db")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/migrations"
@@ -60,11 +61,11 @@ func Example_pgx() {
 	}
 }
 
-// The same job with database/sql (MySQL/MariaDB here; SQLite with OpenSQLite).
+// The same job with database/sql (MySQL/MariaDB here; SQLite with sqlfence/sqlite's Open).
 func Example_databaseSQL() {
 	ctx := context.Background()
 	var locks *lockclient.Client // as in Example_pgx
-	db, err := sqlfence.OpenMySQL("app:secret@tcp(127.0.0.1:3306)/billing")
+	db, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/billing")
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -171,7 +172,7 @@ fencegate_sessions_started_total 1
 
 func TestMetrics_fencedWrites(t *testing.T) {
 	m, reg := newMetrics(t)
-	db, err := sqlfence.OpenSQLite(filepath.Join(t.TempDir(), "m.db"))
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "m.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
