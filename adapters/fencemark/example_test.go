@@ -12,7 +12,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/adapters/fencemark"
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 	"github.com/fencegate/fencegate/migrations"
@@ -40,7 +40,7 @@ func ExampleRaise() {
 		log.Fatal(err)
 	}
 	defer locks.Close()
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		log.Fatal(err)
 	}

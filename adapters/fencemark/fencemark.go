@@ -53,7 +53,7 @@ func sqlOf(d migrations.Dialect) (statements, error) {
 				"token = IF(token < VALUES(token), VALUES(token), token)",
 		}, nil
 	case migrations.SQLite:
-		// A transaction on a pool from sqlfence.OpenSQLite begins IMMEDIATE: it
+		// A transaction on a pool from sqlfence/sqlite's Open begins IMMEDIATE: it
 		// holds the write lock from its first read.
 		return statements{
 			read: "SELECT token FROM fence_tokens WHERE resource = ?",
@@ -93,7 +93,7 @@ func Read(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string
 // at least as high is stored: it never lowers a mark. It returns the stored
 // token before and after (0 before when there was none). It is one transaction:
 // read the row and lock it (PostgreSQL, MySQL: FOR UPDATE; SQLite: the database's
-// write lock, with sqlfence.OpenSQLite's pools), a conditional upsert (INSERT ...
+// write lock, with sqlfence/sqlite's pools), a conditional upsert (INSERT ...
 // ON CONFLICT / ON DUPLICATE KEY that updates only where the stored token is
 // lower), and a read of the result. ctx governs the transaction.
 //

@@ -14,6 +14,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
@@ -69,11 +71,11 @@ func backends() []opener {
 	}
 	return []opener{
 		open("sqlite", migrations.SQLite, migrations.SQLite,
-			func(t *testing.T) string { return filepath.Join(t.TempDir(), "app.db") }, sqlfence.OpenSQLite),
+			func(t *testing.T) string { return filepath.Join(t.TempDir(), "app.db") }, sqlite.Open),
 		open("postgres", migrations.Postgres, migrations.Postgres,
 			func(t *testing.T) string { return postgres.DSN(t) }, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }),
 		open("mariadb", migrations.MySQL, migrations.MySQL,
-			func(t *testing.T) string { return mariadb.DSN(t) }, sqlfence.OpenMySQL),
+			func(t *testing.T) string { return mariadb.DSN(t) }, mysql.Open),
 	}
 }
 
@@ -107,7 +109,10 @@ func TestRaise(t *testing.T) {
 				t.Fatalf("Raise of a hostile name = %d, %v", after, err)
 			}
 			// A fenced write with a lower token is refused; with the mark, accepted.
-			s := sqlfence.New(b.db, b.d)
+			s, err := sqlfence.New(b.db, b.d)
+			if err != nil {
+				t.Fatal(err)
+			}
 			noop := func(*sql.Tx) error { return nil }
 			if err := fence.Exec(ctx, s, fence.NewGrant("acct-1", 11), noop); !errors.Is(err, fence.ErrStale) {
 				t.Fatalf("write with token 11 under mark 12 = %v, want ErrStale", err)
@@ -120,7 +125,7 @@ func TestRaise(t *testing.T) {
 }
 
 func TestRaise_badInput(t *testing.T) {
-	closed, err := sqlfence.OpenSQLite(filepath.Join(t.TempDir(), "x.db"))
+	closed, err := sqlite.Open(filepath.Join(t.TempDir(), "x.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -165,5 +170,9 @@ func pgxStore(t *testing.T, dsn string) *pgxfence.Store {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	return pgxfence.New(pool)
+	s, err := pgxfence.New(pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

@@ -49,7 +49,10 @@ func TestRaise_liveHolder(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			store := sqlfence.New(b.db, b.d)
+			store, err := sqlfence.New(b.db, b.d)
+			if err != nil {
+				t.Fatal(err)
+			}
 			credit := func(g fence.Grant) error {
 				return fence.Exec(ctx, store, g, func(tx *sql.Tx) error {
 					q := "UPDATE balances SET cents = cents + 1 WHERE account = ?"

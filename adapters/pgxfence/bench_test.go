@@ -38,8 +38,8 @@ type op = benchpair.Op
 func BenchmarkFenced(b *testing.B) {
 	for _, workers := range []int{16, 64} {
 		pool := benchPool(b, workers)
-		s := pgxfence.New(pool)
-		sf, err := pgxfence.NewWithOptions(pool, pgxfence.WithFenceFirst())
+		s := newStore(pool)
+		sf, err := pgxfence.New(pool, pgxfence.WithFenceFirst())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -164,8 +164,8 @@ func BenchmarkFencedAlternatives(b *testing.B) {
 
 func benchAlternatives(b *testing.B, workers int) {
 	pool := benchPool(b, workers)
-	s := pgxfence.New(pool)
-	sf, err := pgxfence.NewWithOptions(pool, pgxfence.WithFenceFirst())
+	s := newStore(pool)
+	sf, err := pgxfence.New(pool, pgxfence.WithFenceFirst())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -274,7 +274,7 @@ func BenchmarkUpdateSameGrant(b *testing.B) {
 	for _, workers := range []int{16, 64} {
 		b.Run(fmt.Sprintf("workers=%d", workers), func(b *testing.B) {
 			pool := benchPool(b, workers)
-			s := pgxfence.New(pool)
+			s := newStore(pool)
 			res := resources(workers)
 			next := make([]int, workers)
 			const upd = "UPDATE bench SET val = $1 WHERE id = $2"

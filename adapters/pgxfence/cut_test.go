@@ -10,7 +10,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/delayproxy"
 )
@@ -49,7 +48,7 @@ func TestStore_Fenced_commitCut(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(pool.Close)
-			store := pgxfence.New(pool)
+			store := newStore(pool)
 			if mode == "fence-first" {
 				store = fenceFirstStore(t, pool)
 			}

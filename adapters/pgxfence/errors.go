@@ -55,9 +55,9 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 			}
 			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
 		case codeNoFunction, codeNoTable:
-			return fmt.Errorf("%w: %w", ErrSchema, err)
+			return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 		case codeIdleTimeout:
-			return fmt.Errorf("%w: fence %q at token %d: %w", ErrIdleTimeout, g.Resource(), g.Token(), err)
+			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
@@ -112,7 +112,7 @@ func writeError(op, table string, err error) error {
 			return fmt.Errorf("pgxfence: %s %q: the key columns must be exactly a primary key or unique index: %w", op, table, err)
 		case codeNoTable:
 			if strings.Contains(pgErr.Message, "fence_tokens") {
-				return fmt.Errorf("%w: %w", ErrSchema, err)
+				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
 		}
 	}

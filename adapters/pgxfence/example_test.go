@@ -24,7 +24,11 @@ func Example() {
 	defer pool.Close()
 	var lock fence.Grant = fence.NewGrant("account-42", 34) // a *lockclient.Lock in a real job
 
-	err = fence.Exec(ctx, pgxfence.New(pool), lock, func(tx pgx.Tx) error {
+	store, err := pgxfence.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
 		// The first statement travels with BEGIN and the fence raise, and never runs
 		// if the raise is refused: it returns the *fence.StaleError instead. Act
 		// outside the database only after it returned.
@@ -52,8 +56,12 @@ func ExampleStore_Update() {
 	defer pool.Close()
 	lock := fence.NewGrant("account-42", 34)
 
-	row := fence.Row{Table: "billing.invoices", Key: []fence.Col{{Name: "account", Value: 42}}}
-	err = pgxfence.New(pool).Update(ctx, lock, row, fence.Col{Name: "total", Value: 200}, fence.Col{Name: "status", Value: "sent"})
+	row := fence.Row{Table: "billing.invoices", Key: []fence.Col{fence.Col{Name: "account", Value: 42}}}
+	store, err := pgxfence.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = store.Update(ctx, lock, row, fence.Col{Name: "total", Value: 200}, fence.Col{Name: "status", Value: "sent"})
 	switch {
 	case errors.Is(err, fence.ErrStale):
 		log.Print("a newer holder wrote this invoice; stopping")
@@ -67,14 +75,14 @@ func ExampleStore_Update() {
 // Fenced transactions at SERIALIZABLE: a concurrent fence raise by a newer holder is
 // a *fence.StaleError; a serialization failure while this grant is still current is
 // fence.ErrBusy, and the whole transaction may be run again.
-func ExampleNewWithOptions() {
+func ExampleNew() {
 	ctx := context.Background()
 	pool, err := pgxpool.New(ctx, os.Getenv("DATABASE_URL"))
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
+	store, err := pgxfence.New(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -103,7 +111,7 @@ func ExampleWithFenceFirst() {
 		log.Fatal(err)
 	}
 	defer pool.Close()
-	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithFenceFirst())
+	store, err := pgxfence.New(pool, pgxfence.WithFenceFirst())
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -34,7 +34,7 @@ func TestStore_builders_hostileNames(t *testing.T) {
 			if !pipelined {
 				opts = append(opts, pgxfence.WithFenceFirst())
 			}
-			s, err := pgxfence.NewWithOptions(pool, opts...)
+			s, err := pgxfence.New(pool, opts...)
 			if err != nil {
 				t.Fatal(err)
 			}

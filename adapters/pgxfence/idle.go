@@ -24,12 +24,12 @@ const idleSQL = "SELECT set_config('idle_in_transaction_session_timeout', $1, tr
 // ends it: idle_in_transaction_session_timeout, set for that transaction only. The
 // default is the grant's lease when it implements fence.Leased, else
 // 10 s (the lock service's default lease). A d under a millisecond is
-// ErrInvalidOption. Fenced transactions that are savepoints of a caller's pgx.Tx
+// refused (fence.ErrInvalidArgument). Fenced transactions that are savepoints of a caller's pgx.Tx
 // set nothing: the caller's transaction is the caller's to bound.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		if d < time.Millisecond {
-			return fmt.Errorf("%w: idle timeout %v: want at least 1ms", ErrInvalidOption, d)
+			return optionErr(fmt.Sprintf("WithIdleTimeout(%v)", d), "want at least 1ms")
 		}
 		s.idle = d
 		return nil

@@ -50,7 +50,7 @@ func idleChild() int {
 	if os.Getenv(idleFirstEnv) != "" {
 		opts = append(opts, pgxfence.WithFenceFirst())
 	}
-	store, err := pgxfence.NewWithOptions(pool, opts...)
+	store, err := pgxfence.New(pool, opts...)
 	if err != nil {
 		fmt.Println("error:", err)
 		return 1
@@ -64,7 +64,7 @@ func idleChild() int {
 		_, _ = io.Copy(io.Discard, os.Stdin)
 		return nil
 	})
-	fmt.Printf("idle-timeout=%v err=%v\n", errors.Is(err, pgxfence.ErrIdleTimeout), err)
+	fmt.Printf("idle-timeout=%v err=%v\n", errors.Is(err, fence.ErrIdleTimeout), err)
 	return 0
 }
 
@@ -91,7 +91,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			start := time.Now()
 			wctx, cancel := context.WithTimeout(ctx, childLease+30*time.Second)
 			defer cancel()
-			err := fence.Exec(wctx, pgxfence.New(pool), fence.NewGrant(res, 6), func(tx pgx.Tx) error {
+			err := fence.Exec(wctx, newStore(pool), fence.NewGrant(res, 6), func(tx pgx.Tx) error {
 				_, err := tx.Exec(wctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
 				return err
 			})
@@ -122,11 +122,11 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 // and that a timeout under a millisecond is refused.
 func TestStore_WithIdleTimeout(t *testing.T) {
 	pool := newPool(t)
-	opt, err := pgxfence.NewWithOptions(pool, pgxfence.WithIdleTimeout(1500*time.Millisecond))
+	opt, err := pgxfence.New(pool, pgxfence.WithIdleTimeout(1500*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	plain := pgxfence.New(pool)
+	plain := newStore(pool)
 	leased := leasedGrant{fence.NewGrant("idle-leased", 1), 3 * time.Second}
 	tests := []struct {
 		name  string
@@ -150,7 +150,7 @@ func TestStore_WithIdleTimeout(t *testing.T) {
 			}
 		})
 	}
-	if _, err := pgxfence.NewWithOptions(pool, pgxfence.WithIdleTimeout(0)); !errors.Is(err, pgxfence.ErrInvalidOption) {
+	if _, err := pgxfence.New(pool, pgxfence.WithIdleTimeout(0)); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
 	}
 }

@@ -56,7 +56,7 @@ func testIsolation(t *testing.T, pool *pgxpool.Pool, iso pgx.TxIsoLevel, pipelin
 	if !pipelined {
 		opts = append(opts, pgxfence.WithFenceFirst())
 	}
-	s, err := pgxfence.NewWithOptions(pool, opts...)
+	s, err := pgxfence.New(pool, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -138,7 +138,7 @@ func TestStore_Fenced_serializableCommitFailure(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE oncall (doctor TEXT PRIMARY KEY, on_duty BOOLEAN NOT NULL)")
 	mustExec(t, pool, "INSERT INTO oncall VALUES ('alice', true), ('bob', true)")
-	s, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
+	s, err := pgxfence.New(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable}))
 	if err != nil {
 		t.Fatal(err)
 	}

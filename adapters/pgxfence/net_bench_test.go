@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
 	"github.com/fencegate/fencegate/internal/delayproxy"
@@ -27,7 +26,7 @@ func BenchmarkFencedNet(b *testing.B) {
 			if oneWay > 0 {
 				pool = proxiedPool(b, pool, workers, oneWay)
 			}
-			s := pgxfence.New(pool)
+			s := newStore(pool)
 			res := resources(workers)
 			next := make([]int, workers)
 			const upd = "UPDATE bench SET val = $1 WHERE id = $2"

@@ -22,8 +22,8 @@ type nilLock struct {
 func (l *nilLock) Resource() string   { return l.res }
 func (l *nilLock) Token() fence.Token { return l.tok }
 
-// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a Store of a
-// typed nil pool, a typed nil grant, zero Rows and Counters and nil functions: each
+// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a typed nil
+// grant, zero Rows and Counters and nil functions: each
 // returns its documented error before any I/O (the pool points at a closed port), and
 // none panics.
 func TestStore_nilAndZeroInputs(t *testing.T) {
@@ -35,17 +35,13 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 	t.Cleanup(unreachable.Close)
 	var (
 		nilStore *pgxfence.Store
-		nilPool  *pgxpool.Pool
 		nilGrant *nilLock
 	)
 	live := fence.NewGrant("r", 1)
 	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
 	txFn := func(pgx.Tx) error { return nil }
 	keyFn := func(pgx.Tx) ([]byte, error) { return nil, nil }
-	stores := map[string]*pgxfence.Store{
-		"nil Store":      nilStore,
-		"typed nil pool": pgxfence.New(nilPool),
-	}
+	stores := map[string]*pgxfence.Store{"nil Store": nilStore}
 	type call struct {
 		name string
 		run  func(s *pgxfence.Store) error
@@ -81,7 +77,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 			t.Run(sname+"/"+c.name, func(t *testing.T) { check(t, func() error { return c.run(s) }, c.want) })
 		}
 	}
-	s := pgxfence.New(unreachable)
+	s := newStore(unreachable)
 	bad := []call{
 		{"Fenced typed nil grant", func(s *pgxfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *pgxfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},
@@ -104,19 +100,30 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 // poolWrapper is a caller's type around a pool: neither a pool nor a pgx.Tx.
 type poolWrapper struct{ *pgxpool.Pool }
 
-// TestNewWithOptions_unsupportedDB checks that a DB of another type is refused, not
-// silently given a caller's-transaction (savepoint) store.
-func TestNewWithOptions_unsupportedDB(t *testing.T) {
+// TestNew_unusableDB checks that New refuses a nil DB, a typed nil pool (a failed
+// pgxpool.New's) and a DB of another type (not silently given a caller's-transaction,
+// savepoint, store) with fence.ErrInvalidArgument and a nil Store.
+func TestNew_unusableDB(t *testing.T) {
 	pool, err := pgxpool.New(t.Context(), "postgres://fencegate@127.0.0.1:1/none")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	if _, err := pgxfence.NewWithOptions(poolWrapper{pool}); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("NewWithOptions(wrapper) = %v, want ErrInvalidArgument", err)
-	}
-	err = pgxfence.New(poolWrapper{pool}).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
-	if !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("New(wrapper).Fenced = %v, want ErrInvalidArgument", err)
+	var (
+		nilPool *pgxpool.Pool
+		nilConn *pgx.Conn
+	)
+	for name, db := range map[string]pgxfence.DB{
+		"nil":            nil,
+		"typed nil pool": nilPool,
+		"typed nil conn": nilConn,
+		"wrapper":        poolWrapper{pool},
+	} {
+		t.Run(name, func(t *testing.T) {
+			s, err := pgxfence.New(db)
+			if !errors.Is(err, fence.ErrInvalidArgument) || s != nil {
+				t.Fatalf("New(%s) = %v, %v; want nil, ErrInvalidArgument", name, s, err)
+			}
+		})
 	}
 }

@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
 	"github.com/fencegate/fencegate/nolock"
@@ -28,7 +27,7 @@ import (
 func BenchmarkNoLock(b *testing.B) {
 	const workers = 16
 	pool := benchPool(b, workers)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	mustExec(b, pool, "CREATE TABLE stock (id INT PRIMARY KEY, n BIGINT NOT NULL)")
 	mustExec(b, pool, "INSERT INTO stock SELECT g, 1000000000000 FROM generate_series(0, $1) AS g", workers)
 	mustExec(b, pool, "CREATE TABLE charges (w INT NOT NULL, i BIGINT NOT NULL, amount BIGINT NOT NULL, PRIMARY KEY (w, i))")

@@ -36,11 +36,11 @@ func noLockHarness(name string, pool *pgxpool.Pool, store fencetest.NoLockStore[
 func TestNoLock(t *testing.T) {
 	t.Run("read committed", func(t *testing.T) {
 		pool := newPool(t)
-		fencetest.RunNoLock(t, noLockHarness("pgxfence", pool, pgxfence.New(pool)))
+		fencetest.RunNoLock(t, noLockHarness("pgxfence", pool, newStore(pool)))
 	})
 	t.Run("repeatable read", func(t *testing.T) {
 		pool := newPool(t)
-		s, err := pgxfence.NewWithOptions(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.RepeatableRead}))
+		s, err := pgxfence.New(pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.RepeatableRead}))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -48,7 +48,7 @@ func TestNoLock(t *testing.T) {
 	})
 	t.Run("expiring keys", func(t *testing.T) {
 		pool := newPool(t)
-		s, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
+		s, err := pgxfence.New(pool, pgxfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -58,7 +58,7 @@ func TestNoLock(t *testing.T) {
 
 func TestStore_Decrement_quoting(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	mustExec(t, pool, `CREATE SCHEMA "shop; DROP"`)
 	mustExec(t, pool, `CREATE TABLE "shop; DROP"."stock ""x""" ("sku id" TEXT, "left" INT NOT NULL, PRIMARY KEY ("sku id"))`)
 	mustExec(t, pool, `INSERT INTO "shop; DROP"."stock ""x""" VALUES ('a', 5)`)
@@ -90,7 +90,7 @@ func TestStore_Decrement_quoting(t *testing.T) {
 
 func TestStore_Insert_duplicate(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	mustExec(t, pool, `CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL, CONSTRAINT users_name_key UNIQUE (name))`)
 	ctx := t.Context()
 	if err := s.Insert(ctx, "users", fence.Col{Name: "id", Value: 1}, fence.Col{Name: "name", Value: "neo"}); err != nil {
@@ -122,7 +122,7 @@ func TestStore_Insert_duplicate(t *testing.T) {
 // then find it rolled back: one of them runs fn, the others replay its result.
 func TestStore_Once_firstRollsBack(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	mustExec(t, pool, "CREATE TABLE charges (id BIGSERIAL PRIMARY KEY, idem_key TEXT NOT NULL)")
 	const key = "pay-rollback"
@@ -204,9 +204,9 @@ func waitForLockWait(t *testing.T, pool *pgxpool.Pool, n int64) {
 
 func TestWithKeyTTL_Once(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
-	keys, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
+	keys, err := pgxfence.New(pool, pgxfence.WithKeyTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestWithKeyTTL_Once(t *testing.T) {
 	}
 
 	for _, ttl := range []time.Duration{0, -time.Second, time.Nanosecond} {
-		if _, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
+		if _, err := pgxfence.New(pool, pgxfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
 			t.Errorf("WithKeyTTL(%v) = %v, want ErrInvalidArgument naming the option", ttl, err)
 		}
 	}
@@ -249,7 +249,7 @@ func TestWithKeyTTL_Once(t *testing.T) {
 // once between them.
 func TestWithKeyTTL_concurrentReplace(t *testing.T) {
 	pool := newPool(t)
-	keys, err := pgxfence.NewWithOptions(pool, pgxfence.WithKeyTTL(time.Hour))
+	keys, err := pgxfence.New(pool, pgxfence.WithKeyTTL(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -300,7 +300,7 @@ func TestStore_Once_results(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer conn.Release()
-	stores := map[string]*pgxfence.Store{"pool": pgxfence.New(pool), "conn": pgxfence.New(conn.Conn())}
+	stores := map[string]*pgxfence.Store{"pool": newStore(pool), "conn": newStore(conn.Conn())}
 	for name, s := range stores {
 		for i, want := range [][]byte{{0, 0xff, '\\', '\'', 'x'}, {}, nil} {
 			key := fmt.Sprintf("%s-%d", name, i)
@@ -314,7 +314,7 @@ func TestStore_Once_results(t *testing.T) {
 		}
 	}
 	// Keys and fingerprints with quotes and backslashes are parameters like any value.
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	for _, key := range []string{`it's`, `back\slash`, `E'x'`, "naïve ✓"} {
 		if _, err := s.Once(t.Context(), key, key, func(pgx.Tx) ([]byte, error) { return []byte(key), nil }); err != nil {
 			t.Fatalf("Once(%q): %v", key, err)
@@ -330,7 +330,7 @@ func TestStore_Once_results(t *testing.T) {
 
 func TestStore_PurgeExpiredKeys(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	mustExec(t, pool, `INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at)
 		SELECT 'old-' || i, 'fp', now() - interval '1 minute' FROM generate_series(1, 2500) AS i`)
@@ -350,7 +350,7 @@ func TestStore_PurgeExpiredKeys(t *testing.T) {
 
 func TestStore_Once_badInput(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ok := func(pgx.Tx) ([]byte, error) { return nil, nil }
 	tests := []struct {
 		name, key, fp string
@@ -375,7 +375,7 @@ func TestStore_Once_badInput(t *testing.T) {
 	}
 	// Without the migrations: ErrSchema names the fix.
 	mustExec(t, pool, "DROP TABLE idempotency_keys")
-	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, pgxfence.ErrSchema) {
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
 }
@@ -392,7 +392,7 @@ func TestStore_Once_callerTx(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	mustExec(t, tx, "INSERT INTO log VALUES ('before')")
-	s := pgxfence.New(tx)
+	s := newStore(tx)
 	boom := errors.New("boom")
 	if _, err := s.Once(ctx, "k", "fp", func(tx pgx.Tx) ([]byte, error) {
 		mustExec(t, tx, "INSERT INTO log VALUES ('inside')")
@@ -413,7 +413,7 @@ func TestStore_Once_callerTx(t *testing.T) {
 	if n := mustInt(t, pool, "SELECT count(*) FROM log"); n != 1 {
 		t.Fatalf("%d log rows, want only the caller's", n)
 	}
-	if r, err := pgxfence.New(pool).Once(ctx, "k", "fp", func(pgx.Tx) ([]byte, error) { return nil, boom }); err != nil || !r.Replayed || string(r.Value) != "ok" {
+	if r, err := newStore(pool).Once(ctx, "k", "fp", func(pgx.Tx) ([]byte, error) { return nil, boom }); err != nil || !r.Replayed || string(r.Value) != "ok" {
 		t.Fatalf("replay after the caller committed = %+v, %v", r, err)
 	}
 }

@@ -80,7 +80,7 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 // nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
 // fingerprint over 255 characters), fn's own error as is after rolling back fn's
 // writes and the key (so that a retry runs fn again), fence.ErrBusy when a
-// serialization failure hit fn's work or the commit (run the call again), ErrSchema
+// serialization failure hit fn's work or the commit (run the call again), fence.ErrSchema
 // when idempotency_keys is missing, or the driver's error wrapped. If fn panics, the
 // transaction is rolled back and the panic goes on.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (nolock.Result, error) {
@@ -135,7 +135,7 @@ func WithKeyTTL(d time.Duration) Option {
 // locked, until none is left or ctx ends; a purge that ctx cut short has deleted what
 // it reports. Schedule it as often as the table's growth calls for.
 //
-// Errors: fence.ErrInvalidArgument for a nil Store, ErrSchema when
+// Errors: fence.ErrInvalidArgument for a nil Store, fence.ErrSchema when
 // idempotency_keys is missing, or the driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if s == nil || s.db == nil {
@@ -269,7 +269,7 @@ func keyError(op string, err error) error {
 		case codeSerialization:
 			return fmt.Errorf("%w: %s: %w", fence.ErrBusy, op, err)
 		case codeNoTable:
-			return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+			return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 		}
 	}
 	return fmt.Errorf("pgxfence: %s: %w", op, err)

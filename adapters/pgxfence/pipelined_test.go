@@ -16,7 +16,7 @@ import (
 
 func pipelinedStore(t testing.TB, db pgxfence.DB, opts ...pgxfence.Option) *pgxfence.Store {
 	t.Helper()
-	s, err := pgxfence.NewWithOptions(db, opts...) // pipelined is the default
+	s, err := pgxfence.New(db, opts...) // pipelined is the default
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -209,9 +209,9 @@ func TestStore_Fenced_pipelinedVariants(t *testing.T) {
 	defer tx.Rollback(ctx)
 	// Inside a caller's transaction the fence is a savepoint raised before fn: the
 	// option asks for what is done anyway.
-	s, err := pgxfence.NewWithOptions(tx, pgxfence.WithFenceFirst())
+	s, err := pgxfence.New(tx, pgxfence.WithFenceFirst())
 	if err != nil {
-		t.Fatalf("NewWithOptions(tx, WithFenceFirst()) = %v", err)
+		t.Fatalf("New(tx, WithFenceFirst()) = %v", err)
 	}
 	if err := invoice(s, "timeline/tx", 35, 300); err != nil {
 		t.Fatalf("token 35 in a caller's tx: %v", err)

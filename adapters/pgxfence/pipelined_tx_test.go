@@ -8,7 +8,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 )
 
@@ -192,7 +191,7 @@ func TestStore_Fenced_pipelinedSchemaMissing(t *testing.T) {
 		func(pgx.Tx) error { return nil },
 		func(tx pgx.Tx) error { _, err := tx.Exec(t.Context(), "SELECT 1"); return err },
 	} {
-		if err := s.Fenced(t.Context(), fence.NewGrant("r", 1), fn); !errors.Is(err, pgxfence.ErrSchema) {
+		if err := s.Fenced(t.Context(), fence.NewGrant("r", 1), fn); !errors.Is(err, fence.ErrSchema) {
 			t.Fatalf("Fenced() = %v, want ErrSchema", err)
 		}
 		if conn.PgConn().TxStatus() != 'I' {

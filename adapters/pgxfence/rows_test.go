@@ -7,7 +7,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/nolock"
 )
@@ -19,7 +18,7 @@ func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
 	mustExec(t, pool, `CREATE SCHEMA "Billing"`)
 	mustExec(t, pool, `CREATE TABLE "Billing"."Line Items" (invoice BIGINT, line INT, amount BIGINT NOT NULL DEFAULT 0,
 		"Tok" BIGINT NOT NULL DEFAULT 0, PRIMARY KEY (invoice, line))`)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	r := fence.Row{Table: "Billing.Line Items", Key: []fence.Col{{Name: "invoice", Value: 7}, {Name: "line", Value: 1}}, TokenColumn: "Tok"}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("invoice-7", tok) }
@@ -52,7 +51,7 @@ func TestStore_rows_schemaQualifiedCompositeKey(t *testing.T) {
 func TestStore_rows_refusalLeavesFenceRow(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE accounts (id TEXT PRIMARY KEY, balance BIGINT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	row := fence.Row{Table: "accounts", Key: []fence.Col{{Name: "id", Value: "a"}}}
 	// The row alone holds token 50 (written before the resource had a fence row).
@@ -84,8 +83,8 @@ func TestStore_rows_duplicate(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE users (id INT PRIMARY KEY, name TEXT NOT NULL CONSTRAINT users_name_key UNIQUE, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, pool, "INSERT INTO users (id, name) VALUES (1, 'neo'), (2, 'trinity')")
-	s := pgxfence.New(pool)
-	err := s.Update(t.Context(), fence.NewGrant("users", 3), fence.Row{Table: "users", Key: []fence.Col{{Name: "id", Value: 2}}}, fence.Col{Name: "name", Value: "neo"})
+	s := newStore(pool)
+	err := s.Update(t.Context(), fence.NewGrant("users", 3), fence.Row{Table: "users", Key: []fence.Col{fence.Col{Name: "id", Value: 2}}}, fence.Col{Name: "name", Value: "neo"})
 	var de *nolock.DuplicateError
 	if !errors.Is(err, nolock.ErrDuplicate) || !errors.As(err, &de) || de.Constraint != "users_name_key" || de.Table != "users" {
 		t.Fatalf("Update to a taken name = %v (%+v), want a DuplicateError naming users_name_key", err, de)
@@ -98,7 +97,7 @@ func TestStore_rows_duplicate(t *testing.T) {
 func TestStore_rows_badInput(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE t (id INT PRIMARY KEY, k INT, val INT, fence_token BIGINT NOT NULL DEFAULT 0)")
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	g := fence.NewGrant("r", 1)
 	key := []fence.Col{{Name: "id", Value: 1}}
@@ -169,8 +168,8 @@ func TestStore_rows_callerTx(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := pgxfence.New(tx)
-	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
+	s := newStore(tx)
+	row := fence.Row{Table: "t", Key: []fence.Col{fence.Col{Name: "id", Value: 1}}}
 	if err := s.Upsert(ctx, fence.NewGrant("r", 3), row, fence.Col{Name: "val", Value: 3}); err != nil {
 		t.Fatal(err)
 	}
@@ -191,8 +190,8 @@ func TestStore_Delete_keyPicksSeveralRows(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE events (kind TEXT NOT NULL, n INT, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, pool, "INSERT INTO events (kind, n) VALUES ('paid', 1), ('paid', 2)")
-	s := pgxfence.New(pool)
-	err := s.Delete(t.Context(), fence.NewGrant("events", 3), fence.Row{Table: "events", Key: []fence.Col{{Name: "kind", Value: "paid"}}})
+	s := newStore(pool)
+	err := s.Delete(t.Context(), fence.NewGrant("events", 3), fence.Row{Table: "events", Key: []fence.Col{fence.Col{Name: "kind", Value: "paid"}}})
 	if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "2 rows") {
 		t.Fatalf("Delete() = %v, want ErrInvalidArgument naming 2 rows", err)
 	}
@@ -208,7 +207,7 @@ func TestStore_Delete_keyPicksSeveralRows(t *testing.T) {
 // names the statements use for their own parts.
 func TestStore_rows_tableNamedLikeTheStatementsOwn(t *testing.T) {
 	pool := newPool(t)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	for i, tbl := range []string{"f", "t", "ft", "fencegate_raised", "fencegate_target"} {
 		mustExec(t, pool, `CREATE TABLE "`+tbl+`" (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)`)
 		res := "res-" + tbl

@@ -27,7 +27,7 @@ func TestStore_rows_keptStatements(t *testing.T) {
 	}
 	mustExec(t, pool, ddl+")")
 	mustExec(t, pool, "INSERT INTO shapes (id) SELECT g FROM generate_series(0, $1) AS g", cols-1)
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 
 	// Row i is written by one goroutine, twice over every pair (i, j): first c_i =
@@ -81,7 +81,7 @@ func TestStore_rows_nulNameAfterKeptStatement(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE nul_shapes (id INT PRIMARY KEY, val BIGINT NOT NULL DEFAULT 0, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, pool, "INSERT INTO nul_shapes (id) VALUES (1)")
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	kept := fence.Row{Table: "nul_shapes", TokenColumn: "fence_token", Key: []fence.Col{{Name: "id", Value: 1}}}
 	if err := s.Update(ctx, fence.NewGrant("nul", 1), kept, fence.Col{Name: "val", Value: 7}); err != nil {
@@ -115,7 +115,7 @@ func TestStore_Decrement_nulNameAfterKeptStatement(t *testing.T) {
 	pool := newPool(t)
 	mustExec(t, pool, "CREATE TABLE nul_stock (id INT PRIMARY KEY, n BIGINT NOT NULL)")
 	mustExec(t, pool, "INSERT INTO nul_stock VALUES (1, 10)")
-	s := pgxfence.New(pool)
+	s := newStore(pool)
 	ctx := t.Context()
 	kept := nolock.Counter{Table: "nul_stock", Column: "n", Key: []fence.Col{{Name: "id", Value: 1}}}
 	for range 2 { // the second take runs the kept statement

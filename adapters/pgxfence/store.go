@@ -19,8 +19,9 @@
 //
 // A fenced transaction:
 //
-//	store := pgxfence.New(pool)
-//	err := fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
+//	store, err := pgxfence.New(pool)
+//	if err != nil { /* a nil pool, an unusable option */ }
+//	err = fence.Exec(ctx, store, lock, func(tx pgx.Tx) error {
 //		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, total, 42)
 //		return err
 //	})
@@ -46,28 +47,11 @@ import (
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
-// Errors returned by this package besides fence's sentinels (fence.ErrStale,
-// fence.ErrNotFound, fence.ErrInvalidArgument, ...).
-var (
-	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
-	ErrInvalidOption = errors.New("pgxfence: invalid option")
-	// ErrIdleTimeout means PostgreSQL ended the fenced transaction because it sat
-	// idle longer than its idle timeout (WithIdleTimeout; by default the grant's
-	// lease): the client stopped inside fn, a frozen process. Nothing of it was
-	// committed, and the grant has most likely passed on: stop, do not retry. It
-	// wraps the *pgconn.PgError (SQLSTATE 25P03).
-	ErrIdleTimeout = errors.New("pgxfence: fenced transaction ended by the server: idle past its timeout")
-	// ErrSchema means fence_tokens or fence_raise is missing: apply the migrations
-	// package's migrations (migrations.Up with migrations.Postgres).
-	ErrSchema = errors.New("pgxfence: fencegate schema missing, run migrations.Up")
-)
-
 // DB is what a Store writes through, one of two kinds, told apart by type and never
 // guessed: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not inside a transaction)
 // gets fenced transactions of its own, begun with the fence in one round trip; a
 // caller's pgx.Tx gets fenced transactions as savepoints inside it. Any other type
-// is refused with fence.ErrInvalidArgument (by NewWithOptions, and by every method of
-// a Store from New).
+// is refused by New with fence.ErrInvalidArgument.
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
@@ -86,7 +70,6 @@ type Store struct {
 	fenceFirst bool
 	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
-	invalid    error                  // New's db could not be used: every method returns it
 	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
 	keyTTL     time.Duration          // WithKeyTTL; 0: idempotency keys never expire
@@ -96,50 +79,39 @@ var (
 	_ fence.Store[pgx.Tx] = (*Store)(nil)
 )
 
-// New returns a Store writing through db with the server's default isolation level.
-// A nil db (typed nil included), or one of no supported type (see DB), gives a Store
-// whose every method returns fence.ErrInvalidArgument.
-func New(db DB) *Store {
-	s, err := NewWithOptions(db)
-	if err != nil {
-		return &Store{invalid: err} // every method returns err
-	}
-	return s
-}
-
-// Option configures a Store; see NewWithOptions.
+// Option configures a Store; see New.
 type Option func(*Store) error
 
 // WithTxOptions sets the isolation level (and access mode) of the transactions
 // Fenced begins on a pool or connection. READ COMMITTED (PostgreSQL's default),
 // REPEATABLE READ and SERIALIZABLE are all fenced correctly; see Fenced for what a
 // serialization failure returns. Read-only transactions cannot raise a fence and a
-// custom BeginQuery or CommitQuery would replace the fence: both are refused with
-// ErrInvalidOption, as are unknown values.
+// custom BeginQuery or CommitQuery would replace the fence: both are refused, as are
+// unknown values and options on a pgx.Tx (New's error wraps fence.ErrInvalidArgument).
 func WithTxOptions(o pgx.TxOptions) Option {
 	return func(s *Store) error {
 		switch o.IsoLevel {
 		case "", pgx.ReadCommitted, pgx.RepeatableRead, pgx.Serializable, pgx.ReadUncommitted:
 		default:
-			return fmt.Errorf("%w: isolation level %q", ErrInvalidOption, o.IsoLevel)
+			return optionErr("WithTxOptions", "isolation level %q", o.IsoLevel)
 		}
 		switch o.AccessMode {
 		case "", pgx.ReadWrite:
 		case pgx.ReadOnly:
-			return fmt.Errorf("%w: a read-only transaction cannot raise the fence", ErrInvalidOption)
+			return optionErr("WithTxOptions", "a read-only transaction cannot raise the fence")
 		default:
-			return fmt.Errorf("%w: access mode %q", ErrInvalidOption, o.AccessMode)
+			return optionErr("WithTxOptions", "access mode %q", o.AccessMode)
 		}
 		switch o.DeferrableMode {
 		case "", pgx.NotDeferrable:
 		default:
-			return fmt.Errorf("%w: deferrable mode %q (DEFERRABLE applies to read-only transactions only)", ErrInvalidOption, o.DeferrableMode)
+			return optionErr("WithTxOptions", "deferrable mode %q (DEFERRABLE applies to read-only transactions only)", o.DeferrableMode)
 		}
 		if o.BeginQuery != "" || o.CommitQuery != "" {
-			return fmt.Errorf("%w: BeginQuery and CommitQuery are not supported: the fence is part of the begin", ErrInvalidOption)
+			return optionErr("WithTxOptions", "BeginQuery and CommitQuery are not supported: the fence is part of the begin")
 		}
 		if s.nested {
-			return fmt.Errorf("%w: transaction options on a %T: fenced transactions there are savepoints of the caller's transaction", ErrInvalidOption, s.db)
+			return optionErr("WithTxOptions", "on a %T: fenced transactions there are savepoints of the caller's transaction", s.db)
 		}
 		parts := []string{"BEGIN"}
 		if o.IsoLevel != "" {
@@ -156,18 +128,18 @@ func WithTxOptions(o pgx.TxOptions) Option {
 	}
 }
 
-// NewWithOptions is New with options. It returns ErrInvalidOption for an option that
-// cannot be used and fence.ErrInvalidArgument for a db of no supported type (see
-// DB), each with a nil Store.
-func NewWithOptions(db DB, opts ...Option) (*Store, error) {
-	s := &Store{db: db, beginSQL: "BEGIN"}
+// New returns a Store writing through db, with the server's default isolation level
+// unless an option says otherwise. It does no I/O. It returns an error wrapping
+// fence.ErrInvalidArgument, and a nil Store, for a nil db (a typed nil, such as a
+// failed pgxpool.New's pool, included), a db of no supported type (see DB) and an
+// option that cannot be used (the error names it). A nil Option is ignored.
+func New(db DB, opts ...Option) (*Store, error) {
 	if nilness.IsNil(db) {
-		// A typed nil (a failed pgxpool.New's pool) is refused by every method
-		// rather than dereferenced.
-		s.db = nil
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
+	s := &Store{db: db, beginSQL: "BEGIN"}
 	switch db.(type) {
-	case nil, *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
+	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
 	case pgx.Tx:
 		s.nested = true
 	default:
@@ -177,13 +149,18 @@ func NewWithOptions(db DB, opts ...Option) (*Store, error) {
 	}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			continue
 		}
 		if err := o(s); err != nil {
 			return nil, err
 		}
 	}
 	return s, nil
+}
+
+// optionErr is the error of an option that cannot be used, naming it.
+func optionErr(option, format string, args ...any) error {
+	return fmt.Errorf("pgxfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
 }
 
 // checkSingle is check for a single-row write: a fence.Set grant is refused.
@@ -197,9 +174,6 @@ func (s *Store) checkSingle(g fence.Grant) error {
 func (s *Store) check(g fence.Grant) error {
 	if err := fence.CheckGrant(g); err != nil {
 		return err
-	}
-	if s != nil && s.invalid != nil {
-		return s.invalid
 	}
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -246,8 +220,11 @@ func (s *Store) check(g fence.Grant) error {
 // time fn returned (checked immediately before COMMIT, which is then never sent); a
 // *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
 // higher one is stored; fn's error as it is (when fn returns an error that
-// does not wrap the refusal it was given, the two joined); ErrSchema when the
-// migrations were not applied. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
+// does not wrap the refusal it was given, the two joined); fence.ErrSchema when the
+// migrations were not applied; fence.ErrIdleTimeout, wrapping the *pgconn.PgError
+// (25P03), when the server ended the transaction because it sat idle past its idle
+// timeout (WithIdleTimeout): nothing was committed and the grant has most likely
+// passed on, so stop, do not retry. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
 // a serialization failure (40001): it is returned as a *fence.StaleError when a
 // higher token is stored by the time it is looked at (retrying could never succeed),
 // otherwise wrapped with fence.ErrBusy, for the caller to retry the whole

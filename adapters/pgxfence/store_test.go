@@ -13,6 +13,15 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
+// newStore is pgxfence.New for a db and options the test knows to be valid.
+func newStore(db pgxfence.DB, opts ...pgxfence.Option) *pgxfence.Store {
+	s, err := pgxfence.New(db, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
 func mustExec(t testing.TB, db pgxfence.DB, q string, args ...any) {
 	t.Helper()
 	if _, err := db.Exec(t.Context(), q, args...); err != nil {
@@ -109,7 +118,7 @@ func TestStore_Fenced_variants(t *testing.T) {
 		t.Run(v.name, func(t *testing.T) {
 			res := "account-42/" + v.name
 			db, done := v.db(t)
-			s := pgxfence.New(db)
+			s := newStore(db)
 			if err := invoice(s, res, 33, 100); err != nil {
 				t.Fatalf("token 33: %v", err)
 			}
@@ -165,7 +174,7 @@ func TestStore_Fenced_callerTx(t *testing.T) {
 	pool := newPool(t)
 	invoicesTable(t, pool)
 	ctx := t.Context()
-	if err := invoice(pgxfence.New(pool), "r", 20, 1); err != nil {
+	if err := invoice(newStore(pool), "r", 20, 1); err != nil {
 		t.Fatal(err)
 	}
 	tx, err := pool.Begin(ctx)
@@ -174,7 +183,7 @@ func TestStore_Fenced_callerTx(t *testing.T) {
 	}
 	defer tx.Rollback(ctx)
 	mustExec(t, tx, "INSERT INTO invoices (account, total) VALUES (7, 70)")
-	s := pgxfence.New(tx)
+	s := newStore(tx)
 	wantStale(t, invoice(s, "r", 19, 2), 19, 20)
 	if got := mustInt(t, tx, "SELECT total FROM invoices WHERE account = 7"); got != 70 {
 		t.Fatalf("caller's earlier insert lost after a refusal: total %d", got)
@@ -233,12 +242,12 @@ func forEachMode(t *testing.T, body func(t *testing.T, store func(pgxfence.DB) *
 	t.Run("fence-first", func(t *testing.T) {
 		body(t, func(db pgxfence.DB) *pgxfence.Store { return fenceFirstStore(t, db) })
 	})
-	t.Run("pipelined", func(t *testing.T) { body(t, pgxfence.New) })
+	t.Run("pipelined", func(t *testing.T) { body(t, func(db pgxfence.DB) *pgxfence.Store { return newStore(db) }) })
 }
 
 func fenceFirstStore(t testing.TB, db pgxfence.DB) *pgxfence.Store {
 	t.Helper()
-	s, err := pgxfence.NewWithOptions(db, pgxfence.WithFenceFirst())
+	s, err := pgxfence.New(db, pgxfence.WithFenceFirst())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +273,7 @@ func TestStore_Fenced_hostileResources(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer conn.Close(context.Background())
-			s := pgxfence.New(conn)
+			s := newStore(conn)
 			for i, name := range names {
 				res := scs + "/" + name
 				if len(res) > fence.MaxResourceLen {
@@ -285,14 +294,13 @@ func TestStore_Fenced_hostileResources(t *testing.T) {
 	}
 }
 
-func TestNewWithOptions_invalid(t *testing.T) {
+func TestNew_invalidOption(t *testing.T) {
 	pool := newPool(t)
 	tests := []struct {
 		name string
 		db   pgxfence.DB
 		opt  pgxfence.Option
 	}{
-		{"nil option", pool, nil},
 		{"unknown isolation", pool, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: "snapshot"})},
 		{"read only", pool, pgxfence.WithTxOptions(pgx.TxOptions{AccessMode: pgx.ReadOnly})},
 		{"unknown access mode", pool, pgxfence.WithTxOptions(pgx.TxOptions{AccessMode: "write only"})},
@@ -312,11 +320,23 @@ func TestNewWithOptions_invalid(t *testing.T) {
 	}{"isolation inside a caller's tx", tx, pgxfence.WithTxOptions(pgx.TxOptions{IsoLevel: pgx.Serializable})})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := pgxfence.NewWithOptions(tt.db, tt.opt)
-			if !errors.Is(err, pgxfence.ErrInvalidOption) || s != nil {
-				t.Fatalf("NewWithOptions() = %v, %v; want nil, ErrInvalidOption", s, err)
+			s, err := pgxfence.New(tt.db, tt.opt)
+			if !errors.Is(err, fence.ErrInvalidArgument) || s != nil {
+				t.Fatalf("New() = %v, %v; want nil, fence.ErrInvalidArgument", s, err)
+			}
+			if !strings.Contains(err.Error(), "WithTxOptions") {
+				t.Fatalf("New() error %q does not name the option", err)
 			}
 		})
+	}
+}
+
+// TestNew_nilOption checks that a nil Option is ignored, among valid ones.
+func TestNew_nilOption(t *testing.T) {
+	pool := newPool(t)
+	s, err := pgxfence.New(pool, nil, pgxfence.WithFenceFirst(), nil)
+	if err != nil || s == nil {
+		t.Fatalf("New(pool, nil, WithFenceFirst(), nil) = %v, %v; want a Store", s, err)
 	}
 }
 
@@ -330,28 +350,13 @@ func TestStore_Fenced_connInsideTransaction(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	mustExec(t, conn, "BEGIN")
-	err = pgxfence.New(conn).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
+	err = newStore(conn).Fenced(t.Context(), fence.NewGrant("r", 1), func(pgx.Tx) error { return nil })
 	if !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("Fenced() = %v, want ErrInvalidArgument", err)
 	}
 	mustExec(t, conn, "ROLLBACK")
 	if got := stored(t, pool, "r"); got != 0 {
 		t.Fatalf("stored token = %d, want none", got)
-	}
-}
-
-func TestStore_nilDB(t *testing.T) {
-	var pool *pgxpool.Pool
-	var conn *pgx.Conn
-	for name, db := range map[string]pgxfence.DB{"nil": nil, "nil pool": pool, "nil conn": conn} {
-		s := pgxfence.New(db)
-		g := fence.NewGrant("r", 1)
-		if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Fatalf("%s: Fenced() = %v", name, err)
-		}
-		if err := s.Delete(t.Context(), g, fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Fatalf("%s: Delete() = %v", name, err)
-		}
 	}
 }
 
@@ -363,13 +368,13 @@ func TestStore_schemaMissing(t *testing.T) {
 	}
 	defer conn.Close(context.Background())
 	mustExec(t, conn, "CREATE TABLE t (id INT PRIMARY KEY, val INT, fence_token BIGINT NOT NULL DEFAULT 0)")
-	s := pgxfence.New(conn)
+	s := newStore(conn)
 	g := fence.NewGrant("r", 1)
-	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, pgxfence.ErrSchema) {
+	if err := s.Fenced(t.Context(), g, func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Fenced() = %v, want ErrSchema", err)
 	}
-	row := fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: 1}}}
-	if err := s.Upsert(t.Context(), g, row, fence.Col{Name: "val", Value: 1}); !errors.Is(err, pgxfence.ErrSchema) {
+	row := fence.Row{Table: "t", Key: []fence.Col{fence.Col{Name: "id", Value: 1}}}
+	if err := s.Upsert(t.Context(), g, row, fence.Col{Name: "val", Value: 1}); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Upsert() = %v, want ErrSchema", err)
 	}
 	if conn.PgConn().TxStatus() != 'I' {

@@ -6,7 +6,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/internal/fencetest"
 )
 
@@ -16,7 +15,7 @@ import (
 func TestSuite(t *testing.T) {
 	pool := newPool(t)
 	for _, first := range []bool{false, true} {
-		name, store := "pipelined", pgxfence.New(pool)
+		name, store := "pipelined", newStore(pool)
 		if first {
 			name, store = "fence-first", fenceFirstStore(t, pool)
 		}

@@ -67,7 +67,7 @@ func slowCommitTable(t *testing.T, pool *pgxpool.Pool) string {
 func TestStore_Fenced_commitUnknown(t *testing.T) {
 	pool := newPool(t)
 	stores := map[string]func(t *testing.T) *pgxfence.Store{
-		"pool pipelined":   func(t *testing.T) *pgxfence.Store { return pgxfence.New(pool) },
+		"pool pipelined":   func(t *testing.T) *pgxfence.Store { return newStore(pool) },
 		"pool fence-first": func(t *testing.T) *pgxfence.Store { return fenceFirstStore(t, pool) },
 		"conn": func(t *testing.T) *pgxfence.Store {
 			conn, err := pgx.Connect(t.Context(), pool.Config().ConnConfig.ConnString())
@@ -75,7 +75,7 @@ func TestStore_Fenced_commitUnknown(t *testing.T) {
 				t.Fatal(err)
 			}
 			t.Cleanup(func() { conn.Close(context.Background()) })
-			return pgxfence.New(conn)
+			return newStore(conn)
 		},
 	}
 	for name, mk := range stores {
@@ -113,7 +113,7 @@ func TestStore_Fenced_commitUnknown(t *testing.T) {
 func TestStore_rows_commitUnknown(t *testing.T) {
 	pool := newPool(t)
 	ctx := t.Context()
-	store := pgxfence.New(pool)
+	store := newStore(pool)
 	tbl := fmt.Sprintf("rows_unknown_%d", time.Now().UnixNano())
 	if _, err := pool.Exec(ctx, "CREATE TABLE "+tbl+" (id text PRIMARY KEY, v int NOT NULL DEFAULT 0, fence_token bigint NOT NULL DEFAULT 0)"); err != nil {
 		t.Fatal(err)

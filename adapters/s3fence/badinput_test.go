@@ -24,9 +24,8 @@ func TestNew_badInput(t *testing.T) {
 	}{
 		{"nil client", nil, nil, fence.ErrInvalidArgument},
 		{"typed nil client", typedNil, nil, fence.ErrInvalidArgument},
-		{"nil option", &s3.Client{}, []s3fence.Option{nil}, s3fence.ErrInvalidOption},
-		{"zero attempts", &s3.Client{}, []s3fence.Option{s3fence.WithMaxAttempts(0)}, s3fence.ErrInvalidOption},
-		{"too many attempts", &s3.Client{}, []s3fence.Option{s3fence.WithMaxAttempts(101)}, s3fence.ErrInvalidOption},
+		{"zero attempts", &s3.Client{}, []s3fence.Option{s3fence.WithMaxAttempts(0)}, fence.ErrInvalidArgument},
+		{"too many attempts", &s3.Client{}, []s3fence.Option{s3fence.WithMaxAttempts(101)}, fence.ErrInvalidArgument},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -34,7 +33,15 @@ func TestNew_badInput(t *testing.T) {
 			if !errors.Is(err, tt.want) || s != nil {
 				t.Fatalf("New() = %v, %v; want nil, %v", s, err, tt.want)
 			}
+			if len(tt.opts) > 0 && !strings.Contains(err.Error(), "WithMaxAttempts") {
+				t.Fatalf("New() error %q does not name the option", err)
+			}
 		})
+	}
+	// A nil Option is ignored, among valid ones.
+	s, err := s3fence.New(&s3.Client{}, nil, s3fence.WithMaxAttempts(3), nil)
+	if err != nil || s == nil {
+		t.Fatalf("New(client, nil, WithMaxAttempts(3), nil) = %v, %v; want a Store", s, err)
 	}
 }
 

@@ -30,8 +30,6 @@ var (
 	// ErrBadMetadata means an object's fence-token metadata is not a positive decimal
 	// integer. The object is not overwritten: its token cannot be compared.
 	ErrBadMetadata = errors.New("s3fence: unreadable fence token metadata")
-	// ErrInvalidOption means an option given to New is unusable.
-	ErrInvalidOption = errors.New("s3fence: invalid option")
 )
 
 func invalid(format string, args ...any) error {

@@ -51,7 +51,7 @@ type Option func(*Store) error
 func WithMaxAttempts(n int) Option {
 	return func(s *Store) error {
 		if n < 1 || n > 100 {
-			return fmt.Errorf("%w: max attempts %d, want 1 to 100", ErrInvalidOption, n)
+			return fmt.Errorf("s3fence: WithMaxAttempts(%d): want 1 to 100: %w", n, fence.ErrInvalidArgument)
 		}
 		s.maxAttempts = n
 		return nil
@@ -60,8 +60,9 @@ func WithMaxAttempts(n int) Option {
 
 // New returns a Store writing through api, normally an *s3.Client for any
 // S3-compatible endpoint that honours If-Match and If-None-Match on PutObject.
-// It returns fence.ErrInvalidArgument for a nil api (a typed nil too) and
-// ErrInvalidOption for a nil or unusable option.
+// It returns an error wrapping fence.ErrInvalidArgument, and a nil Store, for a nil
+// api (a typed nil too) and an unusable option (the error names it). A nil Option is
+// ignored.
 func New(api API, opts ...Option) (*Store, error) {
 	if isNil(api) {
 		return nil, invalid("nil S3 client")
@@ -69,7 +70,7 @@ func New(api API, opts ...Option) (*Store, error) {
 	s := &Store{api: api, maxAttempts: DefaultMaxAttempts}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			continue
 		}
 		if err := o(s); err != nil {
 			return nil, err

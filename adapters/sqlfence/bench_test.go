@@ -146,7 +146,7 @@ func fencedTx(s *sqlfence.Store) benchOp {
 // plain UPDATE of the same row; target fenced/base >= 0.95.
 func BenchmarkMariaDB_Update(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, migrations.MySQL, true, plainUpdate(db, migrations.MySQL), fencedUpdate(sqlfence.New(db, migrations.MySQL)))
+	pairBench(b, db, migrations.MySQL, true, plainUpdate(db, migrations.MySQL), fencedUpdate(newStore(db, migrations.MySQL)))
 }
 
 // BenchmarkMariaDB_UpdateSameGrant is BenchmarkMariaDB_Update where each worker holds
@@ -154,7 +154,7 @@ func BenchmarkMariaDB_Update(b *testing.B) {
 // row is locked but not rewritten.
 func BenchmarkMariaDB_UpdateSameGrant(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	fenced := fencedUpdate(sqlfence.New(db, migrations.MySQL))
+	fenced := fencedUpdate(newStore(db, migrations.MySQL))
 	pairBench(b, db, migrations.MySQL, true, plainUpdate(db, migrations.MySQL), func(ctx context.Context, id string, _ fence.Token) error {
 		return fenced(ctx, id, 1)
 	})
@@ -164,29 +164,29 @@ func BenchmarkMariaDB_UpdateSameGrant(b *testing.B) {
 // COMMIT. The fence row raise is one more round trip in the transaction.
 func BenchmarkMariaDB_Exec(b *testing.B) {
 	db := benchDB(b, mysqlDB)
-	pairBench(b, db, migrations.MySQL, true, unfencedTx(db, migrations.MySQL), fencedTx(sqlfence.New(db, migrations.MySQL)))
+	pairBench(b, db, migrations.MySQL, true, unfencedTx(db, migrations.MySQL), fencedTx(newStore(db, migrations.MySQL)))
 }
 
 // BenchmarkSQLite_Update and BenchmarkSQLite_Exec: the same pairs on the embedded
 // database, one writer (SQLite has one write lock per file).
 func BenchmarkSQLite_Update(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, migrations.SQLite, false, plainUpdate(db, migrations.SQLite), fencedUpdate(sqlfence.New(db, migrations.SQLite)))
+	pairBench(b, db, migrations.SQLite, false, plainUpdate(db, migrations.SQLite), fencedUpdate(newStore(db, migrations.SQLite)))
 }
 
 func BenchmarkSQLite_Exec(b *testing.B) {
 	db := benchDB(b, sqliteDB)
-	pairBench(b, db, migrations.SQLite, false, unfencedTx(db, migrations.SQLite), fencedTx(sqlfence.New(db, migrations.SQLite)))
+	pairBench(b, db, migrations.SQLite, false, unfencedTx(db, migrations.SQLite), fencedTx(newStore(db, migrations.SQLite)))
 }
 
 // BenchmarkPostgres_Update and BenchmarkPostgres_Exec: the same pairs on PostgreSQL
 // through database/sql (pgx's stdlib driver); pgxfence has the pgx-native numbers.
 func BenchmarkPostgres_Update(b *testing.B) {
 	db := benchDB(b, postgresDB)
-	pairBench(b, db, migrations.Postgres, true, plainUpdate(db, migrations.Postgres), fencedUpdate(sqlfence.New(db, migrations.Postgres)))
+	pairBench(b, db, migrations.Postgres, true, plainUpdate(db, migrations.Postgres), fencedUpdate(newStore(db, migrations.Postgres)))
 }
 
 func BenchmarkPostgres_Exec(b *testing.B) {
 	db := benchDB(b, postgresDB)
-	pairBench(b, db, migrations.Postgres, true, unfencedTx(db, migrations.Postgres), fencedTx(sqlfence.New(db, migrations.Postgres)))
+	pairBench(b, db, migrations.Postgres, true, unfencedTx(db, migrations.Postgres), fencedTx(newStore(db, migrations.Postgres)))
 }

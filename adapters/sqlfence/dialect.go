@@ -8,9 +8,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
-	"modernc.org/sqlite"
-
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/sqlident"
 	"github.com/fencegate/fencegate/migrations"
@@ -25,10 +22,11 @@ import (
 //   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
 //     github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
 //     UPDATE, which MySQL 8.0.20 and later accept with a deprecation warning. The
-//     connection must report matched rows (clientFoundRows=true); OpenMySQL sets it,
-//     and a Store refuses a pool without it.
+//     connection must report matched rows (clientFoundRows=true); sqlfence/mysql's
+//     Open sets it, and a Store refuses a pool without it.
 //   - migrations.SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver
-//     name "sqlite"). See OpenSQLite for the settings concurrent writers need.
+//     name "sqlite"). See sqlfence/sqlite's Open for the settings concurrent
+//     writers need.
 //   - migrations.Postgres is PostgreSQL 12 and later through a database/sql driver
 //     such as github.com/jackc/pgx/v5/stdlib; the pgxfence adapter does the same
 //     through pgx directly, with fewer round trips.
@@ -181,8 +179,7 @@ var (
 // index (MySQL) or the columns (SQLite, whose message names no index), or returns nil
 // when err is not one.
 func asDuplicate(err error, table string) *nolock.DuplicateError {
-	var me *mysql.MySQLError
-	if errors.As(err, &me) && me.Number == 1062 {
+	if me, ok := asMySQL(err); ok && me.Number == 1062 {
 		name := ""
 		if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
 			// MySQL 8 says 'table.index', MariaDB 'index'.
@@ -191,10 +188,9 @@ func asDuplicate(err error, table string) *nolock.DuplicateError {
 		}
 		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) && (se.Code() == 2067 || se.Code() == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
+	if code, msg, ok := sqliteError(err); ok && (code == 2067 || code == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
 		name := ""
-		if m := sqliteUniqueRE.FindStringSubmatch(se.Error()); m != nil {
+		if m := sqliteUniqueRE.FindStringSubmatch(msg); m != nil {
 			name = m[1]
 		}
 		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
@@ -237,28 +233,28 @@ func busy(err error) bool {
 	case "40001", "40P01", "55P03":
 		return true
 	}
-	var se *sqlite.Error
-	if errors.As(err, &se) {
-		c := se.Code() & 0xff
+	if code, _, ok := sqliteError(err); ok {
+		c := code & 0xff
 		return c == 5 || c == 6
 	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
+	if me, ok := asMySQL(err); ok {
 		return me.Number == 1213 || me.Number == 1205
 	}
 	return false
 }
 
-// missingSchema reports whether err says the fence_tokens table does not exist
-// (MySQL 1146, SQLite "no such table", PostgreSQL 42P01).
-func missingSchema(err error) bool {
+// missingSchema reports whether err says the fence_tokens table does not exist.
+func missingSchema(err error) bool { return missingTable(err, "fence_tokens") }
+
+// missingTable reports whether err says the table does not exist (MySQL 1146, SQLite
+// "no such table", PostgreSQL 42P01).
+func missingTable(err error, table string) bool {
 	if sqlState(err) == "42P01" {
-		return strings.Contains(err.Error(), "fence_tokens")
+		return strings.Contains(err.Error(), table)
 	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1146 && strings.Contains(me.Message, "fence_tokens")
+	if me, ok := asMySQL(err); ok {
+		return me.Number == 1146 && strings.Contains(me.Message, table)
 	}
-	var se *sqlite.Error
-	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table: fence_tokens")
+	_, msg, ok := sqliteError(err)
+	return ok && strings.Contains(msg, "no such table: "+table)
 }

@@ -3,9 +3,9 @@ package sqlfence_test
 import (
 	"database/sql"
 	"errors"
-	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
@@ -41,7 +41,7 @@ func forEach(t *testing.T, fn func(t *testing.T, db *sql.DB, s *sqlfence.Store))
 	for _, b := range backends {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
-			fn(t, db, sqlfence.New(db, b.d))
+			fn(t, db, newStore(db, b.d))
 		})
 	}
 }
@@ -134,14 +134,12 @@ func TestStore_badInput(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { db.Close() })
-	s := sqlfence.New(db, migrations.MySQL)
+	s := newStore(db, migrations.MySQL)
 	tests := []struct {
 		name string
 		err  error
 		want error
 	}{
-		{"unknown dialect", sqlfence.New(db, 0).Fenced(t.Context(), g, func(*sql.Tx) error { return nil }), migrations.ErrUnknownDialect},
-		{"nil db", sqlfence.New(nil, migrations.SQLite).Update(t.Context(), g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidArgument},
 		{"nil store", nilStore.Delete(t.Context(), g, fence.Row{Table: "t", Key: key}), fence.ErrInvalidArgument},
 		{"two dots", s.Update(t.Context(), g, fence.Row{Table: "a.b.c", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
 		{"empty schema", s.Update(t.Context(), g, fence.Row{Table: ".t", Key: key}, fence.Col{Name: "v", Value: 1}), fence.ErrInvalidIdentifier},
@@ -162,46 +160,6 @@ func TestStore_badInput(t *testing.T) {
 	}
 }
 
-func TestOpen_badInput(t *testing.T) {
-	tests := []struct {
-		name string
-		open func() (*sql.DB, error)
-	}{
-		{"empty sqlite path", func() (*sql.DB, error) { return sqlfence.OpenSQLite("") }},
-		{"sqlite memory", func() (*sql.DB, error) { return sqlfence.OpenSQLite(":memory:") }},
-		{"sqlite uri", func() (*sql.DB, error) { return sqlfence.OpenSQLite("file:x.db?mode=ro") }},
-		{"mysql dsn", func() (*sql.DB, error) { return sqlfence.OpenMySQL("user@tcp(127.0.0.1:3306/db") }},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			db, err := tt.open()
-			if !errors.Is(err, fence.ErrInvalidArgument) || db != nil {
-				t.Fatalf("error = %v, want ErrInvalidArgument and no pool", err)
-			}
-		})
-	}
-}
-
-// TestOpenSQLite_oddPath opens a file whose name holds URI metacharacters.
-func TestOpenSQLite_oddPath(t *testing.T) {
-	path := t.TempDir() + "/a?b#c%d e.db"
-	db, err := sqlfence.OpenSQLite(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	mustExec(t, db, "CREATE TABLE t (id INTEGER)")
-	if mode := queryString(t, db, "PRAGMA journal_mode"); mode != "wal" {
-		t.Fatalf("journal_mode = %q, want wal", mode)
-	}
-	if ms := queryInt(t, db, "PRAGMA busy_timeout"); ms != sqlfence.SQLiteBusyTimeoutMS {
-		t.Fatalf("busy_timeout = %d", ms)
-	}
-	if _, err := os.Stat(path); err != nil {
-		t.Fatalf("database not at the path given: %v", err)
-	}
-}
-
 func queryString(t testing.TB, db *sql.DB, q string) string {
 	t.Helper()
 	var v string
@@ -219,16 +177,16 @@ func TestStore_missingSchema(t *testing.T) {
 			if err := migrations.Down(t.Context(), db, migrationsDialect(b.d)); err != nil {
 				t.Fatal(err)
 			}
-			s := sqlfence.New(db, b.d)
+			s := newStore(db, b.d)
 			err := s.Fenced(t.Context(), fence.NewGrant("r", 1), func(*sql.Tx) error { return nil })
-			if !errors.Is(err, sqlfence.ErrSchema) {
+			if !errors.Is(err, fence.ErrSchema) {
 				t.Fatalf("Fenced() without fence_tokens = %v, want ErrSchema", err)
 			}
 		})
 	}
 }
 
-func TestNewWithOptions(t *testing.T) {
+func TestNew(t *testing.T) {
 	db, err := sql.Open("sqlite", "file:unused?mode=memory")
 	if err != nil {
 		t.Fatal(err)
@@ -243,18 +201,24 @@ func TestNewWithOptions(t *testing.T) {
 	}{
 		{"mysql read committed", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, nil},
 		{"sqlite serializable", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSerializable})}, nil},
-		{"sqlite read committed", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, sqlfence.ErrInvalidOption},
-		{"read only", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, sqlfence.ErrInvalidOption},
-		{"snapshot", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, sqlfence.ErrInvalidOption},
-		{"nil option", migrations.MySQL, db, []sqlfence.Option{nil}, sqlfence.ErrInvalidOption},
+		{"sqlite read committed", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelReadCommitted})}, fence.ErrInvalidArgument},
+		{"read only", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{ReadOnly: true})}, fence.ErrInvalidArgument},
+		{"snapshot", migrations.MySQL, db, []sqlfence.Option{sqlfence.WithTxOptions(sql.TxOptions{Isolation: sql.LevelSnapshot})}, fence.ErrInvalidArgument},
+		{"nil option", migrations.MySQL, db, []sqlfence.Option{nil}, nil},
+		{"nil option among others", migrations.SQLite, db, []sqlfence.Option{nil, sqlfence.WithIdleTimeout(time.Second), nil}, nil},
+		{"idle timeout under 1ms", migrations.SQLite, db, []sqlfence.Option{sqlfence.WithIdleTimeout(0)}, fence.ErrInvalidArgument},
 		{"nil db", migrations.MySQL, nil, nil, fence.ErrInvalidArgument},
-		{"unknown dialect", 7, db, nil, migrations.ErrUnknownDialect},
+		{"unknown dialect", 7, db, nil, fence.ErrInvalidArgument},
+		{"unknown dialect, as migrations says", 7, db, nil, migrations.ErrUnknownDialect},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			s, err := sqlfence.NewWithOptions(tt.db, tt.d, tt.opts...)
+			s, err := sqlfence.New(tt.db, tt.d, tt.opts...)
 			if !errors.Is(err, tt.want) || (err == nil) != (s != nil) {
-				t.Fatalf("NewWithOptions() = %v, %v; want error %v", s, err, tt.want)
+				t.Fatalf("New() = %v, %v; want error %v", s, err, tt.want)
+			}
+			if err != nil && len(tt.opts) > 0 && !strings.Contains(err.Error(), "With") {
+				t.Fatalf("New() error %q does not name the option", err)
 			}
 		})
 	}
@@ -269,7 +233,7 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 	levels := []sql.IsolationLevel{sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead, sql.LevelSerializable}
 	for i, level := range levels {
 		t.Run(level.String(), func(t *testing.T) {
-			s, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			s, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -291,14 +255,4 @@ func TestStore_Fenced_isolationLevels(t *testing.T) {
 			}
 		})
 	}
-}
-
-// TestOpenMySQL_unsafeCollation keeps a DSN whose collation the driver will not
-// interpolate into usable, without interpolation.
-func TestOpenMySQL_unsafeCollation(t *testing.T) {
-	db, err := sqlfence.OpenMySQL("u:p@tcp(127.0.0.1:3306)/db?collation=sjis_japanese_ci")
-	if err != nil {
-		t.Fatalf("OpenMySQL() = %v", err)
-	}
-	db.Close()
 }

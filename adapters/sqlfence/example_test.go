@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -19,7 +20,7 @@ func ExampleStore_Fenced() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
 	defer os.RemoveAll(dir)
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
@@ -30,7 +31,10 @@ func ExampleStore_Fenced() {
 	db.ExecContext(ctx, `CREATE TABLE invoices (account INTEGER PRIMARY KEY, total INTEGER NOT NULL)`)
 	db.ExecContext(ctx, `INSERT INTO invoices VALUES (42, 0)`)
 
-	store := sqlfence.New(db, migrations.SQLite)
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		panic(err)
+	}
 	bill := func(token fence.Token, total int) error {
 		// In a service the grant is the *lockclient.Lock itself.
 		return fence.Exec(ctx, store, fence.NewGrant("account-42", token), func(tx *sql.Tx) error {
@@ -58,7 +62,7 @@ func ExampleStore_Update() {
 	ctx := context.Background()
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
 	defer os.RemoveAll(dir)
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		panic(err)
 	}
@@ -69,11 +73,14 @@ func ExampleStore_Update() {
 	db.ExecContext(ctx, `CREATE TABLE jobs (name TEXT PRIMARY KEY, state TEXT NOT NULL, fence_token INTEGER NOT NULL DEFAULT 0)`)
 	db.ExecContext(ctx, `INSERT INTO jobs (name, state) VALUES ('nightly', 'queued')`)
 
-	store := sqlfence.New(db, migrations.SQLite)
-	job := fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "nightly"}}}
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		panic(err)
+	}
+	job := fence.Row{Table: "jobs", Key: []fence.Col{fence.Col{Name: "name", Value: "nightly"}}}
 	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 8), job, fence.Col{Name: "state", Value: "done"}))
 	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 7), job, fence.Col{Name: "state", Value: "running"}))
-	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 9), fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "weekly"}}}, fence.Col{Name: "state", Value: "done"}))
+	fmt.Println(store.Update(ctx, fence.NewGrant("nightly", 9), fence.Row{Table: "jobs", Key: []fence.Col{fence.Col{Name: "name", Value: "weekly"}}}, fence.Col{Name: "state", Value: "done"}))
 	// Output:
 	// <nil>
 	// fence: stale token 7 for "nightly": 8 already seen

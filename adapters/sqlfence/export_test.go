@@ -15,3 +15,6 @@ func QuoteColumn(d migrations.Dialect, name string) (string, error) {
 
 // MaxShapes is how many counter shapes a Store keeps built, for the test past it.
 const MaxShapes = shapecache.Max
+
+// Dialect returns the store's dialect, for tests that build SQL of their own.
+func (s *Store) Dialect() migrations.Dialect { return migrations.Dialect(s.d) }

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/testserver"
 	"github.com/fencegate/fencegate/migrations"
@@ -47,7 +47,7 @@ func idleChild() int {
 		err error
 	)
 	if d == migrations.MySQL {
-		db, err = sqlfence.OpenMySQL(os.Getenv(idleDSNEnv))
+		db, err = mysql.Open(os.Getenv(idleDSNEnv))
 	} else {
 		db, err = sql.Open("pgx", os.Getenv(idleDSNEnv))
 	}
@@ -56,7 +56,7 @@ func idleChild() int {
 		return 1
 	}
 	defer db.Close()
-	store := sqlfence.New(db, d)
+	store := newStore(db, d)
 	g := leasedGrant{fence.NewGrant(os.Getenv(idleResEnv), 5), childLease}
 	err = fence.Exec(ctx, store, g, func(tx *sql.Tx) error {
 		q := "UPDATE " + os.Getenv(idleTableEnv) + " SET val = 5 WHERE id = 1"
@@ -97,7 +97,7 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 			start := time.Now()
 			wctx, cancel := context.WithTimeout(ctx, childLease+30*time.Second)
 			defer cancel()
-			err := fence.Exec(wctx, sqlfence.New(db, d), fence.NewGrant(res, 6), func(tx *sql.Tx) error {
+			err := fence.Exec(wctx, newStore(db, d), fence.NewGrant(res, 6), func(tx *sql.Tx) error {
 				_, err := tx.ExecContext(wctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
 				return err
 			})

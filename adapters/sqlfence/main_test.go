@@ -14,6 +14,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
@@ -42,11 +44,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// mysqlDB returns a pool opened with OpenMySQL on a fresh, migrated database.
+// mysqlDB returns a pool opened with mysql.Open on a fresh, migrated database.
 func mysqlDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	dsn := mariadb.DSN(t)
-	db, err := sqlfence.OpenMySQL(dsn)
+	db, err := mysql.Open(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,11 +89,11 @@ func dollars(q string) string {
 	return b.String()
 }
 
-// sqliteDB returns a pool opened with OpenSQLite on a fresh, migrated file.
+// sqliteDB returns a pool opened with sqlite.Open on a fresh, migrated file.
 func sqliteDB(t testing.TB) (*sql.DB, string) {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "fence.db")
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +102,15 @@ func sqliteDB(t testing.TB) (*sql.DB, string) {
 		t.Fatalf("migrations.Up(sqlite): %v", err)
 	}
 	return db, path
+}
+
+// newStore is sqlfence.New for a db, dialect and options the test knows to be valid.
+func newStore(db *sql.DB, d migrations.Dialect, opts ...sqlfence.Option) *sqlfence.Store {
+	s, err := sqlfence.New(db, d, opts...)
+	if err != nil {
+		panic(err)
+	}
+	return s
 }
 
 func mustExec(t testing.TB, db *sql.DB, q string, args ...any) {

@@ -12,13 +12,13 @@ import (
 	"github.com/fencegate/fencegate/migrations"
 )
 
-// mariaPools are the two ways a MariaDB pool reaches a Store: OpenMySQL (the
+// mariaPools are the two ways a MariaDB pool reaches a Store: mysql.Open (the
 // one-statement begin) and the driver opened by hand with the two flags (a pinned
 // connection whose session timeout is set and restored around the transaction).
 func mariaPools(t *testing.T) map[string]*sql.DB {
 	t.Helper()
 	db, dsn := mysqlDB(t)
-	return map[string]*sql.DB{"OpenMySQL": db, "sql.Open": openRaw(t, dsn, true, true)}
+	return map[string]*sql.DB{"mysql.Open": db, "sql.Open": openRaw(t, dsn, true, true)}
 }
 
 // TestStore_Fenced_idleTimeoutRestored checks that MariaDB's session idle timeout,
@@ -42,7 +42,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 	}
 	for name, db := range mariaPools(t) {
 		db.SetMaxOpenConns(1) // one connection: the fenced one is the one read after
-		store, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
+		store, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithIdleTimeout(1500*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -80,7 +80,7 @@ func TestStore_Fenced_idleTimeoutRestored(t *testing.T) {
 		}
 	}
 	db, _ := mysqlDB(t)
-	if _, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, sqlfence.ErrInvalidOption) {
+	if _, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithIdleTimeout(0)); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("WithIdleTimeout(0) = %v, want ErrInvalidOption", err)
 	}
 }
@@ -97,14 +97,14 @@ func fencedRecover(ctx context.Context, s *sqlfence.Store, g fence.Grant, fn fun
 
 // TestStore_Fenced_roundTrips counts the statements a one-write fenced transaction
 // sends MariaDB (the session's Questions counter, which counts a compound statement
-// once): through an OpenMySQL pool as many as the unfenced transaction, three.
+// once): through a mysql.Open pool as many as the unfenced transaction, three.
 func TestStore_Fenced_roundTrips(t *testing.T) {
 	db, _ := mysqlDB(t)
 	db.SetMaxOpenConns(1)
 	if _, err := db.ExecContext(t.Context(), "CREATE TABLE rt (id INT PRIMARY KEY, v INT)"); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, migrations.MySQL)
+	store := newStore(db, migrations.MySQL)
 	write := func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(t.Context(), "INSERT INTO rt (id, v) VALUES (1, 1) ON DUPLICATE KEY UPDATE v = v + 1")
 		return err

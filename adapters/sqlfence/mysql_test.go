@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
@@ -17,7 +17,7 @@ import (
 // openRaw opens dsn with the driver as given, after setting the two flags.
 func openRaw(t *testing.T, dsn string, foundRows, interpolate bool) *sql.DB {
 	t.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +46,8 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 	if n, _ := res.RowsAffected(); n != 0 {
 		t.Fatalf("without clientFoundRows an unchanged write reports %d rows; the trap this test guards is gone", n)
 	}
-	store := sqlfence.New(changed, migrations.MySQL)
-	row := fence.Row{Table: "acct", Key: []fence.Col{{Name: "id", Value: "a"}}}
+	store := newStore(changed, migrations.MySQL)
+	row := fence.Row{Table: "acct", Key: []fence.Col{fence.Col{Name: "id", Value: "a"}}}
 	g := fence.NewGrant("acct", 6)
 	calls := map[string]func() error{
 		"Fenced": func() error {
@@ -59,8 +59,8 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 	}
 	for name, call := range calls {
 		err := call()
-		if !errors.Is(err, sqlfence.ErrFoundRows) || !strings.Contains(err.Error(), "clientFoundRows=true") {
-			t.Errorf("%s() = %v, want ErrFoundRows saying how to fix the DSN", name, err)
+		if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "clientFoundRows=true") {
+			t.Errorf("%s() = %v, want ErrInvalidArgument saying how to fix the DSN", name, err)
 		}
 	}
 	if v, tok := queryInt(t, db, "SELECT val FROM acct"), queryInt(t, db, "SELECT fence_token FROM acct"); v != 1 || tok != 5 {
@@ -70,7 +70,7 @@ func TestMySQL_clientFoundRows(t *testing.T) {
 		t.Fatalf("the probe or a refused write left %d fence rows", n)
 	}
 
-	found := sqlfence.New(openRaw(t, dsn, true, false), migrations.MySQL)
+	found := newStore(openRaw(t, dsn, true, false), migrations.MySQL)
 	for range 2 { // the second write stores the values the row already has
 		if err := found.Update(t.Context(), g, row, fence.Col{Name: "val", Value: 2}); err != nil {
 			t.Fatalf("Update() with clientFoundRows = %v", err)
@@ -89,10 +89,10 @@ func comStmtPrepare(t *testing.T, db *sql.DB) int64 {
 	return n
 }
 
-// TestOpenMySQL_noPreparePerCall: a pool from OpenMySQL sends each statement in one
+// TestMySQLOpen_noPreparePerCall: a pool from sqlfence/mysql sends each statement in one
 // round trip (interpolateParams); the same writes through a plain DSN prepare a
 // server-side statement per call, which is what halves throughput.
-func TestOpenMySQL_noPreparePerCall(t *testing.T) {
+func TestMySQLOpen_noPreparePerCall(t *testing.T) {
 	db, dsn := mysqlDB(t)
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
@@ -116,10 +116,10 @@ func TestOpenMySQL_noPreparePerCall(t *testing.T) {
 		}
 		return comStmtPrepare(t, db) - before
 	}
-	if n := writes(sqlfence.New(db, migrations.MySQL)); n != 0 {
-		t.Fatalf("OpenMySQL pool: %d server-side prepares for %d fenced writes, want 0", n, 2*calls)
+	if n := writes(newStore(db, migrations.MySQL)); n != 0 {
+		t.Fatalf("mysql.Open pool: %d server-side prepares for %d fenced writes, want 0", n, 2*calls)
 	}
-	if n := writes(sqlfence.New(openRaw(t, dsn, true, false), migrations.MySQL)); n < 2*calls {
+	if n := writes(newStore(openRaw(t, dsn, true, false), migrations.MySQL)); n < 2*calls {
 		t.Fatalf("plain DSN: %d prepares for %d writes; expected one per statement (the test cannot tell otherwise)", n, 2*calls)
 	}
 }
@@ -131,8 +131,8 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 	db, _ := mysqlDB(t)
 	mustExec(t, db, "CREATE TABLE jobs (seq BIGINT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(20) NOT NULL UNIQUE, "+
 		"state VARCHAR(20) NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
-	s := sqlfence.New(db, migrations.MySQL)
-	row := fence.Row{Table: "jobs", Key: []fence.Col{{Name: "name", Value: "nightly"}}}
+	s := newStore(db, migrations.MySQL)
+	row := fence.Row{Table: "jobs", Key: []fence.Col{fence.Col{Name: "name", Value: "nightly"}}}
 	g := func(tok fence.Token) fence.Grant { return fence.NewGrant("jobs", tok) }
 	steps := []struct {
 		tok   fence.Token
@@ -164,11 +164,11 @@ func TestMySQL_Upsert_autoIncrement(t *testing.T) {
 // TestMySQL_schemaQualified writes to database.table.
 func TestMySQL_schemaQualified(t *testing.T) {
 	db, dsn := mysqlDB(t)
-	cfg, _ := mysql.ParseDSN(dsn)
+	cfg, _ := gomysql.ParseDSN(dsn)
 	mustExec(t, db, "CREATE TABLE acct (id VARCHAR(20) PRIMARY KEY, val BIGINT NOT NULL, fence_token BIGINT NOT NULL DEFAULT 0)")
 	mustExec(t, db, "INSERT INTO acct (id, val) VALUES ('a', 0)")
-	s := sqlfence.New(db, migrations.MySQL)
-	row := fence.Row{Table: cfg.DBName + ".acct", Key: []fence.Col{{Name: "id", Value: "a"}}}
+	s := newStore(db, migrations.MySQL)
+	row := fence.Row{Table: cfg.DBName + ".acct", Key: []fence.Col{fence.Col{Name: "id", Value: "a"}}}
 	if err := s.Update(t.Context(), fence.NewGrant("acct", 2), row, fence.Col{Name: "val", Value: 7}); err != nil {
 		t.Fatal(err)
 	}
@@ -229,7 +229,7 @@ func TestMigrations_upDownUp(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			db, _ := b.open(t)
 			md := migrationsDialect(b.d)
-			s := sqlfence.New(db, b.d)
+			s := newStore(db, b.d)
 			ok := func(*sql.Tx) error { return nil }
 			if err := s.Fenced(t.Context(), fence.NewGrant("m", 9), ok); err != nil {
 				t.Fatal(err)

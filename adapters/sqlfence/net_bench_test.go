@@ -7,9 +7,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/internal/delayproxy"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -29,7 +29,7 @@ func BenchmarkMariaDB_Net(b *testing.B) {
 		if oneWay > 0 {
 			db = proxiedMySQL(b, dsn, oneWay)
 		}
-		s := sqlfence.New(db, migrations.MySQL)
+		s := newStore(db, migrations.MySQL)
 		for _, workers := range []int{1, 16, 64} {
 			par := max(1, workers/runtime.GOMAXPROCS(0))
 			if workers == 1 {
@@ -50,7 +50,7 @@ func BenchmarkMariaDB_Net(b *testing.B) {
 // delaying proxy.
 func proxiedMySQL(b *testing.B, dsn string, oneWay time.Duration) *sql.DB {
 	b.Helper()
-	cfg, err := mysql.ParseDSN(dsn)
+	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -60,7 +60,7 @@ func proxiedMySQL(b *testing.B, dsn string, oneWay time.Duration) *sql.DB {
 	}
 	b.Cleanup(func() { _ = p.Close() })
 	cfg.Addr = p.Addr()
-	db, err := sqlfence.OpenMySQL(cfg.FormatDSN())
+	db, err := mysql.Open(cfg.FormatDSN())
 	if err != nil {
 		b.Fatal(err)
 	}

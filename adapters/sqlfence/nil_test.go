@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
@@ -21,13 +22,13 @@ type nilLock struct {
 func (l *nilLock) Resource() string   { return l.res }
 func (l *nilLock) Token() fence.Token { return l.tok }
 
-// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store, a Store of a
-// nil *sql.DB or of no dialect, a typed nil grant, zero Rows and Counters and nil
-// functions: each returns its documented error before any I/O (the pool points at a
+// TestStore_nilAndZeroInputs sweeps every entry point with a nil Store (New refuses a
+// nil *sql.DB and an unknown dialect: TestNew), a typed nil grant, zero
+// Rows and Counters and nil functions: each returns its documented error before any I/O (the pool points at a
 // closed port), and none panics.
 func TestStore_nilAndZeroInputs(t *testing.T) {
 	ctx := t.Context()
-	unreachable, err := sqlfence.OpenMySQL("u:p@tcp(127.0.0.1:1)/none?timeout=1s")
+	unreachable, err := mysql.Open("u:p@tcp(127.0.0.1:1)/none?timeout=1s")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,8 +47,6 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		want error
 	}{
 		{"nil Store", nilStore, fence.ErrInvalidArgument},
-		{"nil DB", sqlfence.New(nil, migrations.MySQL), fence.ErrInvalidArgument},
-		{"no dialect", sqlfence.New(unreachable, 0), migrations.ErrUnknownDialect},
 	}
 	type call struct {
 		name string
@@ -84,7 +83,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 			t.Run(st.name+"/"+c.name, func(t *testing.T) { check(t, func() error { return c.run(st.s) }, st.want) })
 		}
 	}
-	s := sqlfence.New(unreachable, migrations.MySQL)
+	s := newStore(unreachable, migrations.MySQL)
 	bad := []call{
 		{"Fenced typed nil grant", func(s *sqlfence.Store) error { return s.Fenced(ctx, nilGrant, txFn) }, fence.ErrInvalidArgument},
 		{"fence.Exec typed nil grant", func(s *sqlfence.Store) error { return fence.Exec(ctx, s, nilGrant, txFn) }, fence.ErrInvalidArgument},

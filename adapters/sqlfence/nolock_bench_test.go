@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/benchpair"
 	"github.com/fencegate/fencegate/migrations"
@@ -46,7 +45,7 @@ func benchNoLock(b *testing.B, be backend, workers int) {
 	db.SetMaxOpenConns(workers)
 	db.SetMaxIdleConns(workers)
 	d := be.d
-	s := sqlfence.New(db, d)
+	s := newStore(db, d)
 	mustExec(b, db, "CREATE TABLE stock (id INT PRIMARY KEY, n BIGINT NOT NULL)")
 	for w := range workers + 1 {
 		nlExec(b, db, d, "INSERT INTO stock (id, n) VALUES (?, 1000000000000)", w)

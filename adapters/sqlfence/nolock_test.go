@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
@@ -121,7 +122,7 @@ func TestNoLock(t *testing.T) {
 				if v.ttl > 0 {
 					opts = append(opts, sqlfence.WithKeyTTL(v.ttl))
 				}
-				s, err := sqlfence.NewWithOptions(db, b.d, opts...)
+				s, err := sqlfence.New(db, b.d, opts...)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -298,7 +299,7 @@ func TestWithKeyTTL_Once(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		d := s.Dialect()
 		ctx := t.Context()
-		keys, err := sqlfence.NewWithOptions(db, d, sqlfence.WithKeyTTL(time.Hour))
+		keys, err := sqlfence.New(db, d, sqlfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +331,7 @@ func TestWithKeyTTL_Once(t *testing.T) {
 			t.Fatal("a Store without WithKeyTTL stored an expiry")
 		}
 		for _, ttl := range []time.Duration{0, -time.Second, time.Nanosecond} {
-			if _, err := sqlfence.NewWithOptions(db, d, sqlfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
+			if _, err := sqlfence.New(db, d, sqlfence.WithKeyTTL(ttl)); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "WithKeyTTL") {
 				t.Errorf("WithKeyTTL(%v) = %v, want ErrInvalidArgument naming the option", ttl, err)
 			}
 		}
@@ -342,7 +343,7 @@ func TestWithKeyTTL_Once(t *testing.T) {
 func TestWithKeyTTL_concurrentReplace(t *testing.T) {
 	forEach(t, func(t *testing.T, db *sql.DB, s *sqlfence.Store) {
 		db.SetMaxOpenConns(noLockConns)
-		keys, err := sqlfence.NewWithOptions(db, s.Dialect(), sqlfence.WithKeyTTL(time.Hour))
+		keys, err := sqlfence.New(db, s.Dialect(), sqlfence.WithKeyTTL(time.Hour))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -416,7 +417,7 @@ func TestStore_PurgeExpiredKeys(t *testing.T) {
 
 func TestStore_Once_badInput(t *testing.T) {
 	db, _ := sqliteDB(t)
-	s := sqlfence.New(db, migrations.SQLite)
+	s := newStore(db, migrations.SQLite)
 	ok := func(*sql.Tx) ([]byte, error) { return nil, nil }
 	tests := []struct {
 		name, key, fp string
@@ -437,15 +438,12 @@ func TestStore_Once_badInput(t *testing.T) {
 			}
 		})
 	}
-	if _, err := sqlfence.New(db, migrations.Dialect(0)).Once(t.Context(), "k", "fp", ok); !errors.Is(err, migrations.ErrUnknownDialect) {
-		t.Fatalf("Once on an unknown dialect = %v", err)
-	}
 	if n := queryInt(t, db, "SELECT COUNT(*) FROM idempotency_keys"); n != 0 {
 		t.Fatalf("%d keys stored by refused calls", n)
 	}
 	// Without the migrations: ErrSchema names the fix.
 	mustExec(t, db, "DROP TABLE idempotency_keys")
-	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, sqlfence.ErrSchema) {
+	if _, err := s.Once(t.Context(), "k", "fp", ok); !errors.Is(err, fence.ErrSchema) {
 		t.Fatalf("Once without idempotency_keys = %v, want ErrSchema", err)
 	}
 }
@@ -453,7 +451,7 @@ func TestStore_Once_badInput(t *testing.T) {
 // exampleDB opens a migrated SQLite file for the examples.
 func exampleDB(ctx context.Context) (*sql.DB, func()) {
 	dir, _ := os.MkdirTemp("", "sqlfence-example")
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "shop.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "shop.db"))
 	if err != nil {
 		panic(err)
 	}
@@ -472,7 +470,7 @@ func ExampleStore_Decrement() {
 	db.ExecContext(ctx, `CREATE TABLE stock (sku TEXT PRIMARY KEY, items_left INTEGER NOT NULL)`)
 	db.ExecContext(ctx, `INSERT INTO stock VALUES ('sku-42', 2)`)
 
-	store := sqlfence.New(db, migrations.SQLite)
+	store := newStore(db, migrations.SQLite)
 	item := nolock.Counter{Table: "stock", Key: []fence.Col{{Name: "sku", Value: "sku-42"}}, Column: "items_left"}
 	for buyer := 1; buyer <= 3; buyer++ {
 		left, err := store.Decrement(ctx, item, 1)
@@ -498,7 +496,7 @@ func ExampleStore_Once() {
 	defer done()
 	db.ExecContext(ctx, `CREATE TABLE charges (payment_key TEXT NOT NULL, cents INTEGER NOT NULL)`)
 
-	store := sqlfence.New(db, migrations.SQLite)
+	store := newStore(db, migrations.SQLite)
 	pay := func(fingerprint string) {
 		r, err := store.Once(ctx, "checkout-7", fingerprint, func(tx *sql.Tx) ([]byte, error) {
 			_, err := tx.ExecContext(ctx, `INSERT INTO charges VALUES ('checkout-7', 5000)`)

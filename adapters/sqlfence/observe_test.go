@@ -33,7 +33,7 @@ func TestStore_WithObserver_WithLogger(t *testing.T) {
 			db, _ := b.open(t)
 			rec := &writeRecorder{}
 			var logs bytes.Buffer // written only by this goroutine's calls
-			s, err := sqlfence.NewWithOptions(db, b.d,
+			s, err := sqlfence.New(db, b.d,
 				sqlfence.WithObserver(rec),
 				sqlfence.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
 			if err != nil {

@@ -6,11 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"strings"
 	"time"
-
-	"github.com/go-sql-driver/mysql"
-	"modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/idemkey"
@@ -304,21 +300,11 @@ func keyErr(op string, err error) error {
 		return err
 	}
 	if isNoKeysTable(err) {
-		return fmt.Errorf("%w: %s: %w", ErrSchema, op, err)
+		return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 	}
 	return fmt.Errorf("sqlfence: %s: %w", op, err)
 }
 
 // isNoKeysTable reports whether err says idempotency_keys does not exist (MySQL 1146,
 // SQLite "no such table", PostgreSQL 42P01).
-func isNoKeysTable(err error) bool {
-	if sqlState(err) == "42P01" {
-		return strings.Contains(err.Error(), "idempotency_keys")
-	}
-	var me *mysql.MySQLError
-	if errors.As(err, &me) {
-		return me.Number == 1146 && strings.Contains(me.Message, "idempotency_keys")
-	}
-	var se *sqlite.Error
-	return errors.As(err, &se) && strings.Contains(se.Error(), "no such table: idempotency_keys")
-}
+func isNoKeysTable(err error) bool { return missingTable(err, "idempotency_keys") }

@@ -10,7 +10,7 @@ import (
 	"github.com/fencegate/fencegate/migrations"
 )
 
-// Option configures a Store; see NewWithOptions.
+// Option configures a Store; see New.
 type Option func(*Store) error
 
 // WithTxOptions sets the isolation level of the transactions Fenced begins. MySQL
@@ -21,21 +21,21 @@ type Option func(*Store) error
 // caller's having run). A level other than the default costs one more round trip per
 // transaction (the driver sends SET TRANSACTION first). SQLite transactions are
 // always serializable: only the default and sql.LevelSerializable are accepted. A
-// read-only transaction cannot raise the fence and is refused, as are other levels;
-// the error matches ErrInvalidOption.
+// read-only transaction cannot raise the fence and is refused, as are other levels
+// (New's error wraps fence.ErrInvalidArgument).
 func WithTxOptions(o sql.TxOptions) Option {
 	return func(s *Store) error {
 		if o.ReadOnly {
-			return fmt.Errorf("%w: a read-only transaction cannot raise the fence", ErrInvalidOption)
+			return optionErr("WithTxOptions", "a read-only transaction cannot raise the fence")
 		}
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
 			if s.d == dSQLite {
-				return fmt.Errorf("%w: isolation level %s: %s transactions are always serializable", ErrInvalidOption, o.Isolation, s.d)
+				return optionErr("WithTxOptions", "isolation level %s: %s transactions are always serializable", o.Isolation, s.d)
 			}
 		default:
-			return fmt.Errorf("%w: isolation level %s is not supported by %s", ErrInvalidOption, o.Isolation, s.d)
+			return optionErr("WithTxOptions", "isolation level %s is not supported by %s", o.Isolation, s.d)
 		}
 		if o.Isolation != sql.LevelDefault {
 			s.txOpts = &sql.TxOptions{Isolation: o.Isolation}
@@ -44,21 +44,22 @@ func WithTxOptions(o sql.TxOptions) Option {
 	}
 }
 
-// NewWithOptions is New with options. It returns migrations.ErrUnknownDialect for an unknown
-// dialect, fence.ErrInvalidArgument for a nil db and ErrInvalidOption for an option
-// that cannot be used (with a nil Store). New reports the first two on use instead.
-func NewWithOptions(db *sql.DB, md migrations.Dialect, opts ...Option) (*Store, error) {
+// New returns a Store writing through db in dialect d; the library's fence_tokens
+// table must exist (migrations.Up creates it). It does no I/O. It returns an error
+// wrapping fence.ErrInvalidArgument, and a nil Store, for a nil db, an unknown
+// dialect (also matching migrations.ErrUnknownDialect) and an option that cannot be
+// used (the error names it). A nil Option is ignored.
+func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
-		return nil, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
 	}
-	d := dialect(md)
-	if err := d.check(); err != nil {
-		return nil, err
+	if err := dialect(d).check(); err != nil {
+		return nil, fmt.Errorf("%w: sqlfence: %w", fence.ErrInvalidArgument, err)
 	}
-	s := &Store{db: db, d: d}
+	s := &Store{db: db, d: dialect(d)}
 	for _, o := range opts {
 		if o == nil {
-			return nil, fmt.Errorf("%w: nil option", ErrInvalidOption)
+			continue
 		}
 		if err := o(s); err != nil {
 			return nil, err
@@ -79,4 +80,9 @@ func WithKeyTTL(d time.Duration) Option {
 		s.keyTTL = d
 		return nil
 	}
+}
+
+// optionErr is the error of an option that cannot be used, naming it.
+func optionErr(option, format string, args ...any) error {
+	return fmt.Errorf("sqlfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
 }

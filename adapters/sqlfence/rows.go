@@ -52,11 +52,19 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if st.tok, err = s.d.ident("token column", tokName); err != nil {
 		return nil, err
 	}
-	// Column names compare case-insensitively in both databases.
-	names := make([]string, 0, 1+len(r.Key)+len(set))
+	if err := st.columns(s.d, tokName, r.Key, set); err != nil {
+		return nil, err
+	}
+	return st, nil
+}
+
+// columns quotes the key and set columns into st, refusing a column named twice
+// (names compare case-insensitively in every database) or the token column.
+func (st *rowStmt) columns(d dialect, tokName string, key, set []fence.Col) error {
+	names := make([]string, 0, 1+len(key)+len(set))
 	names = append(names, tokName)
 	use := func(what, name string) (string, error) {
-		q, err := s.d.ident(what, name)
+		q, err := d.ident(what, name)
 		if err != nil {
 			return "", err
 		}
@@ -72,11 +80,11 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 		names = append(names, name)
 		return q, nil
 	}
-	conds := make([]string, 0, len(r.Key))
-	for _, k := range r.Key {
+	conds := make([]string, 0, len(key))
+	for _, k := range key {
 		q, err := use("key column", k.Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		st.keys = append(st.keys, q)
 		st.keyArgs = append(st.keyArgs, k.Value)
@@ -86,12 +94,12 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	for _, c := range set {
 		q, err := use("column", c.Name)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		st.set = append(st.set, q)
 		st.setArgs = append(st.setArgs, c.Value)
 	}
-	return st, nil
+	return nil
 }
 
 // Upsert inserts the row (key, set columns and g.Token() in the token column), or

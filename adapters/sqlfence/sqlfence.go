@@ -1,15 +1,18 @@
 // Package sqlfence fences writes made through database/sql on MySQL/MariaDB
 // (github.com/go-sql-driver/mysql), SQLite (modernc.org/sqlite, pure Go) and
-// PostgreSQL (any database/sql driver, such as pgx's stdlib). A Store
+// PostgreSQL (any database/sql driver, such as pgx's stdlib). It imports no driver:
+// the subpackages sqlfence/mysql and sqlfence/sqlite open pools set up for a Store,
+// so a program links only the driver of its database. A Store
 // runs a function in a transaction that first raises the resource's row in
 // fence_tokens to the grant's token, so a holder that lost its lock to a newer one is
 // refused by the database itself; and it makes single-row writes on tables with a
 // token column conditional on that column.
 //
-//	db, err := sqlfence.OpenSQLite("app.db") // or sqlfence.OpenMySQL(dsn)
+//	db, err := sqlite.Open("app.db") // sqlfence/sqlite; or sqlfence/mysql's mysql.Open(dsn)
 //	...
 //	err = migrations.Up(ctx, db, migrations.SQLite) // creates fence_tokens
-//	store := sqlfence.New(db, migrations.SQLite)
+//	store, err := sqlfence.New(db, migrations.SQLite)
+//	...
 //	err = fence.Exec(ctx, store, lock, func(tx *sql.Tx) error {
 //		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, total, 42)
 //		return err
@@ -23,12 +26,13 @@
 // MySQL: a Store needs the connection flag clientFoundRows=true (an UPDATE that
 // writes the values a row already has must count as done, not as refused). It checks
 // once, on first use, by writing a probe row in fence_tokens twice inside a
-// transaction it rolls back, and refuses a pool without the flag with ErrFoundRows.
-// It does not check interpolateParams: without it the driver prepares and closes a
-// server-side statement for every call, which halves throughput. OpenMySQL sets both.
+// transaction it rolls back, and refuses a pool without the flag with an error
+// wrapping fence.ErrInvalidArgument that says so. It does not check
+// interpolateParams: without it the driver prepares and closes a server-side
+// statement for every call, which halves throughput. sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers, in one process or several, need WAL, a busy timeout
-// and BEGIN IMMEDIATE; OpenSQLite sets all three. When the begin of a fenced
+// and BEGIN IMMEDIATE; sqlfence/sqlite's Open sets all three. When the begin of a fenced
 // transaction finds the database locked (nothing of the caller's has run yet), the
 // Store tries again until ctx ends; a lock that outlasts ctx returns ctx's error,
 // wrapped in fence.ErrBusy when the driver gave up before ctx did. The driver's raw
@@ -40,7 +44,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"github.com/fencegate/fencegate/migrations"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -54,20 +57,6 @@ import (
 
 var (
 	_ fence.Store[*sql.Tx] = (*Store)(nil)
-)
-
-// Errors returned by this package, besides the fence package's sentinels and typed
-// errors (fence.ErrStale, fence.ErrNotFound, fence.ErrInvalidIdentifier, ...).
-var (
-	// ErrFoundRows means a MySQL connection counts changed rows instead of matched
-	// rows, so a fenced write of unchanged values would look refused. Add
-	// clientFoundRows=true to the DSN, or open the pool with OpenMySQL.
-	ErrFoundRows = errors.New("sqlfence: mysql connection lacks clientFoundRows=true")
-	// ErrInvalidOption means an option given to NewWithOptions cannot be used.
-	ErrInvalidOption = errors.New("sqlfence: invalid option")
-	// ErrSchema means the fence_tokens table is missing: apply the migrations
-	// package's migrations (migrations.Up with migrations.MySQL or SQLite).
-	ErrSchema = errors.New("sqlfence: fencegate schema missing, run migrations.Up")
 )
 
 // Store fences transactions and single-row writes on one database. It implements
@@ -93,28 +82,18 @@ type Store struct {
 	shapes shapeCache // Decrement's SQL per counter shape; see stmtcache.go
 }
 
-// New returns a Store writing through db in dialect d. The library's fence_tokens
-// table must exist (migrations.Up creates it). New does no I/O; a nil db or an
-// unknown dialect is reported by every method, with fence.ErrInvalidArgument or
-// migrations.ErrUnknownDialect.
-func New(db *sql.DB, d migrations.Dialect) *Store {
-	return &Store{db: db, d: dialect(d)}
-}
-
-// Dialect returns the store's dialect.
-func (s *Store) Dialect() migrations.Dialect { return migrations.Dialect(s.d) }
-
 // Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
 // g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
 // higher), runs fn and commits. The fence row stays locked to commit, so a stale
 // transaction racing a newer one waits and is then refused. ctx governs the whole
 // transaction, including waits for locks.
 //
-// Errors: fence.ErrInvalidArgument (nil store, db or fn), fence.ErrInvalidResource,
+// Errors: fence.ErrInvalidArgument (nil store or fn), fence.ErrInvalidResource,
 // fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
-// checked immediately before COMMIT, the transaction then rolls back), migrations.ErrUnknownDialect,
-// ErrFoundRows (MySQL), ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
+// checked immediately before COMMIT, the transaction then rolls back),
+// fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
+// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
@@ -176,10 +155,7 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 // check refuses a store or grant that cannot be used, before any I/O.
 func (s *Store) check(g fence.Grant) error {
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
-	}
-	if err := s.d.check(); err != nil {
-		return err
+		return fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
 	}
 	return fence.CheckGrant(g)
 }
@@ -273,7 +249,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 
 func raiseErr(g fence.Grant, err error) error {
 	if missingSchema(err) {
-		return fmt.Errorf("%w: raise fence row %q: %w", ErrSchema, g.Resource(), err)
+		return fmt.Errorf("%w: raise fence row %q: %w", fence.ErrSchema, g.Resource(), err)
 	}
 	return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
 }

@@ -16,7 +16,7 @@ import (
 
 	_ "modernc.org/sqlite"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -42,14 +42,14 @@ func sqliteChild() int {
 	}
 	idx, _ := strconv.Atoi(parts[1])
 	procs, _ := strconv.Atoi(parts[2])
-	db, err := sqlfence.OpenSQLite(parts[0])
+	db, err := sqlite.Open(parts[0])
 	if err != nil {
 		fmt.Println(err)
 		return 1
 	}
 	defer db.Close()
 	ctx := context.Background()
-	store := sqlfence.New(db, migrations.SQLite)
+	store := newStore(db, migrations.SQLite)
 	// Start together: the parent creates the go file once every process runs.
 	for {
 		if _, err := os.Stat(parts[0] + ".go"); err == nil {
@@ -199,7 +199,7 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 	db, path := sqliteDB(t)
 	mustExec(t, db, "CREATE TABLE mp (id TEXT PRIMARY KEY, fence_token INTEGER NOT NULL DEFAULT 0)")
 	holdWriteLock(t, path)
-	opened, err := sqlfence.OpenSQLite(path)
+	opened, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,14 +214,14 @@ func TestSQLite_busy_outlastsContext(t *testing.T) {
 		db   *sql.DB
 		want []error
 	}{
-		{"OpenSQLite (driver waits)", opened, []error{context.DeadlineExceeded}},
+		{"sqlite.Open (driver waits)", opened, []error{context.DeadlineExceeded}},
 		// fence.ErrBusy is added only when the Store saw SQLITE_BUSY before ctx ended; on a
 		// loaded machine the deadline can pass first, so only ctx's error is required.
 		{"no busy timeout (Store retries)", plain, []error{context.DeadlineExceeded}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			store := sqlfence.New(tt.db, migrations.SQLite)
+			store := newStore(tt.db, migrations.SQLite)
 			g := fence.NewGrant("busy", 1)
 			calls := map[string]func(ctx context.Context) error{
 				"Fenced": func(ctx context.Context) error {
@@ -258,7 +258,7 @@ func TestSQLite_busy_retriedWithoutTimeout(t *testing.T) {
 	}
 	t.Cleanup(func() { plain.Close() })
 	release := holdWriteLock(t, path)
-	store := sqlfence.New(plain, migrations.SQLite)
+	store := newStore(plain, migrations.SQLite)
 	done := make(chan error, 1)
 	go func() {
 		done <- store.Fenced(t.Context(), fence.NewGrant("retry", 7), func(tx *sql.Tx) error {

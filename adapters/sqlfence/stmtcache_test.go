@@ -255,8 +255,8 @@ func TestStore_Decrement_cachedAllocs(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	first := testing.AllocsPerRun(20, func() { take(sqlfence.New(db, migrations.SQLite)) })
-	s := sqlfence.New(db, migrations.SQLite)
+	first := testing.AllocsPerRun(20, func() { take(newStore(db, migrations.SQLite)) })
+	s := newStore(db, migrations.SQLite)
 	cached := testing.AllocsPerRun(20, func() { take(s) })
 	if cached >= first {
 		t.Fatalf("a cached Decrement allocates %.0f times, a first one %.0f: want fewer", cached, first)

@@ -38,7 +38,7 @@ func harness(name string, db *sql.DB, store *sqlfence.Store) fencetest.Harness[*
 
 func TestSuite_MariaDB(t *testing.T) {
 	db, _ := mysqlDB(t)
-	fencetest.Run(t, harness("mariadb", db, sqlfence.New(db, migrations.MySQL)))
+	fencetest.Run(t, harness("mariadb", db, newStore(db, migrations.MySQL)))
 }
 
 // TestSuite_MariaDB_isolation runs the suite again with InnoDB's other common levels.
@@ -46,7 +46,7 @@ func TestSuite_MariaDB_isolation(t *testing.T) {
 	for _, level := range []sql.IsolationLevel{sql.LevelReadCommitted, sql.LevelSerializable} {
 		t.Run(level.String(), func(t *testing.T) {
 			db, _ := mysqlDB(t)
-			store, err := sqlfence.NewWithOptions(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			store, err := sqlfence.New(db, migrations.MySQL, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -57,7 +57,7 @@ func TestSuite_MariaDB_isolation(t *testing.T) {
 
 func TestSuite_SQLite(t *testing.T) {
 	db, _ := sqliteDB(t)
-	fencetest.Run(t, harness("sqlite", db, sqlfence.New(db, migrations.SQLite)))
+	fencetest.Run(t, harness("sqlite", db, newStore(db, migrations.SQLite)))
 }
 
 // TestSuite_Postgres runs the suite on PostgreSQL through database/sql (pgx's stdlib
@@ -67,7 +67,7 @@ func TestSuite_Postgres(t *testing.T) {
 	for _, level := range []sql.IsolationLevel{sql.LevelDefault, sql.LevelRepeatableRead} {
 		t.Run(level.String(), func(t *testing.T) {
 			db, _ := postgresDB(t)
-			store, err := sqlfence.NewWithOptions(db, migrations.Postgres, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
+			store, err := sqlfence.New(db, migrations.Postgres, sqlfence.WithTxOptions(sql.TxOptions{Isolation: level}))
 			if err != nil {
 				t.Fatal(err)
 			}

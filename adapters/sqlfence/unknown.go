@@ -7,9 +7,6 @@ import (
 	"errors"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
-	"modernc.org/sqlite"
-
 	"github.com/fencegate/fencegate/fence"
 )
 
@@ -30,14 +27,11 @@ func replyLost(err error, commit bool) bool {
 	if err == nil {
 		return false
 	}
-	var (
-		me *mysql.MySQLError
-		se *sqlite.Error
-	)
-	switch {
-	case errors.As(err, &me):
+	if me, ok := asMySQL(err); ok {
 		return me.Number == 1927 || me.Number == 1053
-	case errors.As(err, &se):
+	}
+	switch {
+	case findType(err, sqlitePkg, "Error") != nil:
 		return false
 	case sqlState(err) != "":
 		st := sqlState(err)

@@ -97,7 +97,7 @@ func TestStore_commitUnknown(t *testing.T) {
 			} else {
 				db, _ = mysqlDB(t)
 			}
-			store := sqlfence.New(db, d)
+			store := newStore(db, d)
 			rebind := func(q string) string { return q }
 			wait := "%"
 			if d == migrations.Postgres {

@@ -32,8 +32,8 @@ import (
 // the Store checks). r.Key must pick at most one row (a primary or unique key).
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
-// fence.Set grant), fence.ErrInvalidIdentifier, the grant errors of fence.CheckGrant,
-// ErrFoundRows, migrations.ErrUnknownDialect, ErrSchema (no fence_tokens), a
+// fence.Set grant, a MySQL pool without clientFoundRows), fence.ErrInvalidIdentifier,
+// the grant errors of fence.CheckGrant, fence.ErrSchema (no fence_tokens), a
 // *nolock.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
 // *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.
@@ -99,7 +99,7 @@ func (s *Store) updateTry(ctx context.Context, g fence.Grant, st *rowStmt, bump 
 				return u
 			}
 			if missingSchema(err) {
-				return fmt.Errorf("%w: %w", ErrSchema, err)
+				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
 		}
 		return err
@@ -127,7 +127,7 @@ func (s *Store) fenceToken(ctx context.Context, resource string) (fence.Token, b
 		return 0, false, nil
 	case err != nil:
 		if missingSchema(err) {
-			return 0, false, fmt.Errorf("%w: %w", ErrSchema, err)
+			return 0, false, fmt.Errorf("%w: %w", fence.ErrSchema, err)
 		}
 		return 0, false, fmt.Errorf("sqlfence: read fence row %q: %w", resource, err)
 	}

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
@@ -37,7 +39,11 @@ func newFenceEnv(t *testing.T, srv *locktest.Cluster, db *sql.DB, d migrations.D
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &fenceEnv{locks: locks, holder: holder, store: sqlfence.New(db, d), dsn: dsn}
+	store, err := sqlfence.New(db, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &fenceEnv{locks: locks, holder: holder, store: store, dsn: dsn}
 	if err := e.write(t); err != nil {
 		t.Fatalf("the holder's first write: %v", err)
 	}
@@ -52,7 +58,7 @@ func (e *fenceEnv) write(t *testing.T) error {
 func TestRun_fence(t *testing.T) {
 	srv := locktest.Start(t)
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +164,7 @@ func TestRun_fence_servers(t *testing.T) {
 		sd   migrations.Dialect
 	}{
 		{"postgres", postgres.DSN, func(dsn string) (*sql.DB, error) { return sql.Open("pgx", dsn) }, migrations.Postgres, migrations.Postgres},
-		{"mariadb", mariadb.DSN, sqlfence.OpenMySQL, migrations.MySQL, migrations.MySQL},
+		{"mariadb", mariadb.DSN, mysql.Open, migrations.MySQL, migrations.MySQL},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			dsn := tc.dsn(t)

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
@@ -104,7 +105,7 @@ func TestRun_locks(t *testing.T) {
 
 func TestRun_tokens(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "app.db")
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -112,7 +113,10 @@ func TestRun_tokens(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	s := sqlfence.New(db, migrations.SQLite)
+	s, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
 	noop := func(*sql.Tx) error { return nil }
 	for _, g := range []fence.Grant{fence.NewGrant("acct-1", 40), fence.NewGrant("acct-1", 42), fence.NewGrant("it's; DROP", 7)} {
 		if err := s.Fenced(t.Context(), g, noop); err != nil {

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/mysqltest"
 	"github.com/fencegate/fencegate/internal/pgtest"
@@ -48,7 +49,7 @@ func TestRun_tokens_servers(t *testing.T) {
 			var db *sql.DB
 			var err error
 			if tc.sd == migrations.MySQL {
-				db, err = sqlfence.OpenMySQL(dsn)
+				db, err = mysql.Open(dsn)
 			} else {
 				db, err = sql.Open(tc.driver, dsn)
 			}
@@ -59,7 +60,10 @@ func TestRun_tokens_servers(t *testing.T) {
 			if err := migrations.Up(context.Background(), db, tc.md); err != nil {
 				t.Fatal(err)
 			}
-			s := sqlfence.New(db, tc.sd)
+			s, err := sqlfence.New(db, tc.sd)
+			if err != nil {
+				t.Fatal(err)
+			}
 			for _, g := range []fence.Grant{fence.NewGrant("acct-1", 42), fence.NewGrant("it's; DROP", 7)} {
 				if err := s.Fenced(t.Context(), g, func(*sql.Tx) error { return nil }); err != nil {
 					t.Fatal(err)

@@ -12,12 +12,12 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	_ "github.com/jackc/pgx/v5/stdlib" // registers "pgx"
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -37,7 +37,7 @@ func openDSN(ctx context.Context, dsn string, write bool) (string, *sql.DB, erro
 		}
 		driver, conn = "pgx", dsn
 	case strings.Contains(dsn, "@") || strings.Contains(dsn, "tcp(") || strings.Contains(dsn, "unix("):
-		if _, err := mysql.ParseDSN(dsn); err != nil {
+		if _, err := gomysql.ParseDSN(dsn); err != nil {
 			return "", nil, usageError(fmt.Sprintf("bad MySQL DSN (user:password@tcp(host:port)/db): %v", err))
 		}
 		driver, conn = "mysql", dsn
@@ -48,7 +48,7 @@ func openDSN(ctx context.Context, dsn string, write bool) (string, *sql.DB, erro
 		}
 		driver, conn = "sqlite", "file:"+path+"?mode=ro"
 		if write {
-			db, err := sqlfence.OpenSQLite(path) // WAL, a busy timeout, BEGIN IMMEDIATE
+			db, err := sqlite.Open(path) // WAL, a busy timeout, BEGIN IMMEDIATE
 			if err != nil {
 				return "", nil, fmt.Errorf("open sqlite database: %w", err)
 			}

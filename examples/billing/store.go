@@ -11,6 +11,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/jackc/pgx/v5"
@@ -48,14 +50,14 @@ func openStore(ctx context.Context, dsn string, idle time.Duration) (store, erro
 		}
 		return pgStore{db, idle}, nil
 	case strings.HasPrefix(dsn, "mysql://"):
-		db, err := sqlfence.OpenMySQL(strings.TrimPrefix(dsn, "mysql://"))
+		db, err := mysql.Open(strings.TrimPrefix(dsn, "mysql://"))
 		if err != nil {
 			return nil, err
 		}
 		db.SetMaxIdleConns(4)
 		return sqlStore{db, migrations.MySQL, idle}, nil
 	case strings.HasPrefix(dsn, "sqlite://"):
-		db, err := sqlfence.OpenSQLite(strings.TrimPrefix(dsn, "sqlite://"))
+		db, err := sqlite.Open(strings.TrimPrefix(dsn, "sqlite://"))
 		if err != nil {
 			return nil, err
 		}
@@ -96,7 +98,7 @@ func (s pgStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error) 
 	if s.idle > 0 {
 		opts = append(opts, pgxfence.WithIdleTimeout(s.idle))
 	}
-	st, err := pgxfence.NewWithOptions(s.db, opts...)
+	st, err := pgxfence.New(s.db, opts...)
 	if err != nil {
 		return err
 	}
@@ -169,7 +171,7 @@ func (s sqlStore) fenced(ctx context.Context, g fence.Grant, fn func(txn) error)
 	if s.idle > 0 {
 		opts = append(opts, sqlfence.WithIdleTimeout(s.idle))
 	}
-	st, err := sqlfence.NewWithOptions(s.db, s.d, opts...)
+	st, err := sqlfence.New(s.db, s.d, opts...)
 	if err != nil {
 		return err
 	}

@@ -8,13 +8,15 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
@@ -97,8 +99,12 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			pool.Close()
 			return nil, 0, fmt.Errorf("-postgres: %w", err)
 		}
+		store, err := pgxfence.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, 0, fmt.Errorf("-postgres: %w", err)
+		}
 		db := stdlib.OpenDBFromPool(pool)
-		store := pgxfence.New(pool)
 		s := &shop{
 			where: fmt.Sprintf("PostgreSQL %s:%d/%s (pgxfence)", cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Database),
 			kind:  b.kind, db: db, guard: store,
@@ -123,11 +129,11 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 		)
 		d, md := migrations.MySQL, migrations.MySQL
 		if b.kind == "mysql" {
-			if db, err = sqlfence.OpenMySQL(b.dsn); err != nil {
+			if db, err = mysql.Open(b.dsn); err != nil {
 				return nil, 0, fmt.Errorf("-mysql: %w", err)
 			}
 			where = "MySQL"
-			if cfg, err := mysql.ParseDSN(b.dsn); err == nil {
+			if cfg, err := gomysql.ParseDSN(b.dsn); err == nil {
 				where = fmt.Sprintf("MySQL %s/%s", cfg.Addr, cfg.DBName)
 			}
 		} else {
@@ -141,7 +147,7 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 				path = filepath.Join(dir, "flashsale.db")
 				clean = func() { os.RemoveAll(dir) }
 			}
-			if db, err = sqlfence.OpenSQLite(path); err != nil {
+			if db, err = sqlite.Open(path); err != nil {
 				clean()
 				return nil, 0, fmt.Errorf("-sqlite: %w", err)
 			}
@@ -154,7 +160,12 @@ func connect(ctx context.Context, b backend) (*shop, migrations.Dialect, error) 
 			clean()
 			return nil, 0, fmt.Errorf("%s: %w", b.kind, err)
 		}
-		store := sqlfence.New(db, d)
+		store, err := sqlfence.New(db, d)
+		if err != nil {
+			db.Close()
+			clean()
+			return nil, 0, fmt.Errorf("%s: %w", b.kind, err)
+		}
 		s := &shop{
 			where: where + " (sqlfence)", kind: b.kind, db: db, guard: store,
 			close: func() { db.Close(); clean() },

@@ -7,13 +7,15 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/go-sql-driver/mysql"
+	gomysql "github.com/go-sql-driver/mysql"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the migrations
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -85,10 +87,10 @@ type invoiceDB interface {
 func openSQL(b backend) (*sql.DB, migrations.Dialect, error) {
 	switch b.kind {
 	case "sqlite":
-		db, err := sqlfence.OpenSQLite(b.dsn)
+		db, err := sqlite.Open(b.dsn)
 		return db, migrations.SQLite, err
 	case "mysql":
-		db, err := sqlfence.OpenMySQL(b.dsn)
+		db, err := mysql.Open(b.dsn)
 		if err != nil {
 			return nil, 0, fmt.Errorf("-mysql: %w", err)
 		}
@@ -109,7 +111,7 @@ func (b backend) describe() string {
 		}
 		return "PostgreSQL"
 	case "mysql":
-		if cfg, err := mysql.ParseDSN(b.dsn); err == nil {
+		if cfg, err := gomysql.ParseDSN(b.dsn); err == nil {
 			return fmt.Sprintf("MySQL %s/%s", cfg.Addr, cfg.DBName)
 		}
 		return "MySQL"
@@ -177,7 +179,12 @@ func openInvoiceDB(ctx context.Context, b backend) (invoiceDB, error) {
 			pool.Close()
 			return nil, fmt.Errorf("-postgres: %w", err)
 		}
-		return &pgInvoices{pool: pool, store: pgxfence.New(pool)}, nil
+		store, err := pgxfence.New(pool)
+		if err != nil {
+			pool.Close()
+			return nil, fmt.Errorf("-postgres: %w", err)
+		}
+		return &pgInvoices{pool: pool, store: store}, nil
 	case "sqlite", "mysql":
 		db, _, err := openSQL(b)
 		if err != nil {
@@ -191,7 +198,12 @@ func openInvoiceDB(ctx context.Context, b backend) (invoiceDB, error) {
 		if b.kind == "mysql" {
 			d, upsert = migrations.MySQL, upsertInvoiceMySQL
 		}
-		return &sqlInvoices{db: db, store: sqlfence.New(db, d), upsert: upsert}, nil
+		store, err := sqlfence.New(db, d)
+		if err != nil {
+			db.Close()
+			return nil, fmt.Errorf("%s: %w", b.kind, err)
+		}
+		return &sqlInvoices{db: db, store: store, upsert: upsert}, nil
 	}
 	return nil, fmt.Errorf("unknown database kind %q", b.kind)
 }

@@ -47,6 +47,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -130,7 +131,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	}
 	defer locks.Close()
 
-	db, err := sqlfence.OpenSQLite(filepath.Join(dir, "app.db"))
+	db, err := sqlite.Open(filepath.Join(dir, "app.db"))
 	if err != nil {
 		return err
 	}
@@ -141,7 +142,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
 		return err
 	}
-	store, err := sqlfence.NewWithOptions(db, migrations.SQLite,
+	store, err := sqlfence.New(db, migrations.SQLite,
 		sqlfence.WithLogger(log.With("component", "sqlfence")), sqlfence.WithObserver(metrics))
 	if err != nil {
 		return err

@@ -17,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -53,7 +54,7 @@ func Example_observability() {
 		log.Fatal(err)
 	}
 	defer locks.Close()
-	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithObserver(m), pgxfence.WithLogger(logger))
+	store, err := pgxfence.New(pool, pgxfence.WithObserver(m), pgxfence.WithLogger(logger))
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -71,7 +72,7 @@ func TestQuickstart_locktestAndSQLite(t *testing.T) {
 	t.Cleanup(func() { locks.Close() })
 
 	ctx := t.Context()
-	db, err := sqlfence.OpenSQLite(t.TempDir() + "/billing.db")
+	db, err := sqlite.Open(t.TempDir() + "/billing.db")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -82,7 +83,10 @@ func TestQuickstart_locktestAndSQLite(t *testing.T) {
 	if _, err := db.ExecContext(ctx, `CREATE TABLE invoices (account INTEGER PRIMARY KEY, total INTEGER NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	store := sqlfence.New(db, migrations.SQLite)
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	first, err := locks.Acquire(ctx, "account-42")
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/migrations"
@@ -44,7 +45,11 @@ func Example_pgx() {
 	}
 	defer lock.Release(ctx)
 
-	err = fence.Exec(lock.Context(), pgxfence.New(pool), lock, func(tx pgx.Tx) error {
+	store, err := pgxfence.New(pool)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fence.Exec(lock.Context(), store, lock, func(tx pgx.Tx) error {
 		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 1250, 42)
 		return err
 	})
@@ -56,11 +61,11 @@ func Example_pgx() {
 	}
 }
 
-// The same job with database/sql (MySQL/MariaDB here; SQLite with OpenSQLite).
+// The same job with database/sql (MySQL/MariaDB here; SQLite with sqlfence/sqlite's Open).
 func Example_databaseSQL() {
 	ctx := context.Background()
 	var locks *lockclient.Client // as in Example_pgx
-	db, err := sqlfence.OpenMySQL("app:secret@tcp(127.0.0.1:3306)/billing")
+	db, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/billing")
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -70,7 +75,11 @@ func Example_databaseSQL() {
 	}
 	defer lock.Release(ctx)
 
-	err = fence.Exec(ctx, sqlfence.New(db, migrations.MySQL), lock, func(tx *sql.Tx) error {
+	store, err := sqlfence.New(db, migrations.MySQL)
+	if err != nil {
+		log.Fatal(err)
+	}
+	err = fence.Exec(ctx, store, lock, func(tx *sql.Tx) error {
 		_, err := tx.ExecContext(ctx, `UPDATE invoices SET total = ? WHERE account = ?`, 1250, 42)
 		return err
 	})
@@ -83,7 +92,7 @@ func Example_databaseSQL() {
 func Example_tokenColumn() {
 	ctx := context.Background()
 	var (
-		store *pgxfence.Store  // pgxfence.New(pool)
+		store *pgxfence.Store  // from pgxfence.New(pool)
 		lock  *lockclient.Lock // from Acquire
 	)
 	err := store.Update(ctx, lock,

@@ -8,6 +8,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -28,13 +29,13 @@ type bank struct {
 	store *sqlfence.Store
 }
 
-// openBank opens the SQLite file (sqlfence.OpenSQLite: WAL, a busy timeout,
+// openBank opens the SQLite file (sqlfence/sqlite's Open: WAL, a busy timeout,
 // BEGIN IMMEDIATE), applies the library's migrations and opens both accounts.
 // The two accounts' fence rows are cleared because each run starts a fresh
 // throwaway etcd whose revisions, and so tokens, begin again at 1; a real
 // deployment never lowers a stored token.
 func openBank(ctx context.Context, path string) (*bank, error) {
-	db, err := sqlfence.OpenSQLite(path)
+	db, err := sqlite.Open(path)
 	if err != nil {
 		return nil, err
 	}
@@ -53,7 +54,12 @@ func openBank(ctx context.Context, path string) (*bank, error) {
 			return nil, fmt.Errorf("set up the accounts: %w", err)
 		}
 	}
-	return &bank{db: db, store: sqlfence.New(db, migrations.SQLite)}, nil
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		db.Close()
+		return nil, err
+	}
+	return &bank{db: db, store: store}, nil
 }
 
 func (b *bank) Close() error { return b.db.Close() }

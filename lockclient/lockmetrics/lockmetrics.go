@@ -6,7 +6,7 @@
 //
 //	m, err := lockmetrics.New(prometheus.DefaultRegisterer)
 //	locks, err := lockclient.New(etcd, lockclient.WithObserver(m))
-//	store, err := pgxfence.NewWithOptions(pool, pgxfence.WithObserver(m))
+//	store, err := pgxfence.New(pool, pgxfence.WithObserver(m))
 //
 // The metrics (the namespace is "fencegate" unless WithNamespace says
 // otherwise):

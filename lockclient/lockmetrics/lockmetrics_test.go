@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/lockmetrics"
@@ -191,7 +192,7 @@ fencegate_sessions_started_total 1
 
 func TestMetrics_fencedWrites(t *testing.T) {
 	m, reg := newMetrics(t)
-	db, err := sqlfence.OpenSQLite(filepath.Join(t.TempDir(), "m.db"))
+	db, err := sqlite.Open(filepath.Join(t.TempDir(), "m.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -199,7 +200,7 @@ func TestMetrics_fencedWrites(t *testing.T) {
 	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
 		t.Fatal(err)
 	}
-	s, err := sqlfence.NewWithOptions(db, migrations.SQLite, sqlfence.WithObserver(m))
+	s, err := sqlfence.New(db, migrations.SQLite, sqlfence.WithObserver(m))
 	if err != nil {
 		t.Fatal(err)
 	}

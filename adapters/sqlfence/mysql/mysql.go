@@ -1,0 +1,138 @@
+// Package mysql opens MySQL and MariaDB pools for sqlfence through
+// github.com/go-sql-driver/mysql. It is a package of its own so that a program on
+// another database links no MySQL driver.
+//
+//	db, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/billing")
+//	...
+//	store, err := sqlfence.New(db, migrations.MySQL)
+//
+// A Store needs the connection flag clientFoundRows=true (an UPDATE that writes the
+// values a row already has must count as done, not as refused); Open sets it. A pool
+// opened otherwise without it is refused on first use with an error wrapping
+// fence.ErrInvalidArgument that says so.
+package mysql
+
+import (
+	"context"
+	"database/sql"
+	"database/sql/driver"
+	"errors"
+	"fmt"
+
+	gomysql "github.com/go-sql-driver/mysql"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence/internal/fastbegin"
+	"github.com/fencegate/fencegate/fence"
+)
+
+// Open opens a MySQL/MariaDB pool for a Store: it parses dsn with the driver's
+// ParseDSN and sets clientFoundRows=true (matched rows, so a fenced write of
+// unchanged values counts as done) and interpolateParams=true (one round trip per
+// statement instead of prepare, execute and close; left off for the few collations
+// the driver will not interpolate into, such as sjis). Like sql.Open it does no I/O,
+// and like any *sql.DB the pool keeps only 2 idle connections unless told otherwise:
+// under concurrent load call SetMaxIdleConns, or connections are opened and closed
+// all the time.
+//
+// On MariaDB, a fenced transaction through the pool costs the round trips of an
+// unfenced one: its begin, idle timeout and fence raise travel as one statement, its
+// COMMIT and the timeout's restore as another (see sqlfence.WithIdleTimeout). For
+// this the pool's connections are the driver's wrapped: every interface of the
+// driver's connection is kept, but sql.Conn.Raw hands out the wrapper, not the
+// driver's type. A user's own transactions on the pool take the driver's path
+// unchanged.
+//
+// A DSN the driver cannot parse returns an error wrapping fence.ErrInvalidArgument
+// and the driver's error.
+func Open(dsn string) (*sql.DB, error) {
+	cfg, err := gomysql.ParseDSN(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysql dsn: %w", fence.ErrInvalidArgument, err)
+	}
+	cfg.ClientFoundRows = true
+	cfg.InterpolateParams = true
+	conn, err := gomysql.NewConnector(cfg)
+	if err != nil {
+		// The driver will not interpolate into multi-byte collations whose
+		// encoding can hide a quote (sjis, gbk, ...): prepare per call there.
+		cfg.InterpolateParams = false
+		conn, err = gomysql.NewConnector(cfg)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("%w: mysql dsn: %w", fence.ErrInvalidArgument, err)
+	}
+	if cfg.InterpolateParams {
+		// The one-statement begin of a fenced transaction on MariaDB sends its
+		// arguments interpolated.
+		return sql.OpenDB(fastConnector{conn}), nil
+	}
+	return sql.OpenDB(conn), nil
+}
+
+// driverConn is what the wrapper needs of the driver's connection: everything the
+// go-sql-driver connection implements, so that wrapping hides none of it.
+type driverConn interface {
+	driver.Conn
+	driver.ConnBeginTx
+	driver.ConnPrepareContext
+	driver.ExecerContext
+	driver.QueryerContext
+	driver.Pinger
+	driver.NamedValueChecker
+	driver.SessionResetter
+	driver.Validator
+}
+
+// fastConnector wraps the go-sql-driver connector; its Driver tells sqlfence the
+// pool's connections honour a fastbegin.Begin.
+type fastConnector struct{ driver.Connector }
+
+func (c fastConnector) Driver() driver.Driver { return fastbegin.Driver{Driver: c.Connector.Driver()} }
+
+func (c fastConnector) Connect(ctx context.Context) (driver.Conn, error) {
+	dc, err := c.Connector.Connect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	mc, ok := dc.(driverConn)
+	if !ok {
+		// Not the connection this was written for: a closed one, so the pool
+		// never hands out a connection whose fenced begin would not raise.
+		_ = dc.Close()
+		return nil, errors.New("sqlfence/mysql: driver connection lacks an interface the store needs")
+	}
+	return &fastConn{driverConn: mc}, nil
+}
+
+// fastConn is the driver's connection; its BeginTx runs a fastbegin.Begin carried
+// by ctx.
+type fastConn struct{ driverConn }
+
+func (c *fastConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
+	b := fastbegin.From(ctx)
+	if b == nil {
+		return c.driverConn.BeginTx(ctx, opts)
+	}
+	b.Sent = true
+	if _, err := c.ExecContext(ctx, b.Query, b.Args); err != nil {
+		return nil, err
+	}
+	return fastTx{c: c, commit: b.Commit, rollback: b.Rollback}, nil
+}
+
+// fastTx ends a fenced transaction with the Begin's statements. Like the driver's
+// own, it does not watch a context.
+type fastTx struct {
+	c                *fastConn
+	commit, rollback string
+}
+
+func (t fastTx) Commit() error {
+	_, err := t.c.ExecContext(context.Background(), t.commit, nil)
+	return err
+}
+
+func (t fastTx) Rollback() error {
+	_, err := t.c.ExecContext(context.Background(), t.rollback, nil)
+	return err
+}
