@@ -29,10 +29,9 @@ func BenchmarkPut(b *testing.B) {
 		oneWay time.Duration
 	}{{"loopback", 0}, {"rtt0.5ms", 250 * time.Microsecond}} {
 		b.Run(net.name, func(b *testing.B) {
-			srv := gateway.Server(b)
-			endpoint := srv.Endpoint
+			client, bucket := gateway.Bucket(b)
 			if net.oneWay > 0 {
-				u, err := url.Parse(srv.Endpoint)
+				u, err := url.Parse(gateway.Endpoint)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -41,12 +40,7 @@ func BenchmarkPut(b *testing.B) {
 					b.Fatal(err)
 				}
 				b.Cleanup(func() { p.Close() })
-				endpoint = "http://" + p.Addr()
-			}
-			client := srv.Client(endpoint)
-			bucket := fmt.Sprintf("bench-%s-%d", net.name, time.Now().UnixNano())
-			if _, err := client.CreateBucket(b.Context(), &s3.CreateBucketInput{Bucket: aws.String(bucket)}); err != nil {
-				b.Fatal(err)
+				client = s3.New(client.Options(), func(o *s3.Options) { o.BaseEndpoint = aws.String("http://" + p.Addr()) })
 			}
 			api := &counting{API: client}
 			store, err := s3fence.New(api)

@@ -58,8 +58,7 @@ func TestStore_Put_gcPause(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.mode, func(t *testing.T) {
 			e := newEnv(t)
-			srv := gateway.Server(t)
-			child := startHolder(t, tt.mode, etcd.Endpoints(), srv, e.bucket)
+			child := startHolder(t, tt.mode, etcd.Endpoints(), &gateway, e.bucket)
 			if err := child.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 				t.Fatal(err)
 			}
@@ -190,8 +189,8 @@ func child(spec string) error {
 	if err != nil {
 		return err
 	}
-	srv := s3test.Server{AccessKey: f[4], SecretKey: f[5]}
-	client := srv.Client(endpoint)
+	srv := s3test.Server{Endpoint: endpoint, AccessKey: f[4], SecretKey: f[5]}
+	client := srv.Client()
 	store, err := s3fence.New(client)
 	if err != nil {
 		return err

@@ -18,9 +18,9 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// gateway is one real versitygw server for the package's tests; each test gets a
-// bucket of its own.
-var gateway = s3test.New()
+// gateway is one real versitygw server for the package's tests, started by the
+// first Bucket; each test gets a bucket of its own.
+var gateway s3test.Server
 
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {

@@ -54,7 +54,7 @@ func parseFlags(args []string, stderr io.Writer) (config, error) {
 	fs.SetOutput(stderr)
 	var cfg config
 	var etcd string
-	fs.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL (default: a throwaway versitygw "+s3test.Version+")")
+	fs.StringVar(&cfg.endpoint, "endpoint", "", "S3 endpoint URL (default: a throwaway versitygw)")
 	fs.StringVar(&cfg.access, "access", os.Getenv("AWS_ACCESS_KEY_ID"), "access key for -endpoint")
 	fs.StringVar(&cfg.secret, "secret", os.Getenv("AWS_SECRET_ACCESS_KEY"), "secret key for -endpoint")
 	fs.StringVar(&cfg.bucket, "bucket", "fencegate-s3report", "bucket (created when missing)")
@@ -91,9 +91,9 @@ func run(ctx context.Context, cfg config, out io.Writer) error {
 			return err
 		}
 		defer started.Close()
-		srv, where = started, "a throwaway versitygw "+s3test.Version+" at "+started.Endpoint
+		srv, where = started, "a throwaway versitygw at "+started.Endpoint
 	}
-	client := srv.Client(srv.Endpoint)
+	client := srv.Client()
 	if _, err := client.CreateBucket(ctx, &s3.CreateBucketInput{Bucket: aws.String(cfg.bucket)}); err != nil && !strings.Contains(err.Error(), "BucketAlreadyOwnedByYou") {
 		return fmt.Errorf("create bucket %s: %w", cfg.bucket, err)
 	}

@@ -14,8 +14,9 @@ import (
 // example is the program under test, built once and run as a user runs it.
 var example = exampletest.New("s3report")
 
-// gateway is the real S3 server the runs write to (versitygw; see s3test).
-var gateway = s3test.New()
+// gateway is the real S3 server the runs write to (versitygw; see s3test), started
+// by the first Bucket.
+var gateway s3test.Server
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -36,7 +37,6 @@ var (
 // stale report replaces it. Either way the exit status says the run showed what it
 // claims, and the printed tokens back it.
 func TestS3report(t *testing.T) {
-	srv := gateway.Server(t)
 	tests := []struct {
 		name       string
 		args       []string
@@ -46,9 +46,10 @@ func TestS3report(t *testing.T) {
 		{"fenced", nil, "holder 2", []string{"presenting its lock: refused: fence: lock \"nightly-report\"", "manifest.json: refused: fence: stale token", "The store refused holder 1's manifest"}},
 		{"no-fence", []string{"-no-fence"}, "holder 1", []string{"with plain PutObjects: accepted", "Without fencing, holder 1's stale report"}},
 	}
-	for i, tt := range tests {
+	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			args := append([]string{"-endpoint", srv.Endpoint, "-access", srv.AccessKey, "-secret", srv.SecretKey, "-bucket", fmt.Sprintf("s3report-%d-%d", os.Getpid(), i)}, tt.args...)
+			_, bucket := gateway.Bucket(t)
+			args := append([]string{"-endpoint", gateway.Endpoint, "-access", gateway.AccessKey, "-secret", gateway.SecretKey, "-bucket", bucket}, tt.args...)
 			out, code := example.Run(t, args...)
 			if code != 0 {
 				t.Fatalf("exit %d", code)

@@ -12,20 +12,26 @@ import (
 	"github.com/fencegate/fencegate/adapters/s3fence/s3test"
 )
 
-func TestBinary_envMissing(t *testing.T) {
-	t.Setenv(s3test.EnvBinary, "/nonexistent/versitygw")
-	if _, err := s3test.Binary(t.Context()); err == nil || !strings.Contains(err.Error(), s3test.EnvBinary) {
-		t.Fatalf("Binary() = %v, want an error naming %s", err, s3test.EnvBinary)
+// TestStart_envMissing checks that a FENCEGATE_VERSITYGW naming no file is an
+// error that names the variable, rather than a build.
+func TestStart_envMissing(t *testing.T) {
+	const env = "FENCEGATE_VERSITYGW"
+	t.Setenv(env, "/nonexistent/versitygw")
+	if srv, err := s3test.Start(t.Context()); err == nil || !strings.Contains(err.Error(), env) {
+		if srv != nil {
+			srv.Close()
+		}
+		t.Fatalf("Start() = %v, want an error naming %s", err, env)
 	}
 }
 
-// TestShared_conditionalWrites checks what s3fence relies on, on the server the
-// harness starts: If-None-Match: * refuses an existing key and If-Match a stale ETag,
+// TestServer_conditionalWrites checks what s3fence relies on, on the server a zero
+// Server starts: If-None-Match: * refuses an existing key and If-Match a stale ETag,
 // both with 412.
-func TestShared_conditionalWrites(t *testing.T) {
-	sh := s3test.New()
-	t.Cleanup(func() { sh.Close() })
-	c, bucket := sh.Bucket(t)
+func TestServer_conditionalWrites(t *testing.T) {
+	var srv s3test.Server
+	t.Cleanup(func() { srv.Close() })
+	c, bucket := srv.Bucket(t)
 	put := func(body string, mod func(*s3.PutObjectInput)) (*s3.PutObjectOutput, error) {
 		in := &s3.PutObjectInput{Bucket: aws.String(bucket), Key: aws.String("k"), Body: strings.NewReader(body)}
 		mod(in)
