@@ -132,8 +132,12 @@ func TestStore_badInput(t *testing.T) {
 		if _, err := e.store.Get(t.Context(), good, nil); !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Errorf("Get(nil) = %v", err)
 		}
-		if _, err := e.store.Read(t.Context(), &s3.GetObjectInput{Bucket: aws.String(e.bucket)}); !errors.Is(err, fence.ErrInvalidArgument) {
-			t.Errorf("Read(no key) = %v", err)
+		if _, err := e.store.Get(t.Context(), nil, &s3.GetObjectInput{Bucket: aws.String(e.bucket)}); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Errorf("Get(nil grant, no key) = %v", err)
+		}
+		var nilGrant *watched
+		if _, err := e.store.Get(t.Context(), nilGrant, &s3.GetObjectInput{Bucket: aws.String(e.bucket), Key: aws.String("k")}); !errors.Is(err, fence.ErrInvalidArgument) {
+			t.Errorf("Get(typed-nil grant) = %v", err)
 		}
 		if _, err := e.store.Head(t.Context(), "", "k"); !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Errorf("Head(no bucket) = %v", err)

@@ -205,7 +205,7 @@ func tombstoneBody(t fence.Token) []byte {
 // Delete deletes the object at bucket/key for grant g, so that no writer with a
 // lower token can bring it back: it replaces the object (or the absence of one) by a
 // small tombstone object carrying g's token, with the same read, decide and
-// conditional PUT as Put. Head, Get and Read of a tombstoned key return
+// conditional PUT as Put. Head and Get of a tombstoned key return
 // fence.ErrNotFound; a Put with a token at least g's writes over it. Readers that do
 // not go through this package see the tombstone as an object of a few bytes with
 // the metadata fence-tombstone: true. Deleting a key already deleted with g's token

@@ -21,49 +21,35 @@ type Object struct {
 	Output  *s3.GetObjectOutput
 }
 
-// Get reads the object in names for a read-modify-write under grant g: the body
-// with its token and ETag, to pass to PutIfMatch. It refuses, after one GET and with
-// the body closed, an object whose token is higher than g's (*fence.StaleError: a
-// newer holder wrote; whatever this one computes is stale). It returns
-// fence.ErrNotFound for a missing or deleted object, fence.ErrInvalidArgument for a
-// nil in or an empty Bucket or Key and fence.CheckGrant's errors before any
-// request, a *fence.LostError once a Watched grant's lock is lost, and
-// ErrBadMetadata for unreadable token metadata. Other failures wrap the client's
-// error.
+// Get reads the object in names: its body with the version it is (its ETag, and
+// the token of the grant that wrote it, 0 when written without this package), to
+// pass to PutIfMatch. A tombstone left by Delete reads as fence.ErrNotFound, as a
+// missing key does. With a nil g, Get reads for any reader, holding a lock or not.
+// With a grant, for a read-modify-write under it, Get returns a *fence.LostError
+// once a Watched grant's lock is lost, and refuses, after one GET and with the body
+// closed, an object whose token is higher than g's (*fence.StaleError: a newer
+// holder wrote; whatever this one computes is stale). It returns
+// fence.ErrInvalidArgument for a nil in, an empty Bucket or Key or a typed-nil g,
+// and fence.CheckGrant's errors, before any request, and ErrBadMetadata for
+// unreadable token metadata. Other failures wrap the client's error.
 func (s *Store) Get(ctx context.Context, g fence.Grant, in *s3.GetObjectInput) (*Object, error) {
-	if err := checkGrant(g); err != nil {
-		return nil, err
-	}
-	if err := grant.CheckLost(g); err != nil {
-		return nil, err
+	if g != nil {
+		if err := checkGrant(g); err != nil {
+			return nil, err
+		}
+		if err := grant.CheckLost(g); err != nil {
+			return nil, err
+		}
 	}
 	obj, st, err := s.get(ctx, in)
 	if err != nil {
 		return nil, err
 	}
 	switch {
-	case st.Token > g.Token():
+	case g != nil && st.Token > g.Token():
 		obj.Body.Close()
 		return nil, stale(g, st.Token)
 	case st.tombstone:
-		obj.Body.Close()
-		return nil, notFound(aws.ToString(in.Bucket), aws.ToString(in.Key), st.Token)
-	}
-	return obj, nil
-}
-
-// Read reads the object in names, for any reader, holding a lock or not: a
-// tombstone left by Delete reads as fence.ErrNotFound, as a missing key does.
-// Version.Token is the token of the grant that wrote the object (0 when it was
-// written without this package). It returns fence.ErrInvalidArgument for a nil in
-// or an empty Bucket or Key before any request, ErrBadMetadata for unreadable token
-// metadata, and otherwise wraps the client's error.
-func (s *Store) Read(ctx context.Context, in *s3.GetObjectInput) (*Object, error) {
-	obj, st, err := s.get(ctx, in)
-	if err != nil {
-		return nil, err
-	}
-	if st.tombstone {
 		obj.Body.Close()
 		return nil, notFound(aws.ToString(in.Bucket), aws.ToString(in.Key), st.Token)
 	}

@@ -30,9 +30,9 @@ const (
 	TombstoneKey = "fence-tombstone"
 )
 
-// DefaultMaxAttempts is how many conditional PUTs one write tries, by default,
-// before it gives up with ErrContended.
-const DefaultMaxAttempts = 10
+// defaultMaxAttempts is how many conditional PUTs one write tries unless
+// WithMaxAttempts says otherwise.
+const defaultMaxAttempts = 10
 
 // Store makes fenced writes to objects through an S3 client. It is safe for
 // concurrent use and holds no state besides its settings.
@@ -47,7 +47,7 @@ type Option func(*Store) error
 // WithMaxAttempts bounds the conditional PUTs of one write (1 to 100): each one
 // that fails with 412, because another writer changed the object between this
 // write's read and its PUT, is followed by a fresh read and decision, until n
-// attempts have failed and the write returns ErrContended.
+// attempts have failed and the write returns ErrContended. The default is 10.
 func WithMaxAttempts(n int) Option {
 	return func(s *Store) error {
 		if n < 1 || n > 100 {
@@ -67,7 +67,7 @@ func New(api API, opts ...Option) (*Store, error) {
 	if isNil(api) {
 		return nil, invalid("nil S3 client")
 	}
-	s := &Store{api: api, maxAttempts: DefaultMaxAttempts}
+	s := &Store{api: api, maxAttempts: defaultMaxAttempts}
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -140,7 +140,7 @@ func (tl *timeline) writeReport(ctx context.Context, who string, g fence.Grant, 
 // names.
 func (tl *timeline) readReport(ctx context.Context, prefix string, res *result) error {
 	read := func(key string) ([]byte, error) {
-		obj, err := tl.store.Read(ctx, &s3.GetObjectInput{Bucket: aws.String(tl.bucket), Key: aws.String(key)})
+		obj, err := tl.store.Get(ctx, nil, &s3.GetObjectInput{Bucket: aws.String(tl.bucket), Key: aws.String(key)})
 		if err != nil {
 			return nil, err
 		}
