@@ -61,7 +61,7 @@ func TestClient_recoversAfterOutage(t *testing.T) {
 	allSince(start, "before the outage")
 
 	lead := cl.WaitLeader(t)
-	other := (lead + 1) % cl.Size()
+	other := (lead + 1) % len(cl.Endpoints())
 	cl.Stop(lead)
 	cl.Stop(other)
 	waitLost(t, rec, workers) // every Client's deadline passes
