@@ -23,22 +23,23 @@ type recorder struct {
 	ended       []string // "name reason"
 	keepalives  int
 	kaErrors    int
-	sessions    int // SessionStarted calls
+	sessions    int // Session calls with a nil error
 	sessionLoss []int
 }
 
 var _ lockclient.Observer = (*recorder)(nil)
 
-func (r *recorder) SessionStarted() {
+func (r *recorder) Session(locks int, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.sessions++
-}
-
-func (r *recorder) SessionLost(locks int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.sessionLoss = append(r.sessionLoss, locks)
+	switch {
+	case err == nil:
+		r.sessions++
+	case errors.Is(err, lockclient.ErrSessionLost):
+		r.sessionLoss = append(r.sessionLoss, locks)
+	default:
+		r.sessionLoss = append(r.sessionLoss, -1) // not a loss's error: no count matches
+	}
 }
 
 func (r *recorder) sessionCounts() (started int, lost []int) {
