@@ -148,8 +148,5 @@ func TestClient_closed(t *testing.T) {
 				t.Errorf("%s on a closed client (used %v) = %v, want ErrClosed", call, used, err)
 			}
 		}
-		if !isClosed(c.Done()) {
-			t.Errorf("Done open after Close (used %v)", used)
-		}
 	}
 }

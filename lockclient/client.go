@@ -107,18 +107,13 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 // ID returns the client ID stored with every lock this Client takes.
 func (c *Client) ID() string { return c.id }
 
-// Done is closed when the Client is closed, and only then. A lost session does
-// not close it: the locks of that session end (their causes match
-// ErrSessionLost and fence.ErrLost) and the next Acquire starts a new session.
-func (c *Client) Done() <-chan struct{} { return c.done }
-
 func (c *Client) key(name string) string { return c.prefix + name }
 
 // Close releases every lock the Client holds by revoking its session lease (one
-// etcd write that deletes all their keys), ends the renewal goroutine, and closes
-// Done. Every held Lock's Done closes with context cause ErrClosed. Close is
-// idempotent. If etcd cannot be reached within the TTL, Close returns that error;
-// the lease then expires by itself within the TTL.
+// etcd write that deletes all their keys) and ends the renewal goroutine; every
+// later call returns ErrClosed. Every held Lock's Done closes with context cause
+// ErrClosed. Close is idempotent. If etcd cannot be reached within the TTL, Close
+// returns that error; the lease then expires by itself within the TTL.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.state == closed {

@@ -59,8 +59,8 @@
 // lease is not revoked (etcd expires it, or already has; a revoke would be one
 // more synchronous write just when etcd is struggling).
 //
-// The Client itself outlives its session: its Done stays open (it closes only
-// on Close), and the next Acquire or TryAcquire starts a new session, after a
+// The Client itself outlives its session (only Close ends it): the next Acquire
+// or TryAcquire starts a new session, after a
 // jittered backoff (up to half a TTL, longer after each loss in a row) so that
 // many Clients losing their sessions at once come back spread out. An Acquire
 // that is waiting when its session is lost goes on under the new one; a

@@ -53,8 +53,8 @@ func (e *HeldError) Error() string {
 		e.Name, e.Holder.ClientID, e.Holder.Host, e.Holder.PID, e.Token)
 }
 
-// Is reports whether target is ErrHeld.
-func (e *HeldError) Is(target error) bool { return target == ErrHeld }
+// Unwrap returns ErrHeld.
+func (e *HeldError) Unwrap() error { return ErrHeld }
 
 // NotHeldError is returned when a release names a token the lock's key no longer
 // carries. It matches ErrNotHeld.
@@ -71,8 +71,8 @@ func (e *NotHeldError) Error() string {
 	return fmt.Sprintf("lockclient: lock %q not held with token %d: nobody holds it", e.Name, e.Token)
 }
 
-// Is reports whether target is ErrNotHeld.
-func (e *NotHeldError) Is(target error) bool { return target == ErrNotHeld }
+// Unwrap returns ErrNotHeld.
+func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 
 // checkName reports why name cannot name a lock, or nil; the error wraps
 // fence.ErrInvalidResource. A lock name is a resource name (fence.CheckResource)

@@ -256,8 +256,8 @@ func TestClient_Close(t *testing.T) {
 			t.Fatalf("Holder(%s) after Close = %v, want ErrNotHeld (lease revoked)", l.Resource(), err)
 		}
 	}
-	if !isClosed(c.Done()) {
-		t.Fatal("client Done open after Close")
+	if _, err := c.TryAcquire(t.Context(), "a"); !errors.Is(err, lockclient.ErrClosed) {
+		t.Fatalf("TryAcquire after Close = %v, want ErrClosed", err)
 	}
 	if err := c.Close(); err != nil {
 		t.Fatalf("second Close: %v", err)

@@ -3,6 +3,7 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -33,12 +34,11 @@ type Observer interface {
 	// KeepAlive reports one renewal of the session lease: its round trip, and
 	// etcd's error or nil.
 	KeepAlive(rtt time.Duration, err error)
-	// SessionStarted reports that a Client was granted a session lease: its
-	// first, or a new one after a lost session.
-	SessionStarted()
-	// SessionLost reports that a Client's session was lost, with the number of
-	// locks that ended with it, just before their Done channels close.
-	SessionLost(locks int)
+	// Session reports a change of the Client's session lease. err is nil when
+	// one was granted (the first, or a new one after a loss); it matches
+	// ErrSessionLost when the session was lost, and then locks is the number of
+	// locks that end with it (their Done channels close just after).
+	Session(locks int, err error)
 }
 
 // WithLogger makes the Client log through l with slog attributes: grants and
@@ -51,8 +51,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver makes the Client report acquisitions, lock ends and keepalives
-// to obs (see Observer). A nil obs, the default, reports nothing.
+// WithObserver makes the Client report acquisitions, lock ends, keepalives and
+// sessions to obs (see Observer). A nil obs, the default, reports nothing.
 func WithObserver(obs Observer) Option {
 	return func(o *options) error {
 		o.observer = obs
@@ -153,7 +153,7 @@ func (c *Client) keptAlive(lease clientv3.LeaseID, rtt time.Duration, deadline t
 // sessionStarted reports a new session lease.
 func (c *Client) sessionStarted(lease clientv3.LeaseID) {
 	if c.obs != nil {
-		c.obs.SessionStarted()
+		c.obs.Session(0, nil)
 	}
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), slog.LevelDebug, "session started",
@@ -164,7 +164,7 @@ func (c *Client) sessionStarted(lease clientv3.LeaseID) {
 // sessionLost reports the loss of the session lease and of the locks it held.
 func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
 	if c.obs != nil {
-		c.obs.SessionLost(locks)
+		c.obs.Session(locks, fmt.Errorf("%w: %s", ErrSessionLost, why))
 	}
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), slog.LevelWarn, "session lost",

@@ -61,7 +61,7 @@ func TestClient_recoversAfterOutage(t *testing.T) {
 	allSince(start, "before the outage")
 
 	lead := cl.WaitLeader(t)
-	other := (lead + 1) % cl.Size()
+	other := (lead + 1) % len(cl.Endpoints())
 	cl.Stop(lead)
 	cl.Stop(other)
 	waitLost(t, rec, workers) // every Client's deadline passes
@@ -70,11 +70,6 @@ func TestClient_recoversAfterOutage(t *testing.T) {
 	back := time.Now()
 	took := allSince(back, "after the outage")
 	t.Logf("every worker acquired again %v after quorum returned (TTL %v)", took, testTTL)
-	for i, c := range clients {
-		if isClosed(c.Done()) {
-			t.Errorf("client %d: Done closed by a lost session", i)
-		}
-	}
 	started, lost := rec.sessionCounts()
 	t.Logf("%d grants; sessions started %d, lost %d", ex.count(), started, len(lost))
 	if started < 2*workers {

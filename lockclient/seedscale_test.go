@@ -141,8 +141,13 @@ type lossCounter struct{ n, started atomic.Int64 }
 func (*lossCounter) Acquired(string, time.Duration, error)           {}
 func (*lossCounter) Ended(string, fence.Token, time.Duration, error) {}
 func (*lossCounter) KeepAlive(time.Duration, error)                  {}
-func (c *lossCounter) SessionStarted()                               { c.started.Add(1) }
-func (c *lossCounter) SessionLost(int)                               { c.n.Add(1) }
+func (c *lossCounter) Session(_ int, err error) {
+	if err == nil {
+		c.started.Add(1)
+	} else {
+		c.n.Add(1)
+	}
+}
 
 func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	cl := locktest.StartCluster(b, 3)

@@ -83,25 +83,16 @@ func (w *worker) run(ctx context.Context) error {
 		return err
 	}
 	defer etcd.Close()
-	var locks *lockclient.Client
-	defer func() {
-		if locks != nil {
-			locks.Close()
-		}
-	}()
+	// One Client for the worker's life: a lost session ends the locks it held,
+	// and the next Acquire starts a new session.
+	locks, err := lockclient.New(etcd, lockclient.WithTTL(w.cfg.lease), lockclient.WithIdentity(w.cfg.id))
+	if err != nil {
+		return err
+	}
+	defer locks.Close()
 	for done := 0; w.cfg.jobs == 0 || done < w.cfg.jobs; {
 		if ctx.Err() != nil {
 			return nil
-		}
-		// Done closes only on Close (a lost session does not close it: the next
-		// Acquire starts a new session), so this makes the Client once.
-		if locks == nil || isClosed(locks.Done()) {
-			if locks != nil {
-				locks.Close()
-			}
-			if locks, err = lockclient.New(etcd, lockclient.WithTTL(w.cfg.lease), lockclient.WithIdentity(w.cfg.id)); err != nil {
-				return err
-			}
 		}
 		account := w.cfg.accounts[w.rng.IntN(len(w.cfg.accounts))]
 		lock, err := locks.Acquire(ctx, account)
@@ -251,14 +242,5 @@ func (w *worker) sleep(ctx context.Context, d time.Duration) {
 	select {
 	case <-t.C:
 	case <-ctx.Done():
-	}
-}
-
-func isClosed(ch <-chan struct{}) bool {
-	select {
-	case <-ch:
-		return true
-	default:
-		return false
 	}
 }

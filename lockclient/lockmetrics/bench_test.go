@@ -16,8 +16,7 @@ type nopObserver struct{}
 func (nopObserver) Acquired(string, time.Duration, error)           {}
 func (nopObserver) Ended(string, fence.Token, time.Duration, error) {}
 func (nopObserver) KeepAlive(time.Duration, error)                  {}
-func (nopObserver) SessionStarted()                                 {}
-func (nopObserver) SessionLost(int)                                 {}
+func (nopObserver) Session(int, error)                              {}
 func (nopObserver) FencedWrite(string, string, error)               {}
 
 type observer interface {

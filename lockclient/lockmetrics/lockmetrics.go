@@ -242,11 +242,15 @@ func (m *Metrics) KeepAlive(rtt time.Duration, err error) {
 	m.keepalive.Observe(rtt.Seconds())
 }
 
-// SessionStarted implements lockclient.Observer.
-func (m *Metrics) SessionStarted() { m.started.Inc() }
-
-// SessionLost implements lockclient.Observer.
-func (m *Metrics) SessionLost(int) { m.lost.Inc() }
+// Session implements lockclient.Observer: a nil err counts a session started,
+// any other a session lost.
+func (m *Metrics) Session(_ int, err error) {
+	if err == nil {
+		m.started.Inc()
+		return
+	}
+	m.lost.Inc()
+}
 
 // FencedWrite implements fence.WriteObserver: it counts the write under its adapter
 // and its result, "accepted", "stale", "lost", "commit_unknown" or "error".

@@ -10,8 +10,9 @@ import (
 	"go.uber.org/zap"
 )
 
-// Endpoints returns the client URLs of all members, running or not, so that a
-// client made from them finds a member that comes back.
+// Endpoints returns the client URLs of all members, running or not, one per
+// member in the order of their indexes, so that a client made from them finds a
+// member that comes back.
 func (c *Cluster) Endpoints() []string {
 	var eps []string
 	for _, m := range c.members {
@@ -49,12 +50,9 @@ func newClient(t testing.TB, endpoints []string, what string) *clientv3.Client {
 	return cli
 }
 
-// Size is the number of members, running or stopped.
-func (c *Cluster) Size() int { return len(c.members) }
-
-// Leader returns the index of the running member that says it is leader, or -1
+// leader returns the index of the running member that says it is leader, or -1
 // when none does (each member is asked, with a second to answer).
-func (c *Cluster) Leader() int {
+func (c *Cluster) leader() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for i, m := range c.members {
@@ -65,13 +63,13 @@ func (c *Cluster) Leader() int {
 	return -1
 }
 
-// WaitLeader waits until a running member is leader and returns its index. It
-// fails the test if none is elected within a minute.
+// WaitLeader waits until a running member is leader and returns its index (at
+// once if one is). It fails the test if none is elected within a minute.
 func (c *Cluster) WaitLeader(t testing.TB) int {
 	t.Helper()
 	deadline := time.Now().Add(startTimeout)
 	for time.Now().Before(deadline) {
-		if i := c.Leader(); i >= 0 {
+		if i := c.leader(); i >= 0 {
 			return i
 		}
 		time.Sleep(20 * time.Millisecond)
@@ -125,17 +123,6 @@ func (c *Cluster) Term() uint64 {
 		}
 	}
 	return term
-}
-
-// Running reports whether member i runs (was started and not stopped); false
-// for a bad i, which fails the cluster's test (see fail).
-func (c *Cluster) Running(i int) bool {
-	if !c.has(i) {
-		return false
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.members[i].running()
 }
 
 // has reports whether member i exists, and fails the cluster's test if not.

@@ -1,12 +1,17 @@
 // Package locktest starts real etcd servers for tests: a Cluster of a single
 // member (Start, StartTLS, or Run outside a test) or of n members
 // (StartCluster), whose members can be stopped as by a crash and restarted from
-// their data. Each member is an etcd server
-// process (the release named by Version), so tests see real raft, real leases and
-// real revisions; nothing is mocked. The binary is built once per machine with
-// the go command and cached (see Binary), or named by the FENCEGATE_ETCD
-// environment variable. The package imports only etcd's client, so a module that
-// depends on fencegate gets no etcd server in its go.sum.
+// their data. Each member is an etcd v3.7.3 server process, so tests see real
+// raft, real leases and real revisions; nothing is mocked.
+//
+// The etcd binary is the one the FENCEGATE_ETCD environment variable names or,
+// without it, one built on first use with the go command on PATH from the Go
+// module proxy and cached under the user's cache directory (keyed by the pinned
+// versions and the Go version), so that only the first run on a machine builds
+// it; processes that need it at once wait for one build. A test is skipped when
+// no binary can be had, unless the CI environment variable is set (then it
+// fails). The package imports only etcd's client, so a module that depends on
+// fencegate gets no etcd server in its go.sum.
 //
 // Members listen on loopback ports chosen at start, keep their data in t.TempDir()
 // and are killed by t.Cleanup (and by the kernel, on Linux, if the test binary
@@ -52,7 +57,7 @@ func Start(t testing.TB) *Cluster {
 // programs, with its data in dir (which must exist). Close stops it. It returns
 // the error of finding or building the etcd binary, or of starting the member.
 func Run(dir string) (*Cluster, error) {
-	bin, err := Binary(context.Background())
+	bin, err := findBinary(context.Background())
 	if err != nil {
 		return nil, err
 	}
@@ -120,14 +125,14 @@ func startCluster(t testing.TB, n int, certs *Certs) *Cluster {
 // CI and failing it in CI.
 func binary(t testing.TB) string {
 	t.Helper()
-	bin, err := Binary(t.Context())
+	bin, err := findBinary(t.Context())
 	if err == nil {
 		return bin
 	}
 	if os.Getenv("CI") != "" {
 		t.Fatalf("locktest: no etcd binary: %v", err)
 	}
-	t.Skipf("locktest: no etcd binary (set %s to one, or put the go command on PATH): %v", EnvBinary, err)
+	t.Skipf("locktest: no etcd binary (set %s to one, or put the go command on PATH): %v", envBinary, err)
 	return ""
 }
 

@@ -110,12 +110,6 @@ func writePEM(t testing.TB, path, typ string, der []byte) {
 	}
 }
 
-// ServerTLS is the server side, as StartTLS configures it: the server
-// certificate, and client certificates required and checked against the CA.
-func (c *Certs) ServerTLS() transport.TLSInfo {
-	return transport.TLSInfo{CertFile: c.ServerCert, KeyFile: c.ServerKey, TrustedCAFile: c.CAFile, ClientCertAuth: true}
-}
-
 // ClientTLS is the client side for clientv3.Config.TLS: the client
 // certificate, and the server's checked against the CA.
 func (c *Certs) ClientTLS(t testing.TB) *tls.Config {
