@@ -43,8 +43,9 @@ var (
 	// MaxResourceLen, not UTF-8 or holding a NUL byte; a table or column name that is
 	// empty, not UTF-8, holds a NUL byte or is longer than the database allows
 	// (PostgreSQL 63 bytes, MySQL 64 characters, SQLite 128 characters, a bound of
-	// fencegate's; other characters are quoted, never refused); an unusable option or
-	// constructor argument; an amount <= 0, an empty key. The message names the problem.
+	// fencegate's; other characters are quoted, never refused); an unknown dialect;
+	// an unusable option or constructor argument; an amount <= 0, an empty key. The
+	// message names the problem; match the sentinel, not the message.
 	ErrInvalidArgument = errors.New("fence: invalid argument")
 )
 
