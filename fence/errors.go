@@ -38,18 +38,14 @@ var (
 	ErrSchema = errors.New("fence: fencegate schema missing, run migrations.Up")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")
-	// ErrInvalidToken means a token <= 0 was presented.
-	ErrInvalidToken = errors.New("fence: invalid token")
-	// ErrInvalidResource means a resource name is empty, too long or not UTF-8.
-	ErrInvalidResource = errors.New("fence: invalid resource")
-	// ErrInvalidIdentifier means a table or column name given to a builder or to
-	// migrations.GenerateTokenColumn is empty, not UTF-8, contains a NUL byte or is
-	// longer than the database allows (PostgreSQL 63 bytes, MySQL 64 characters,
-	// SQLite 128 characters, a bound of fencegate's). Other characters are quoted,
-	// never refused.
-	ErrInvalidIdentifier = errors.New("fence: invalid identifier")
-	// ErrInvalidArgument means some other argument is unusable (a nil store, grant or
-	// function, an amount <= 0, an empty key).
+	// ErrInvalidArgument means bad input, refused before any I/O: a nil store, grant
+	// or function; a token <= 0; a resource name that is empty, longer than
+	// MaxResourceLen, not UTF-8 or holding a NUL byte; a table or column name that is
+	// empty, not UTF-8, holds a NUL byte or is longer than the database allows
+	// (PostgreSQL 63 bytes, MySQL 64 characters, SQLite 128 characters, a bound of
+	// fencegate's; other characters are quoted, never refused); an unknown dialect;
+	// an unusable option or constructor argument; an amount <= 0, an empty key. The
+	// message names the problem; match the sentinel, not the message.
 	ErrInvalidArgument = errors.New("fence: invalid argument")
 )
 
@@ -86,19 +82,6 @@ func (e *LostError) Error() string {
 // Unwrap returns ErrLost.
 func (e *LostError) Unwrap() error { return ErrLost }
 
-// InvalidTokenError is returned for a token <= 0. It unwraps to ErrInvalidToken.
-type InvalidTokenError struct {
-	Resource string
-	Token    Token
-}
-
-func (e *InvalidTokenError) Error() string {
-	return fmt.Sprintf("fence: invalid token %d for %q: tokens are > 0", e.Token, e.Resource)
-}
-
-// Unwrap returns ErrInvalidToken.
-func (e *InvalidTokenError) Unwrap() error { return ErrInvalidToken }
-
 // CommitUnknownError is returned when a fenced write's outcome cannot be known: its
 // COMMIT (or, for a single-row write outside a transaction, its one autocommit
 // statement) was sent, or may have been, and its reply was lost: the connection
@@ -126,21 +109,28 @@ func (e *CommitUnknownError) Unwrap() []error {
 	return []error{ErrCommitUnknown, e.Err}
 }
 
-// CheckResource reports why name cannot be a resource, or nil. Resources are
-// non-empty UTF-8 of at most MaxResourceLen bytes without NUL bytes.
+// CheckResource reports why name cannot be a resource (an error wrapping
+// ErrInvalidArgument), or nil. Resources are non-empty UTF-8 of at most
+// MaxResourceLen bytes without NUL bytes.
 func CheckResource(name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty resource name", ErrInvalidResource)
+		return invalidResource("empty resource name")
 	case len(name) > MaxResourceLen:
-		return fmt.Errorf("%w: resource name is %d bytes, the limit is %d", ErrInvalidResource, len(name), MaxResourceLen)
+		return invalidResource("resource name is %d bytes, the limit is %d", len(name), MaxResourceLen)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: resource name %q is not UTF-8", ErrInvalidResource, name)
+		return invalidResource("resource name %q is not UTF-8", name)
 	}
 	for _, r := range name {
 		if r == 0 {
-			return fmt.Errorf("%w: resource name %q contains a NUL byte", ErrInvalidResource, name)
+			return invalidResource("resource name %q contains a NUL byte", name)
 		}
 	}
 	return nil
+}
+
+// invalidResource returns an error wrapping ErrInvalidArgument that says why a
+// resource name is refused.
+func invalidResource(format string, args ...any) error {
+	return fmt.Errorf("fence: invalid resource: "+format+": %w", append(args, ErrInvalidArgument)...)
 }

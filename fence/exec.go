@@ -38,8 +38,8 @@ type Store[Tx any] interface {
 // token becomes g.Token(). ctx governs the whole transaction.
 //
 // A nil store (a nil interface or a typed nil pointer), a nil fn, or a grant that is
-// nil (typed nil included), has an empty resource or a token <= 0 is refused with
-// ErrInvalidArgument, ErrInvalidResource or ErrInvalidToken, and a Watched grant
+// nil (typed nil included), has a bad resource or a token <= 0 is refused with
+// ErrInvalidArgument, and a Watched grant
 // whose Done channel is closed with ErrLost, all before any I/O. A newer holder's
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.

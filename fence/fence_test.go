@@ -31,22 +31,28 @@ func TestExec_refusesBadGrantsBeforeIO(t *testing.T) {
 		name  string
 		grant fence.Grant
 		want  error
+		msg   string // what the message must say
 	}{
-		{"nil grant", nil, fence.ErrInvalidArgument},
-		{"empty resource", fence.NewGrant("", 3), fence.ErrInvalidResource},
-		{"overlong resource", fence.NewGrant(strings.Repeat("a", fence.MaxResourceLen+1), 3), fence.ErrInvalidResource},
-		{"not utf-8", fence.NewGrant("a\xff", 3), fence.ErrInvalidResource},
-		{"nul byte", fence.NewGrant("a\x00b", 3), fence.ErrInvalidResource},
-		{"zero token", fence.NewGrant("account-42", 0), fence.ErrInvalidToken},
-		{"negative token", fence.NewGrant("account-42", -5), fence.ErrInvalidToken},
-		{"lost lock", lostGrant{fence.NewGrant("account-42", 33), closed}, fence.ErrLost},
+		{"nil grant", nil, fence.ErrInvalidArgument, "nil grant"},
+		{"empty resource", fence.NewGrant("", 3), fence.ErrInvalidArgument, "fence: invalid resource: empty resource name"},
+		{"overlong resource", fence.NewGrant(strings.Repeat("a", fence.MaxResourceLen+1), 3), fence.ErrInvalidArgument, "resource name is 201 bytes, the limit is 200"},
+		{"not utf-8", fence.NewGrant("a\xff", 3), fence.ErrInvalidArgument, "is not UTF-8"},
+		{"nul byte", fence.NewGrant("a\x00b", 3), fence.ErrInvalidArgument, "contains a NUL byte"},
+		{"empty set", setGrant{fence.NewGrant("a", 3), nil}, fence.ErrInvalidArgument, "no resources"},
+		{"bad set member", setGrant{fence.NewGrant("a", 3), []string{"a", ""}}, fence.ErrInvalidArgument, "empty resource name"},
+		{"zero token", fence.NewGrant("account-42", 0), fence.ErrInvalidArgument, `fence: invalid token 0 for "account-42": tokens are > 0: fence: invalid argument`},
+		{"negative token", fence.NewGrant("account-42", -5), fence.ErrInvalidArgument, `invalid token -5 for "account-42"`},
+		{"lost lock", lostGrant{fence.NewGrant("account-42", 33), closed}, fence.ErrLost, `lock "account-42" (token 33) lost`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			s := &recordingStore{}
 			err := fence.Exec(t.Context(), s, tt.grant, func(int) error { return nil })
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("Exec() error = %v, want %v", err, tt.want)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Exec() error = %v, want %v saying %q", err, tt.want, tt.msg)
+			}
+			if cerr := fence.CheckGrant(tt.grant); cerr == nil || cerr.Error() != err.Error() {
+				t.Fatalf("CheckGrant() = %v, Exec() = %v", cerr, err)
 			}
 			if s.calls != 0 {
 				t.Fatalf("store called %d times for a refused grant", s.calls)
@@ -98,7 +104,6 @@ func TestTypedErrors_matchSentinels(t *testing.T) {
 		want error
 	}{
 		{&fence.LostError{Resource: "r", Token: 1}, fence.ErrLost},
-		{&fence.InvalidTokenError{Resource: "r", Token: 0}, fence.ErrInvalidToken},
 		{&fence.StaleError{Resource: "r", Presented: 1, Seen: 2}, fence.ErrStale},
 		{&fence.CommitUnknownError{Resource: "r", Token: 1, Op: "commit", Err: cause}, fence.ErrCommitUnknown},
 		{&fence.CommitUnknownError{Resource: "r", Token: 1, Op: "commit", Err: cause}, cause},
@@ -114,8 +119,22 @@ func TestTypedErrors_matchSentinels(t *testing.T) {
 	}
 }
 
-func TestToken(t *testing.T) {
-	if fence.Token(34).String() != "34" {
-		t.Fatal("String() wrong")
+type setGrant struct {
+	fence.Grant
+	res []string
+}
+
+func (s setGrant) Resources() []string { return s.res }
+
+func TestCheckResource(t *testing.T) {
+	if err := fence.CheckResource("account-42"); err != nil {
+		t.Fatalf("CheckResource(account-42) = %v", err)
+	}
+	if err := fence.CheckResource(strings.Repeat("a", fence.MaxResourceLen)); err != nil {
+		t.Fatalf("CheckResource of MaxResourceLen bytes = %v", err)
+	}
+	err := fence.CheckResource("")
+	if !errors.Is(err, fence.ErrInvalidArgument) || err.Error() != "fence: invalid resource: empty resource name: fence: invalid argument" {
+		t.Fatalf("CheckResource(\"\") = %v", err)
 	}
 }

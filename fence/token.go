@@ -2,7 +2,6 @@ package fence
 
 import (
 	"fmt"
-	"strconv"
 
 	"github.com/fencegate/fencegate/internal/core/nilness"
 )
@@ -11,9 +10,6 @@ import (
 // resource. Every grant of a lock carries one, and a database that has seen token n
 // refuses a write that presents a lower one. Valid tokens are > 0; 0 means "no token".
 type Token int64
-
-// String formats t as a decimal number.
-func (t Token) String() string { return strconv.FormatInt(int64(t), 10) }
 
 // Grant is what a protected write presents: the resource it writes on behalf of and
 // the fencing token of the lock grant that allowed it. *lockclient.Lock satisfies it.
@@ -66,11 +62,11 @@ func (g staticGrant) Token() Token     { return g.token }
 const MaxResourceLen = 200
 
 // CheckGrant reports why g cannot be presented, or nil when it can. It returns an error
-// wrapping ErrInvalidArgument for a nil grant (a nil interface, or a nil pointer of a
-// grant type, such as the *lockclient.Lock a failed Acquire leaves), ErrInvalidResource for an empty, overlong
-// or non-UTF-8 resource (for a Set, any of its resources; a Set with none is
-// ErrInvalidArgument), ErrInvalidToken for a token <= 0, and ErrLost when g is a
-// Watched grant whose Done channel is closed. Adapters call it before any I/O.
+// wrapping ErrInvalidArgument, naming the problem, for a nil grant (a nil interface,
+// or a nil pointer of a grant type, such as the *lockclient.Lock a failed Acquire
+// leaves), a resource CheckResource refuses (for a Set, any of its resources), a Set
+// with no resources, or a token <= 0; and a *LostError (ErrLost) when g is a Watched
+// grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
 	if nilness.IsNil(g) {
 		return errNilGrant
@@ -90,7 +86,7 @@ func CheckGrant(g Grant) error {
 		}
 	}
 	if t := g.Token(); t <= 0 {
-		return &InvalidTokenError{Resource: g.Resource(), Token: t}
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", t, g.Resource(), ErrInvalidArgument)
 	}
 	return checkLost(g)
 }

@@ -26,8 +26,8 @@ const retryDelay = 100 * time.Millisecond
 // its last session was lost), Acquire first grants one; if the session is lost
 // while Acquire waits, it goes on under a new one.
 //
-// Before any I/O it returns an error wrapping fence.ErrInvalidResource for a
-// bad name or fence.ErrInvalidArgument for a bad option. Other errors: ErrClosed after Close, ctx's error, or etcd's error that is not transient
+// Before any I/O it returns an error wrapping fence.ErrInvalidArgument for a
+// bad name or a bad option. Other errors: ErrClosed after Close, ctx's error, or etcd's error that is not transient
 // (a failed session grant included).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {

@@ -2,6 +2,7 @@ package lockclient_test
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -56,13 +57,13 @@ func TestClient_badNames(t *testing.T) {
 	tests := []struct {
 		name, lock, msg string
 	}{
-		{"empty", "", "empty"},
-		{"slash", "accounts/42", "slash"},
-		{"newline", "account\n42", "control"},
-		{"nul", "account\x0042", "NUL"},
-		{"DEL", "account\x7f", "control"},
-		{"not utf-8", "account\xff", "UTF-8"},
-		{"too long", strings.Repeat("a", fence.MaxResourceLen+1), "limit"},
+		{"empty", "", "lock name: fence: invalid resource: empty resource name"},
+		{"slash", "accounts/42", `lock name "accounts/42" contains a slash`},
+		{"newline", "account\n42", "contains control character U+000A"},
+		{"nul", "account\x0042", "contains a NUL byte"},
+		{"DEL", "account\x7f", "contains control character U+007F"},
+		{"not utf-8", "account\xff", "is not UTF-8"},
+		{"too long", strings.Repeat("a", fence.MaxResourceLen+1), "resource name is 201 bytes, the limit is 200"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -72,8 +73,8 @@ func TestClient_badNames(t *testing.T) {
 			calls["Release"] = c.Release(t.Context(), tt.lock, 5)
 			_, calls["Holder"] = c.Holder(t.Context(), tt.lock)
 			for call, err := range calls {
-				if !errors.Is(err, fence.ErrInvalidResource) || !strings.Contains(err.Error(), tt.msg) {
-					t.Errorf("%s(%q) = %v; want fence.ErrInvalidResource mentioning %q", call, tt.lock, err, tt.msg)
+				if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.msg) {
+					t.Errorf("%s(%q) = %v; want fence.ErrInvalidArgument mentioning %q", call, tt.lock, err, tt.msg)
 				}
 			}
 		})
@@ -116,9 +117,9 @@ func TestClient_Release_badTokenAndNotHeld(t *testing.T) {
 	srv := locktest.Start(t)
 	c := newClient(t, srv.Client(t))
 	for _, tok := range []fence.Token{0, -1} {
-		var ite *fence.InvalidTokenError
-		if err := c.Release(t.Context(), "job", tok); !errors.As(err, &ite) || !errors.Is(err, fence.ErrInvalidToken) {
-			t.Fatalf("Release(token %d) = %v, want *fence.InvalidTokenError", tok, err)
+		want := fmt.Sprintf(`fence: invalid token %d for "job": tokens are > 0`, tok)
+		if err := c.Release(t.Context(), "job", tok); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Fatalf("Release(token %d) = %v, want fence.ErrInvalidArgument saying %q", tok, err, want)
 		}
 	}
 	var nh *lockclient.NotHeldError

@@ -160,7 +160,7 @@ func (c *Client) takeLocksLocked() []*Lock {
 // successor's key. ctx governs the Txn.
 //
 // It returns a *NotHeldError (ErrNotHeld) when the key is gone or carries another
-// token, an error wrapping fence.ErrInvalidResource for a bad name, a *fence.InvalidTokenError for a token
+// token, an error wrapping fence.ErrInvalidArgument for a bad name or a token
 // <= 0, ErrClosed on a closed Client, or etcd's error.
 func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
 	if err := checkName(name); err != nil {

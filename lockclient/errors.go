@@ -14,10 +14,9 @@ import (
 
 // Errors returned by this package. Match them with errors.Is; the typed errors
 // carry the details and match their sentinel. A lost lock is reported with a
-// *fence.LostError (errors.Is(err, fence.ErrLost)), a token <= 0 with a
-// *fence.InvalidTokenError (errors.Is(err, fence.ErrInvalidToken)), a bad lock
-// name with an error wrapping fence.ErrInvalidResource, and a bad option or set
-// with one wrapping fence.ErrInvalidArgument; these name the problem.
+// *fence.LostError (errors.Is(err, fence.ErrLost)), and a token <= 0, a bad lock
+// name, a bad option or set with an error wrapping fence.ErrInvalidArgument that
+// names the problem.
 var (
 	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
 	// names the holder.
@@ -75,7 +74,7 @@ func (e *NotHeldError) Error() string {
 func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 
 // checkName reports why name cannot name a lock, or nil; the error wraps
-// fence.ErrInvalidResource. A lock name is a resource name (fence.CheckResource)
+// fence.ErrInvalidArgument. A lock name is a resource name (fence.CheckResource)
 // without slashes (the key space under the prefix stays flat, so List and the
 // prefix cannot be confused) and without control characters (names appear in
 // logs and keys as they are).
@@ -86,9 +85,9 @@ func checkName(name string) error {
 	for _, r := range name {
 		switch {
 		case r == '/':
-			return fmt.Errorf("lockclient: lock name %q contains a slash: %w", name, fence.ErrInvalidResource)
+			return fmt.Errorf("lockclient: lock name %q contains a slash: %w", name, fence.ErrInvalidArgument)
 		case unicode.IsControl(r):
-			return fmt.Errorf("lockclient: lock name %q contains control character %U: %w", name, r, fence.ErrInvalidResource)
+			return fmt.Errorf("lockclient: lock name %q contains control character %U: %w", name, r, fence.ErrInvalidArgument)
 		}
 	}
 	return nil
@@ -102,7 +101,7 @@ func invalid(format string, args ...any) error {
 
 func checkToken(name string, token fence.Token) error {
 	if token <= 0 {
-		return &fence.InvalidTokenError{Resource: name, Token: token}
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
 	}
 	return nil
 }

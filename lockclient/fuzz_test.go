@@ -14,7 +14,8 @@ import (
 // FuzzLockName checks lock name validation (the check of Acquire, Release and
 // Holder) against its specification: a name is accepted exactly when it is 1 to
 // fence.MaxResourceLen bytes of UTF-8 without a slash or a control character,
-// and a refusal matches fence.ErrInvalidResource and quotes the name safely (no
+// and a refusal matches fence.ErrInvalidArgument, says it is the lock name, and
+// quotes the name safely (no
 // raw control characters in the message, which goes to logs).
 func FuzzLockName(f *testing.F) {
 	for _, s := range []string{"invoice-42", "", "a/b", "x\x00y", "tab\there", "line\nbreak", "naïve-ünïcode", "\xff\xfe", "'; DROP TABLE fence_tokens; --", "\u202eevil", strings.Repeat("a", fence.MaxResourceLen+1)} {
@@ -30,8 +31,8 @@ func FuzzLockName(f *testing.F) {
 		if err == nil {
 			return
 		}
-		if !errors.Is(err, fence.ErrInvalidResource) {
-			t.Fatalf("CheckLockName(%q) = %v: does not match fence.ErrInvalidResource", name, err)
+		if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "lock name") {
+			t.Fatalf("CheckLockName(%q) = %v: does not match fence.ErrInvalidArgument naming the lock name", name, err)
 		}
 		if strings.IndexFunc(err.Error(), func(r rune) bool { return unicode.IsControl(r) }) >= 0 {
 			t.Fatalf("CheckLockName(%q): message %q holds a raw control character", name, err)

@@ -83,7 +83,7 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 // its session lease (a second etcd call), and, when name is held as part of a
 // set, the set's names (a third). ctx governs every call. It returns a
 // *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, an error wrapping
-// fence.ErrInvalidResource for a bad name, ErrClosed on a closed Client, or etcd's error.
+// fence.ErrInvalidArgument for a bad name, ErrClosed on a closed Client, or etcd's error.
 //
 // A manual-renewal lock may be released by its client before its session lease
 // runs out; LeaseLeft is the session's.

@@ -168,7 +168,7 @@ func TestClient_WithObserver_events(t *testing.T) {
 		t.Fatalf("TryAcquire of a held lock: %v", err)
 	}
 	// an error: a bad name
-	if _, err := c.Acquire(ctx, "bad/name"); !errors.Is(err, fence.ErrInvalidResource) {
+	if _, err := c.Acquire(ctx, "bad/name"); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "slash") {
 		t.Fatalf("Acquire(bad/name): %v", err)
 	}
 	// a wait, then granted

@@ -39,8 +39,8 @@ const MaxSetSize = 128
 // The Observer and the log see the set under its Resource (its first name).
 //
 // Before any I/O it returns an error wrapping fence.ErrInvalidArgument for no
-// names, a name listed twice, more than MaxSetSize names or a bad option, and
-// one wrapping fence.ErrInvalidResource for a bad name. Other errors are those
+// names, a name listed twice, more than MaxSetSize names, a bad name or a bad
+// option. Other errors are those
 // of Acquire.
 func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireSetObserved(ctx, names, opts, true)

@@ -40,11 +40,11 @@ var migrationFile = regexp.MustCompile(`^([0-9]+)_(.*)\.(up|down)\.[^.]+$`)
 // "schema.table"; it is quoted in the SQL (PostgreSQL folds unquoted names to lower
 // case: pass invoices, not Invoices).
 //
-// It returns ErrUnknownDialect, fence.ErrInvalidIdentifier (an empty part, more than
+// It returns an error wrapping fence.ErrInvalidArgument, naming the problem, for an
+// unknown dialect, an empty dir or an unusable table name (an empty part, more than
 // one dot, not UTF-8, a NUL byte, a part longer than the dialect allows: PostgreSQL
 // 63 bytes, MySQL 64 characters, SQLite 128 characters; the limits sqlfence applies
-// too), fence.ErrInvalidArgument for an empty
-// dir, ErrExists when dir already holds a migration adding the token column to the
+// too); ErrExists when dir already holds a migration adding the token column to the
 // table or a file of the same name; it never overwrites a file.
 func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	if err := d.check(); err != nil {

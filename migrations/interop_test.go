@@ -12,8 +12,11 @@ import (
 	"github.com/fencegate/fencegate/migrations"
 )
 
+// migrationsTable is where Up and Down keep fencegate's version, as the package doc says.
+const migrationsTable = "fencegate_schema_migrations"
+
 // golangMigrate runs fencegate's own folder the way an application that prefers
-// golang-migrate would: FS, iofs and MigrationsTable, on a handle of its own.
+// golang-migrate would: FS, iofs and fencegate_schema_migrations, on a handle of its own.
 func golangMigrate(t *testing.T, dd dialectDB, own *sql.DB) *migrate.Migrate {
 	t.Helper()
 	fsys, err := migrations.FS(dd.d)
@@ -24,7 +27,7 @@ func golangMigrate(t *testing.T, dd dialectDB, own *sql.DB) *migrate.Migrate {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := migrate.NewWithInstance("iofs", src, dd.d.String(), dd.driver(t, own, migrations.MigrationsTable))
+	m, err := migrate.NewWithInstance("iofs", src, dd.d.String(), dd.driver(t, own, migrationsTable))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -110,7 +113,7 @@ func TestUp_dirty(t *testing.T) {
 			if err := migrations.Up(ctx, db, dd.d); err != nil {
 				t.Fatal(err)
 			}
-			if _, err := db.ExecContext(ctx, "UPDATE "+migrations.MigrationsTable+" SET dirty = TRUE"); err != nil {
+			if _, err := db.ExecContext(ctx, "UPDATE "+migrationsTable+" SET dirty = TRUE"); err != nil {
 				t.Fatal(err)
 			}
 			if err := migrations.Down(ctx, db, dd.d); !errors.Is(err, migrations.ErrDirty) {

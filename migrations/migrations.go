@@ -3,8 +3,9 @@
 // writes the migration that adds a token column to a table of the application's.
 //
 // The SQL lives in one folder per dialect (postgres, mysql, sqlite), embedded in the
-// binary. Up records its version in its own table, fencegate_schema_migrations, the
-// way golang-migrate does, so it never collides with the application's
+// binary. Up records its version in its own table, fencegate_schema_migrations
+// (name it as the migrations table when running FS with golang-migrate), the way
+// golang-migrate does, so it never collides with the application's
 // schema_migrations: the application keeps running its own golang-migrate folder as
 // before, and an application that prefers to run fencegate's folder with golang-migrate
 // itself gets it from FS.
@@ -26,11 +27,10 @@ import (
 )
 
 // Errors returned by this package besides fence.ErrInvalidArgument (a nil *sql.DB,
-// an empty folder) and fence.ErrInvalidIdentifier (a table name the generator cannot
-// use). Errors from the database are wrapped with %w.
+// an empty folder, a Dialect that is none of Postgres, MySQL, SQLite, a table name
+// the generator cannot use; the message names it). Errors from the database are
+// wrapped with %w.
 var (
-	// ErrUnknownDialect means a Dialect value is none of Postgres, MySQL, SQLite.
-	ErrUnknownDialect = errors.New("migrations: unknown dialect")
 	// ErrExists means the generator would have overwritten a file, or a migration
 	// adding the token column to the table is already in the folder.
 	ErrExists = errors.New("migrations: migration already exists")
@@ -40,8 +40,8 @@ var (
 	ErrDirty = errors.New("migrations: schema is dirty")
 )
 
-// MigrationsTable is the table in which Up and Down record fencegate's schema version.
-const MigrationsTable = "fencegate_schema_migrations"
+// migrationsTable is the table in which Up and Down record fencegate's schema version.
+const migrationsTable = "fencegate_schema_migrations"
 
 // Dialect names a database for the whole library: it selects the SQL folder and how
 // the version is recorded here, and the SQL sqlfence and fencemark write. This
@@ -69,7 +69,8 @@ func (d Dialect) String() string {
 }
 
 // ParseDialect returns the Dialect named s ("postgres", "mysql" or "sqlite"; "pgx",
-// "postgresql", "mariadb" and "sqlite3" are accepted too) or ErrUnknownDialect.
+// "postgresql", "mariadb" and "sqlite3" are accepted too), or for any other s an error wrapping
+// fence.ErrInvalidArgument that names it.
 func ParseDialect(s string) (Dialect, error) {
 	switch s {
 	case "postgres", "postgresql", "pgx":
@@ -79,12 +80,12 @@ func ParseDialect(s string) (Dialect, error) {
 	case "sqlite", "sqlite3":
 		return SQLite, nil
 	}
-	return 0, fmt.Errorf("%w %q: want postgres, mysql or sqlite", ErrUnknownDialect, s)
+	return 0, fmt.Errorf("migrations: unknown dialect %q: want postgres, mysql or sqlite: %w", s, fence.ErrInvalidArgument)
 }
 
 func (d Dialect) check() error {
 	if d < Postgres || d > SQLite {
-		return fmt.Errorf("%w: %d: want migrations.Postgres, MySQL or SQLite", ErrUnknownDialect, int(d))
+		return fmt.Errorf("migrations: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -93,7 +94,8 @@ func (d Dialect) check() error {
 var sqlFiles embed.FS
 
 // FS returns the dialect's migration folder, for applications that run golang-migrate
-// themselves (with iofs.New(fsys, ".") and MigrationsTable as the migrations table).
+// themselves (with iofs.New(fsys, ".") and fencegate_schema_migrations as the
+// migrations table). An unknown d is an error wrapping fence.ErrInvalidArgument.
 func FS(d Dialect) (fs.FS, error) {
 	if err := d.check(); err != nil {
 		return nil, err
@@ -107,13 +109,13 @@ func FS(d Dialect) (fs.FS, error) {
 // its end.
 //
 // Up borrows one connection of db for its whole run and never closes db. It takes
-// the lock golang-migrate takes for MigrationsTable (PostgreSQL: an advisory lock;
+// the lock golang-migrate takes for fencegate_schema_migrations (PostgreSQL: an advisory lock;
 // MySQL: GET_LOCK), so concurrent runs wait for each other. On PostgreSQL and SQLite
 // each migration and its version commit together; on MySQL, whose DDL commits as it
 // runs, the version is marked dirty around each migration. An in-memory SQLite
 // database is a separate database per connection: give it a *sql.DB limited to one
-// (SetMaxOpenConns(1)). It returns fence.ErrInvalidArgument for a nil db,
-// ErrUnknownDialect, ErrDirty when an earlier run failed half way, ctx's error, or the
+// (SetMaxOpenConns(1)). It returns fence.ErrInvalidArgument for a nil db or an
+// unknown dialect, ErrDirty when an earlier run failed half way, ctx's error, or the
 // wrapped error of the database.
 func Up(ctx context.Context, db *sql.DB, d Dialect) error {
 	return run(ctx, db, d, true)

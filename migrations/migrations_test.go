@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/golang-migrate/migrate/v4"
@@ -152,7 +153,7 @@ func TestUp_upDownUp(t *testing.T) {
 		t.Run(dd.d.String(), func(t *testing.T) {
 			ctx := t.Context()
 			db, _ := dd.open(t)
-			want := []string{"fence_tokens", "idempotency_keys", migrations.MigrationsTable}
+			want := []string{"fence_tokens", "idempotency_keys", migrationsTable}
 			if dd.d == migrations.Postgres {
 				want = append(want, "fence_raise()")
 			}
@@ -160,7 +161,7 @@ func TestUp_upDownUp(t *testing.T) {
 				t.Helper()
 				got := dd.objects(t, db)
 				for _, n := range want {
-					if n == migrations.MigrationsTable {
+					if n == migrationsTable {
 						continue // golang-migrate keeps its table after Down
 					}
 					if got[n] != present {
@@ -168,7 +169,7 @@ func TestUp_upDownUp(t *testing.T) {
 					}
 				}
 				if got["schema_migrations"] {
-					t.Fatalf("%s: Up created schema_migrations; it must use %s", stage, migrations.MigrationsTable)
+					t.Fatalf("%s: Up created schema_migrations; it must use %s", stage, migrationsTable)
 				}
 			}
 			if err := migrations.Up(ctx, db, dd.d); err != nil {
@@ -253,17 +254,18 @@ func TestUp_badInput(t *testing.T) {
 		name string
 		call func() error
 		want error
+		msg  string // what the error must say
 	}{
-		{"nil db", func() error { return migrations.Up(ctx, nil, migrations.SQLite) }, fence.ErrInvalidArgument},
-		{"zero dialect", func() error { return migrations.Up(ctx, db, 0) }, migrations.ErrUnknownDialect},
-		{"unknown dialect", func() error { return migrations.Up(ctx, db, migrations.Dialect(9)) }, migrations.ErrUnknownDialect},
-		{"down unknown dialect", func() error { return migrations.Down(ctx, db, migrations.Dialect(-1)) }, migrations.ErrUnknownDialect},
-		{"cancelled context", func() error { return migrations.Up(cancelled, db, migrations.SQLite) }, context.Canceled},
+		{"nil db", func() error { return migrations.Up(ctx, nil, migrations.SQLite) }, fence.ErrInvalidArgument, "nil *sql.DB"},
+		{"zero dialect", func() error { return migrations.Up(ctx, db, 0) }, fence.ErrInvalidArgument, "unknown dialect 0"},
+		{"unknown dialect", func() error { return migrations.Up(ctx, db, migrations.Dialect(9)) }, fence.ErrInvalidArgument, "unknown dialect 9"},
+		{"down unknown dialect", func() error { return migrations.Down(ctx, db, migrations.Dialect(-1)) }, fence.ErrInvalidArgument, "unknown dialect -1"},
+		{"cancelled context", func() error { return migrations.Up(cancelled, db, migrations.SQLite) }, context.Canceled, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.call(); !errors.Is(err, tt.want) {
-				t.Fatalf("error = %v, want %v", err, tt.want)
+			if err := tt.call(); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("error = %v, want %v saying %q", err, tt.want, tt.msg)
 			}
 		})
 	}
@@ -280,8 +282,9 @@ func TestParseDialect(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"", "oracle", "Postgres "} {
-		if _, err := migrations.ParseDialect(in); !errors.Is(err, migrations.ErrUnknownDialect) {
-			t.Errorf("ParseDialect(%q) = %v, want ErrUnknownDialect", in, err)
+		want := fmt.Sprintf("migrations: unknown dialect %q", in)
+		if _, err := migrations.ParseDialect(in); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseDialect(%q) = %v, want fence.ErrInvalidArgument saying %q", in, err, want)
 		}
 	}
 }
@@ -299,7 +302,7 @@ func TestFS(t *testing.T) {
 			}
 		}
 	}
-	if _, err := migrations.FS(0); !errors.Is(err, migrations.ErrUnknownDialect) {
+	if _, err := migrations.FS(0); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "unknown dialect 0") {
 		t.Fatalf("FS(0) = %v", err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // Up and Down keep their version the way golang-migrate's drivers do (one row,
-// version and dirty, in MigrationsTable; the same advisory locks), so that either can
+// version and dirty, in migrationsTable; the same advisory locks), so that either can
 // run after the other; running them here keeps golang-migrate and its database
 // drivers out of the programs and go.sum files of the library's users.
 
@@ -83,7 +83,7 @@ func (m *migrator) lock(ctx context.Context) (func(), error) {
 		if err := m.conn.QueryRowContext(ctx, `SELECT current_database(), current_schema()`).Scan(&db, &schema); err != nil {
 			return nil, err
 		}
-		id := advisoryLockID(db, schema, MigrationsTable)
+		id := advisoryLockID(db, schema, migrationsTable)
 		if _, err := m.conn.ExecContext(ctx, `SELECT pg_advisory_lock($1)`, id); err != nil {
 			return nil, err
 		}
@@ -93,7 +93,7 @@ func (m *migrator) lock(ctx context.Context) (func(), error) {
 		if err := m.conn.QueryRowContext(ctx, `SELECT DATABASE()`).Scan(&db); err != nil {
 			return nil, err
 		}
-		id := advisoryLockID(db.String + ":" + MigrationsTable)
+		id := advisoryLockID(db.String + ":" + migrationsTable)
 		for {
 			var got sql.NullInt64
 			if err := m.conn.QueryRowContext(ctx, `SELECT GET_LOCK(?, 10)`, id).Scan(&got); err != nil {
@@ -139,12 +139,12 @@ func (m *migrator) ensureTable(ctx context.Context) error {
 	var q string
 	switch m.d {
 	case Postgres:
-		q = `CREATE TABLE IF NOT EXISTS ` + MigrationsTable + ` (version bigint not null primary key, dirty boolean not null)`
+		q = `CREATE TABLE IF NOT EXISTS ` + migrationsTable + ` (version bigint not null primary key, dirty boolean not null)`
 	case MySQL:
-		q = "CREATE TABLE IF NOT EXISTS `" + MigrationsTable + "` (version bigint not null primary key, dirty boolean not null)"
+		q = "CREATE TABLE IF NOT EXISTS `" + migrationsTable + "` (version bigint not null primary key, dirty boolean not null)"
 	case SQLite:
-		q = `CREATE TABLE IF NOT EXISTS ` + MigrationsTable + ` (version uint64,dirty bool);
-CREATE UNIQUE INDEX IF NOT EXISTS version_unique ON ` + MigrationsTable + ` (version)`
+		q = `CREATE TABLE IF NOT EXISTS ` + migrationsTable + ` (version uint64,dirty bool);
+CREATE UNIQUE INDEX IF NOT EXISTS version_unique ON ` + migrationsTable + ` (version)`
 	}
 	_, err := m.conn.ExecContext(ctx, q)
 	return err
@@ -154,7 +154,7 @@ CREATE UNIQUE INDEX IF NOT EXISTS version_unique ON ` + MigrationsTable + ` (ver
 func (m *migrator) version(ctx context.Context) (int64, bool, error) {
 	var v int64
 	var dirty bool
-	err := m.conn.QueryRowContext(ctx, `SELECT version, dirty FROM `+MigrationsTable+` LIMIT 1`).Scan(&v, &dirty)
+	err := m.conn.QueryRowContext(ctx, `SELECT version, dirty FROM `+migrationsTable+` LIMIT 1`).Scan(&v, &dirty)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -167,15 +167,15 @@ type execer interface {
 
 // setVersion records v (0: no version) as golang-migrate does: one row or none.
 func (m *migrator) setVersion(ctx context.Context, x execer, v int64, dirty bool) error {
-	if _, err := x.ExecContext(ctx, `DELETE FROM `+MigrationsTable); err != nil {
+	if _, err := x.ExecContext(ctx, `DELETE FROM `+migrationsTable); err != nil {
 		return err
 	}
 	if v <= 0 && !dirty {
 		return nil
 	}
-	q := `INSERT INTO ` + MigrationsTable + ` (version, dirty) VALUES (?, ?)`
+	q := `INSERT INTO ` + migrationsTable + ` (version, dirty) VALUES (?, ?)`
 	if m.d == Postgres {
-		q = `INSERT INTO ` + MigrationsTable + ` (version, dirty) VALUES ($1, $2)`
+		q = `INSERT INTO ` + migrationsTable + ` (version, dirty) VALUES ($1, $2)`
 	}
 	_, err := x.ExecContext(ctx, q, v, dirty)
 	return err
@@ -232,14 +232,14 @@ func (m *migrator) run(ctx context.Context, up bool) error {
 	}
 	defer unlock()
 	if err := m.ensureTable(ctx); err != nil {
-		return fmt.Errorf("create %s: %w", MigrationsTable, err)
+		return fmt.Errorf("create %s: %w", migrationsTable, err)
 	}
 	cur, dirty, err := m.version(ctx)
 	if err != nil {
-		return fmt.Errorf("read %s: %w", MigrationsTable, err)
+		return fmt.Errorf("read %s: %w", migrationsTable, err)
 	}
 	if dirty {
-		return fmt.Errorf("%w: %s version %d in %s", ErrDirty, m.d, cur, MigrationsTable)
+		return fmt.Errorf("%w: %s version %d in %s", ErrDirty, m.d, cur, migrationsTable)
 	}
 	if !up {
 		sort.Slice(all, func(i, j int) bool { return all[i].version > all[j].version })

@@ -62,7 +62,7 @@ func sqlOf(d migrations.Dialect) (statements, error) {
 				"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token < excluded.token",
 		}, nil
 	}
-	return statements{}, fmt.Errorf("%w: %d: want migrations.Postgres, MySQL or SQLite", migrations.ErrUnknownDialect, int(d))
+	return statements{}, fmt.Errorf("fencemark: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 }
 
 func check(db *sql.DB, d migrations.Dialect, resource string) (statements, error) {
@@ -78,8 +78,8 @@ func check(db *sql.DB, d migrations.Dialect, resource string) (statements, error
 // Read returns the high-water token stored for resource, or 0 when none is
 // (no fenced write for it has reached this database). ctx governs the query.
 //
-// It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
-// a bad resource and migrations.ErrUnknownDialect before any I/O, or the driver's
+// It returns fence.ErrInvalidArgument for a nil db, a bad resource or an unknown
+// dialect before any I/O, or the driver's
 // error wrapped (a missing fence_tokens table: apply the migrations).
 func Read(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string) (fence.Token, error) {
 	st, err := check(db, d, resource)
@@ -97,9 +97,8 @@ func Read(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string
 // ON CONFLICT / ON DUPLICATE KEY that updates only where the stored token is
 // lower), and a read of the result. ctx governs the transaction.
 //
-// It returns fence.ErrInvalidArgument for a nil db, fence.ErrInvalidResource for
-// a bad resource, a *fence.InvalidTokenError for a token <= 0 and
-// migrations.ErrUnknownDialect, all before any I/O; or the driver's error wrapped,
+// It returns fence.ErrInvalidArgument for a nil db, a bad resource, a token <= 0
+// or an unknown dialect, all before any I/O; or the driver's error wrapped,
 // after which nothing was changed.
 func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string, token fence.Token) (before, after fence.Token, err error) {
 	st, err := check(db, d, resource)
@@ -107,7 +106,7 @@ func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource strin
 		return 0, 0, err
 	}
 	if token <= 0 {
-		return 0, 0, &fence.InvalidTokenError{Resource: resource, Token: token}
+		return 0, 0, fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, resource, fence.ErrInvalidArgument)
 	}
 	tx, err := db.BeginTx(ctx, nil)
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -136,23 +137,26 @@ func TestRaise_badInput(t *testing.T) {
 		d        migrations.Dialect
 		resource string
 		token    fence.Token
-		is       error
+		msg      string // what the error, wrapping fence.ErrInvalidArgument, must say
 	}{
-		{"nil db", nil, migrations.SQLite, "r", 1, fence.ErrInvalidArgument},
-		{"unknown dialect", closed, migrations.Dialect(0), "r", 1, migrations.ErrUnknownDialect},
-		{"empty resource", closed, migrations.SQLite, "", 1, fence.ErrInvalidResource},
-		{"long resource", closed, migrations.SQLite, string(make([]byte, fence.MaxResourceLen+1)), 1, fence.ErrInvalidResource},
-		{"zero token", closed, migrations.SQLite, "r", 0, fence.ErrInvalidToken},
-		{"negative token", closed, migrations.Postgres, "r", -4, fence.ErrInvalidToken},
+		{"nil db", nil, migrations.SQLite, "r", 1, "nil *sql.DB"},
+		{"unknown dialect", closed, migrations.Dialect(0), "r", 1, "unknown dialect 0"},
+		{"empty resource", closed, migrations.SQLite, "", 1, "invalid resource: empty resource name"},
+		{"long resource", closed, migrations.SQLite, string(make([]byte, fence.MaxResourceLen+1)), 1, "resource name is 201 bytes, the limit is 200"},
+		{"zero token", closed, migrations.SQLite, "r", 0, `fence: invalid token 0 for "r"`},
+		{"negative token", closed, migrations.Postgres, "r", -4, `fence: invalid token -4 for "r"`},
+	}
+	is := func(err error, msg string) bool {
+		return errors.Is(err, fence.ErrInvalidArgument) && strings.Contains(err.Error(), msg)
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, _, err := fencemark.Raise(t.Context(), tt.db, tt.d, tt.resource, tt.token); !errors.Is(err, tt.is) {
-				t.Fatalf("Raise = %v, want %v", err, tt.is)
+			if _, _, err := fencemark.Raise(t.Context(), tt.db, tt.d, tt.resource, tt.token); !is(err, tt.msg) {
+				t.Fatalf("Raise = %v, want fence.ErrInvalidArgument saying %q", err, tt.msg)
 			}
 			if tt.token > 0 {
-				if _, err := fencemark.Read(t.Context(), tt.db, tt.d, tt.resource); !errors.Is(err, tt.is) {
-					t.Fatalf("Read = %v, want %v", err, tt.is)
+				if _, err := fencemark.Read(t.Context(), tt.db, tt.d, tt.resource); !is(err, tt.msg) {
+					t.Fatalf("Read = %v, want fence.ErrInvalidArgument saying %q", err, tt.msg)
 				}
 			}
 		})

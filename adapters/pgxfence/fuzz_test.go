@@ -1,14 +1,13 @@
 package pgxfence_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
-	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/quotetest"
 )
 
@@ -20,7 +19,7 @@ var hostileNames = []string{
 // FuzzQuoteTable checks that a table name the builders accept is quoted into
 // exactly the identifiers it names (pgx.Identifier's quoting), so no name can
 // end its quotes and add SQL; and that a refused one matches
-// fence.ErrInvalidIdentifier.
+// fence.ErrInvalidArgument as an invalid identifier.
 func FuzzQuoteTable(f *testing.F) {
 	for _, s := range hostileNames {
 		f.Add(s)
@@ -28,8 +27,8 @@ func FuzzQuoteTable(f *testing.F) {
 	f.Fuzz(func(t *testing.T, name string) {
 		q, err := pgxfence.QuoteTable(name)
 		if err != nil {
-			if !errors.Is(err, fence.ErrInvalidIdentifier) {
-				t.Fatalf("QuoteTable(%q) = %v: not ErrInvalidIdentifier", name, err)
+			if !fencetest.Match(err, fencetest.Invalid("fence: invalid identifier: ")) {
+				t.Fatalf("QuoteTable(%q) = %v: not fence.ErrInvalidArgument for an invalid identifier", name, err)
 			}
 			return
 		}
@@ -42,8 +41,8 @@ func FuzzQuoteTable(f *testing.F) {
 		}
 		c, err := pgxfence.QuoteColumn(name)
 		if err != nil {
-			if !errors.Is(err, fence.ErrInvalidIdentifier) {
-				t.Fatalf("QuoteColumn(%q) = %v: not ErrInvalidIdentifier", name, err)
+			if !fencetest.Match(err, fencetest.Invalid("fence: invalid identifier: ")) {
+				t.Fatalf("QuoteColumn(%q) = %v: not fence.ErrInvalidArgument for an invalid identifier", name, err)
 			}
 			return
 		}

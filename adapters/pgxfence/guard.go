@@ -29,9 +29,9 @@ const maxDecrementLooks = 3
 // few times at most. The key must pick at most one row (a primary key or unique
 // index), and the column must be an integer (or numeric with no fraction).
 //
-// Other errors, before any I/O: fence.ErrInvalidArgument for n <= 0, no key or a
-// column named twice; fence.ErrInvalidIdentifier for an empty, overlong or NUL-holding
-// table or column name (other names are quoted, never refused). Database errors are
+// Other errors, before any I/O: fence.ErrInvalidArgument for n <= 0, no key, a
+// column named twice, or an empty, overlong or NUL-holding table or column name
+// (other names are quoted, never refused). Database errors are
 // wrapped.
 func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if s == nil || s.db == nil {
@@ -41,7 +41,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
 	}
 	if c.Column == "" {
-		return 0, fmt.Errorf("%w: empty counter column name", fence.ErrInvalidIdentifier)
+		return 0, fmt.Errorf("fence: invalid identifier: empty counter column name: %w", fence.ErrInvalidArgument)
 	}
 	row := fence.Row{Table: c.Table, Key: c.Key, TokenColumn: c.Column}
 	q, err := s.statement('n', row, nil, func() (string, error) { return decrementSQL(row) })
@@ -107,8 +107,8 @@ func decrementSQL(row fence.Row) (string, error) {
 // (errors.Is nolock.ErrDuplicate) naming the table and the constraint PostgreSQL
 // named, wrapping the *pgconn.PgError.
 //
-// Other errors, before any I/O: fence.ErrInvalidArgument for no columns or a column
-// named twice, fence.ErrInvalidIdentifier for an unusable table or column name.
+// Other errors, before any I/O: fence.ErrInvalidArgument for no columns, a column
+// named twice or an unusable table or column name.
 // Database errors are wrapped.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if s == nil || s.db == nil {

@@ -57,13 +57,13 @@ type row struct {
 func checkIdent(kind, name string) error {
 	switch {
 	case name == "":
-		return fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, kind)
+		return fmt.Errorf("fence: invalid identifier: empty %s name: %w", kind, fence.ErrInvalidArgument)
 	case len(name) > maxIdentLen:
-		return fmt.Errorf("%w: %s name %.20q... is %d bytes, PostgreSQL's limit is %d", fence.ErrInvalidIdentifier, kind, name, len(name), maxIdentLen)
+		return fmt.Errorf("fence: invalid identifier: %s name %.20q... is %d bytes, PostgreSQL's limit is %d: %w", kind, name, len(name), maxIdentLen, fence.ErrInvalidArgument)
 	case strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, kind, name)
+		return fmt.Errorf("fence: invalid identifier: %s name %q contains a NUL byte: %w", kind, name, fence.ErrInvalidArgument)
 	case !utf8.ValidString(name):
-		return fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, kind, name)
+		return fmt.Errorf("fence: invalid identifier: %s name %q is not UTF-8: %w", kind, name, fence.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -76,7 +76,7 @@ func quoteTable(name string) (string, error) {
 		return quoteIdent("table", name)
 	}
 	if strings.Contains(table, ".") {
-		return "", fmt.Errorf("%w: table name %q: want table or schema.table", fence.ErrInvalidIdentifier, name)
+		return "", fmt.Errorf("fence: invalid identifier: table name %q: want table or schema.table: %w", name, fence.ErrInvalidArgument)
 	}
 	qs, err := quoteIdent("schema", schema)
 	if err != nil {

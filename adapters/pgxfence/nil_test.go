@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -68,7 +69,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 				t.Fatalf("panicked: %v", p)
 			}
 		}()
-		if err := run(); !errors.Is(err, want) {
+		if err := run(); !fencetest.Match(err, want) {
 			t.Fatalf("error = %v, want %v", err, want)
 		}
 	}
@@ -85,11 +86,11 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		{"Update typed nil grant", func(s *pgxfence.Store) error { return s.Update(ctx, nilGrant, row, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidArgument},
 		{"Upsert typed nil grant", func(s *pgxfence.Store) error { return s.Upsert(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
 		{"Delete typed nil grant", func(s *pgxfence.Store) error { return s.Delete(ctx, nilGrant, row) }, fence.ErrInvalidArgument},
-		{"Update zero Row", func(s *pgxfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.Col{Name: "v", Value: 1}) }, fence.ErrInvalidIdentifier},
-		{"Upsert zero Row", func(s *pgxfence.Store) error { return s.Upsert(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
-		{"Delete zero Row", func(s *pgxfence.Store) error { return s.Delete(ctx, live, fence.Row{}) }, fence.ErrInvalidIdentifier},
-		{"Decrement zero Counter", func(s *pgxfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fence.ErrInvalidIdentifier},
-		{"Insert no table", func(s *pgxfence.Store) error { return s.Insert(ctx, "") }, fence.ErrInvalidIdentifier},
+		{"Update zero Row", func(s *pgxfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.Col{Name: "v", Value: 1}) }, fencetest.Invalid("invalid identifier: empty table name")},
+		{"Upsert zero Row", func(s *pgxfence.Store) error { return s.Upsert(ctx, live, fence.Row{}) }, fencetest.Invalid("invalid identifier: empty table name")},
+		{"Delete zero Row", func(s *pgxfence.Store) error { return s.Delete(ctx, live, fence.Row{}) }, fencetest.Invalid("invalid identifier: empty table name")},
+		{"Decrement zero Counter", func(s *pgxfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fencetest.Invalid("invalid identifier: empty counter column name")},
+		{"Insert no table", func(s *pgxfence.Store) error { return s.Insert(ctx, "") }, fencetest.Invalid("invalid identifier: empty table name")},
 		{"Once nil fn", func(s *pgxfence.Store) error { _, err := s.Once(ctx, "k", "fp", nil); return err }, fence.ErrInvalidArgument},
 	}
 	for _, c := range bad {

@@ -73,12 +73,12 @@ func TestStore_Decrement_quoting(t *testing.T) {
 		want error
 	}{
 		{"column is a key column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "sku id"}, fence.ErrInvalidArgument},
-		{"three-part table", nolock.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fence.ErrInvalidIdentifier},
-		{"NUL in column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "le\x00ft"}, fence.ErrInvalidIdentifier},
+		{"three-part table", nolock.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fencetest.Invalid(`table name "a.b.c": want table or schema.table`)},
+		{"NUL in column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "le\x00ft"}, fencetest.Invalid("contains a NUL byte")},
 	}
 	for _, tt := range bad {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := s.Decrement(t.Context(), tt.c, 1); !errors.Is(err, tt.want) {
+			if _, err := s.Decrement(t.Context(), tt.c, 1); !fencetest.Match(err, tt.want) {
 				t.Fatalf("Decrement = %v, want %v", err, tt.want)
 			}
 		})

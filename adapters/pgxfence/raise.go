@@ -1,6 +1,7 @@
 package pgxfence
 
 import (
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -55,12 +56,12 @@ func raiseFor(g fence.Grant) (string, []any) {
 // literal), for the message that carries BEGIN and the raise.
 func fenceFirstSQL(g fence.Grant) string {
 	if !grant.Multi(g) {
-		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + g.Token().String() + ")"
+		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + strconv.FormatInt(int64(g.Token()), 10) + ")"
 	}
 	res := grant.Resources(g)
 	lits := make([]string, len(res))
 	for i, r := range res {
 		lits[i] = literal(r)
 	}
-	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", g.Token().String())
+	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10))
 }

@@ -23,10 +23,9 @@ import (
 // When it changes no row it reads the row and the fence row once more and returns a
 // *fence.StaleError with the higher token, or fence.ErrNotFound. It returns the grant
 // errors of fence.CheckGrant (a fence.Set grant is fence.ErrInvalidArgument: a
-// single-row write fences one resource), fence.ErrInvalidIdentifier for an empty,
+// single-row write fences one resource), fence.ErrInvalidArgument for an empty,
 // overlong (> 63 bytes) or NUL-holding table or column name (other names are quoted,
-// never refused), fence.ErrInvalidArgument for no key or no column to set or a column
-// named twice, a *nolock.DuplicateError when the new values hit a unique index, and a
+// never refused), for no key or no column to set or a column named twice, a *nolock.DuplicateError when the new values hit a unique index, and a
 // *fence.CommitUnknownError when the statement's reply was lost.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe(ctx, "update", g, &err)

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -109,25 +110,25 @@ func TestStore_rows_badInput(t *testing.T) {
 	}{
 		{"table too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: long, Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("table name \"cccccccccccccccccccc\"... is 64 bytes, PostgreSQL's limit is 63")},
 		{"schema too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: long + ".t", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("schema name \"cccccccccccccccccccc\"... is 64 bytes")},
 		{"three parts", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "a.b.t", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid(`table name "a.b.t": want table or schema.table`)},
 		{"empty schema", func() error {
 			return s.Update(ctx, g, fence.Row{Table: ".t", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("invalid identifier: empty schema name")},
 		{"column too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: long, Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("column name \"cccccccccccccccccccc\"... is 64 bytes")},
 		{"column not utf-8", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v\xff", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("is not UTF-8")},
 		{"token column with nul", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key, TokenColumn: "a\x00"}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
+		}, fencetest.Invalid("token column name \"a\\x00\" contains a NUL byte")},
 		{"set column twice", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "val", Value: 1}, fence.Col{Name: "val", Value: 2})
 		}, fence.ErrInvalidArgument},
@@ -139,11 +140,11 @@ func TestStore_rows_badInput(t *testing.T) {
 		}, fence.ErrInvalidArgument},
 		{"overlong resource", func() error {
 			return s.Delete(ctx, fence.NewGrant(strings.Repeat("r", fence.MaxResourceLen+1), 1), fence.Row{Table: "t", Key: key})
-		}, fence.ErrInvalidResource},
+		}, fencetest.Invalid("resource name is 201 bytes, the limit is 200")},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.call(); !errors.Is(err, tt.want) {
+			if err := tt.call(); !fencetest.Match(err, tt.want) {
 				t.Fatalf("error = %v, want %v", err, tt.want)
 			}
 		})

@@ -1,13 +1,13 @@
 package pgxfence_test
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -100,8 +100,8 @@ func TestStore_rows_nulNameAfterKeptStatement(t *testing.T) {
 	for _, h := range hostile {
 		t.Run(h.name, func(t *testing.T) {
 			err := s.Update(ctx, fence.NewGrant("nul", 2), h.row, h.set...)
-			if !errors.Is(err, fence.ErrInvalidIdentifier) {
-				t.Fatalf("Update() = %v, want ErrInvalidIdentifier", err)
+			if !fencetest.Match(err, fencetest.Invalid("contains a NUL byte")) {
+				t.Fatalf("Update() = %v, want fence.ErrInvalidArgument for the NUL byte", err)
 			}
 			if got := mustInt(t, pool, "SELECT val FROM nul_shapes WHERE id = 1"); got != 7 {
 				t.Fatalf("val = %d after a refused write, want 7", got)
@@ -125,8 +125,8 @@ func TestStore_Decrement_nulNameAfterKeptStatement(t *testing.T) {
 	}
 	// Read with NUL as a separator: table "nul_stock", counter "n", key "id".
 	hostile := nolock.Counter{Table: "nul_stock\x00n", Column: "id"}
-	if _, err := s.Decrement(ctx, hostile, 1); !errors.Is(err, fence.ErrInvalidIdentifier) {
-		t.Fatalf("Decrement() = %v, want ErrInvalidIdentifier", err)
+	if _, err := s.Decrement(ctx, hostile, 1); !fencetest.Match(err, fencetest.Invalid("contains a NUL byte")) {
+		t.Fatalf("Decrement() = %v, want fence.ErrInvalidArgument for the NUL byte", err)
 	}
 	if got := mustInt(t, pool, "SELECT n FROM nul_stock WHERE id = 1"); got != 8 {
 		t.Fatalf("n = %d, want 8", got)

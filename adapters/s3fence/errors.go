@@ -16,8 +16,8 @@ import (
 // Errors of this package. Refusals use fence's: a *fence.StaleError (fence.ErrStale)
 // for a lower token than the object's, a *fence.LostError (fence.ErrLost) for a
 // Watched grant whose lock is lost, fence.ErrNotFound for an object that is absent or
-// deleted, and fence.ErrInvalidArgument, ErrInvalidResource or ErrInvalidToken for bad
-// input, all but ErrNotFound before any request.
+// deleted, and fence.ErrInvalidArgument, naming the problem, for bad input (a bad
+// grant, resource or token included), all but ErrNotFound before any request.
 var (
 	// ErrContended means every attempt of a write lost its conditional PUT to a
 	// concurrent writer (HTTP 412 each time) until the Store's attempt limit. Nothing

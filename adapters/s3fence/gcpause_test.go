@@ -98,7 +98,7 @@ func TestStore_Put_gcPause(t *testing.T) {
 				return
 			}
 			want := fmt.Sprintf("refused stale seen=%d presented=%d", lock.Token(), child.token)
-			if result != want || stored != body || tok != lock.Token().String() {
+			if result != want || stored != body || tok != strconv.FormatInt(int64(lock.Token()), 10) {
 				t.Fatalf("holder 1 %q, stored %q token %s; want %q and holder 2's report", result, stored, tok, want)
 			}
 		})

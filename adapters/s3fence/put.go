@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -148,7 +149,7 @@ func fencedInput(in *s3.PutObjectInput, body *rewindable, g fence.Grant, st stat
 	if put.Metadata == nil {
 		put.Metadata = make(map[string]string, 1)
 	}
-	put.Metadata[TokenKey] = g.Token().String()
+	put.Metadata[TokenKey] = strconv.FormatInt(int64(g.Token()), 10)
 	st.condition(&put)
 	if body != nil {
 		if _, err := body.r.Seek(body.start, io.SeekStart); err != nil {
@@ -226,7 +227,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, bucket, key string) e
 			Key:         aws.String(key),
 			Body:        bytes.NewReader(tombstoneBody(g.Token())),
 			ContentType: aws.String("text/plain; charset=utf-8"),
-			Metadata:    map[string]string{TokenKey: g.Token().String(), TombstoneKey: "true"},
+			Metadata:    map[string]string{TokenKey: strconv.FormatInt(int64(g.Token()), 10), TombstoneKey: "true"},
 		}
 		st.condition(put)
 		return put, nil

@@ -43,7 +43,7 @@ func (d dialect) String() string { return migrations.Dialect(d).String() }
 
 func (d dialect) check() error {
 	if d != dMySQL && d != dSQLite && d != dPostgres {
-		return fmt.Errorf("%w: %d: want migrations.Postgres, MySQL or SQLite", migrations.ErrUnknownDialect, int(d))
+		return fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -73,7 +73,7 @@ func (d dialect) rebind(q string) string {
 }
 
 // ident checks and quotes a column name (internal/core/sqlident: the limits and
-// the error, fence.ErrInvalidIdentifier, are the migrations generator's too).
+// the error, wrapping fence.ErrInvalidArgument, are the migrations generator's too).
 func (d dialect) ident(what, name string) (string, error) {
 	return sqlident.Ident(sqlident.Dialect(d), what, name)
 }

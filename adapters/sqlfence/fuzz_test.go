@@ -1,12 +1,11 @@
 package sqlfence_test
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
-	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/internal/quotetest"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -19,7 +18,7 @@ var hostileNames = []string{
 // FuzzQuoteTable checks, in every dialect, that a table or column name the
 // builders accept is quoted into exactly the identifiers it names (backticks
 // for MySQL, double quotes otherwise), so no name can end its quotes and add
-// SQL; and that a refused one matches fence.ErrInvalidIdentifier.
+// SQL; and that a refused one matches fence.ErrInvalidArgument as an invalid identifier.
 func FuzzQuoteTable(f *testing.F) {
 	for _, s := range hostileNames {
 		f.Add(s)
@@ -32,16 +31,16 @@ func FuzzQuoteTable(f *testing.F) {
 			}
 			q, err := sqlfence.QuoteTable(d, name)
 			if err != nil {
-				if !errors.Is(err, fence.ErrInvalidIdentifier) {
-					t.Fatalf("%s: QuoteTable(%q) = %v: not ErrInvalidIdentifier", d, name, err)
+				if !fencetest.Match(err, fencetest.Invalid("fence: invalid identifier: ")) {
+					t.Fatalf("%s: QuoteTable(%q) = %v: not fence.ErrInvalidArgument for an invalid identifier", d, name, err)
 				}
 			} else if parts, ok := quotetest.Idents(q, qc); !ok || strings.Join(parts, ".") != name {
 				t.Fatalf("%s: QuoteTable(%q) = %s: reads back as %q", d, name, q, parts)
 			}
 			c, err := sqlfence.QuoteColumn(d, name)
 			if err != nil {
-				if !errors.Is(err, fence.ErrInvalidIdentifier) {
-					t.Fatalf("%s: QuoteColumn(%q) = %v: not ErrInvalidIdentifier", d, name, err)
+				if !fencetest.Match(err, fencetest.Invalid("fence: invalid identifier: ")) {
+					t.Fatalf("%s: QuoteColumn(%q) = %v: not fence.ErrInvalidArgument for an invalid identifier", d, name, err)
 				}
 				continue
 			}

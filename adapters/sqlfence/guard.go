@@ -60,9 +60,9 @@ func (d dialect) decrementSQL(table, col, where string) string {
 // concurrent load keep connections in the pool (SetMaxIdleConns), or every new one
 // pays a prepare.
 //
-// Other errors: fence.ErrInvalidArgument for n <= 0, no key or a column named twice
-// (the counter cannot be a key column); fence.ErrInvalidIdentifier; migrations.ErrUnknownDialect;
-// fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
+// Other errors: fence.ErrInvalidArgument for n <= 0, no key, a column named twice
+// (the counter cannot be a key column), an unusable table or column name or an
+// unknown dialect; fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
 func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
@@ -215,9 +215,9 @@ func describeCols(key []fence.Col) string {
 // index (MySQL/MariaDB: the index name; SQLite: its columns, "t.a, t.b"), wrapping
 // the driver's error.
 //
-// Other errors: fence.ErrInvalidArgument for no columns or a column named twice,
-// fence.ErrInvalidIdentifier, migrations.ErrUnknownDialect, fence.ErrBusy when SQLite stayed locked
-// until ctx ended, and the driver's error wrapped.
+// Other errors: fence.ErrInvalidArgument for no columns, a column named twice, an
+// unusable table or column name or an unknown dialect, fence.ErrBusy when SQLite
+// stayed locked until ctx ended, and the driver's error wrapped.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if err := s.usable(); err != nil {
 		return err

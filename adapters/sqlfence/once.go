@@ -124,7 +124,7 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 // Errors: nolock.ErrKeyReused (the key is stored with another fingerprint; nothing
 // ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
 // nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
-// fingerprint over 255 characters), migrations.ErrUnknownDialect, fn's own error as is after
+// fingerprint over 255 characters, an unknown dialect), fn's own error as is after
 // rolling back fn's writes and the key, fence.ErrBusy when the database stayed locked (no
 // retry is left, or the lock was met after fn ran: nothing was written, run the call
 // again), or the driver's error wrapped. If fn panics, the transaction is rolled back
@@ -164,7 +164,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 // of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
 // has deleted what it reports. Schedule it as often as the table's growth calls for.
 //
-// Errors: fence.ErrInvalidArgument for a nil Store, migrations.ErrUnknownDialect, fence.ErrBusy when
+// Errors: fence.ErrInvalidArgument for a nil Store or an unknown dialect, fence.ErrBusy when
 // the database stayed locked until ctx ended, or the driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if err := s.usable(); err != nil {

@@ -47,14 +47,13 @@ func WithTxOptions(o sql.TxOptions) Option {
 // New returns a Store writing through db in dialect d; the library's fence_tokens
 // table must exist (migrations.Up creates it). It does no I/O. It returns an error
 // wrapping fence.ErrInvalidArgument, and a nil Store, for a nil db, an unknown
-// dialect (also matching migrations.ErrUnknownDialect) and an option that cannot be
-// used (the error names it). A nil Option is ignored.
+// dialect and an option that cannot be used (the error names it). A nil Option is ignored.
 func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
 	}
 	if err := dialect(d).check(); err != nil {
-		return nil, fmt.Errorf("%w: sqlfence: %w", fence.ErrInvalidArgument, err)
+		return nil, err
 	}
 	s := &Store{db: db, d: dialect(d)}
 	for _, o := range opts {

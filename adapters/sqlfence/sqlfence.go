@@ -88,8 +88,8 @@ type Store struct {
 // transaction racing a newer one waits and is then refused. ctx governs the whole
 // transaction, including waits for locks.
 //
-// Errors: fence.ErrInvalidArgument (nil store or fn), fence.ErrInvalidResource,
-// fence.ErrInvalidToken, fence.ErrLost (all before any I/O; ErrLost, as a
+// Errors: fence.ErrInvalidArgument (nil store or fn, the grant errors of
+// fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost, as a
 // *fence.LostError, also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back),
 // fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,

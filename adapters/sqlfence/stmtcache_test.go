@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
 )
@@ -165,16 +166,16 @@ func TestStore_Decrement_badShapeEveryCall(t *testing.T) {
 		}{
 			// The valid shape's names joined by NUL bytes: a key with plain
 			// separators would find its statement.
-			{"NUL-joined look-alike", nolock.Counter{Table: "stock\x00n\x00id", Column: "n", Key: key}, fence.ErrInvalidIdentifier},
-			{"NUL-joined look-alike, no key", nolock.Counter{Table: "stock\x00n", Column: "id"}, fence.ErrInvalidIdentifier},
+			{"NUL-joined look-alike", nolock.Counter{Table: "stock\x00n\x00id", Column: "n", Key: key}, fencetest.Invalid("contains a NUL byte")},
+			{"NUL-joined look-alike, no key", nolock.Counter{Table: "stock\x00n", Column: "id"}, fencetest.Invalid("contains a NUL byte")},
 			{"no key", nolock.Counter{Table: "stock", Column: "n"}, fence.ErrInvalidArgument},
 			{"column is a key column", nolock.Counter{Table: "stock", Column: "ID", Key: key}, fence.ErrInvalidArgument},
 			{"key named twice", nolock.Counter{Table: "stock", Column: "n", Key: append(key, fence.Col{Name: "Id", Value: 1})}, fence.ErrInvalidArgument},
-			{"empty column", nolock.Counter{Table: "stock", Key: key}, fence.ErrInvalidIdentifier},
+			{"empty column", nolock.Counter{Table: "stock", Key: key}, fencetest.Invalid("invalid identifier: empty counter column name")},
 		}
 		for _, tt := range tests {
 			for call := range 3 {
-				if _, err := s.Decrement(t.Context(), tt.c, 1); !errors.Is(err, tt.want) {
+				if _, err := s.Decrement(t.Context(), tt.c, 1); !fencetest.Match(err, tt.want) {
 					t.Errorf("%s, call %d: Decrement = %v, want %v", tt.name, call+1, err, tt.want)
 				}
 			}

@@ -32,8 +32,8 @@ import (
 // the Store checks). r.Key must pick at most one row (a primary or unique key).
 //
 // Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
-// fence.Set grant, a MySQL pool without clientFoundRows), fence.ErrInvalidIdentifier,
-// the grant errors of fence.CheckGrant, fence.ErrSchema (no fence_tokens), a
+// fence.Set grant, a MySQL pool without clientFoundRows, an unusable table or
+// column name), the grant errors of fence.CheckGrant, fence.ErrSchema (no fence_tokens), a
 // *nolock.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
 // *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.

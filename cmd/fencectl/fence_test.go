@@ -71,7 +71,7 @@ func TestRun_fence(t *testing.T) {
 
 	// list -dsn: the holder has written with its token.
 	code, out, errOut := fencectl(t, "-dsn", e.dsn, "list")
-	if code != 0 || !regexpMatch(out, `account-42\s+`+tok.String()+`\s+zombie.*-\s+`+tok.String()+`\s+\+0\s+written`) {
+	if code != 0 || !regexpMatch(out, `account-42\s+`+strconv.FormatInt(int64(tok), 10)+`\s+zombie.*-\s+`+strconv.FormatInt(int64(tok), 10)+`\s+\+0\s+written`) {
 		t.Fatalf("list -dsn before the fence: exit %d\n%s%s", code, out, errOut)
 	}
 	code, out, errOut = fencectl(t, "-dsn", e.dsn, "fence", "account-42")
@@ -84,8 +84,8 @@ func TestRun_fence(t *testing.T) {
 			next = n
 		}
 	}
-	want := "mark " + tok.String() + " -> " + strconv.FormatInt(next, 10)
-	if next <= int64(tok) || !strings.Contains(out, want) || !strings.Contains(out, "holder token "+tok.String()) {
+	want := "mark " + strconv.FormatInt(int64(tok), 10) + " -> " + strconv.FormatInt(next, 10)
+	if next <= int64(tok) || !strings.Contains(out, want) || !strings.Contains(out, "holder token "+strconv.FormatInt(int64(tok), 10)) {
 		t.Fatalf("fence said %q, want %q and the holder's token", out, want)
 	}
 	var stale *fence.StaleError
@@ -122,7 +122,7 @@ func TestRun_fence(t *testing.T) {
 		t.Fatal(err)
 	}
 	code, out, _ = fencectl(t, "-dsn", e.dsn, "fence", "account-42")
-	if code != 0 || !strings.Contains(out, "token "+set.Token().String()+" holds a set: fence account-7 too") {
+	if code != 0 || !strings.Contains(out, "token "+strconv.FormatInt(int64(set.Token()), 10)+" holds a set: fence account-7 too") {
 		t.Fatalf("fence of a set member: exit %d: %s", code, out)
 	}
 	code, out, _ = fencectl(t, "list")
@@ -178,7 +178,7 @@ func TestRun_fence_servers(t *testing.T) {
 			}
 			e := newFenceEnv(t, srv, db, tc.sd, dsn)
 			code, out, errOut := fencectl(t, "-dsn", dsn, "fence", "-release", "account-42")
-			if code != 0 || !strings.Contains(out, "mark "+e.holder.Token().String()+" -> ") || !strings.Contains(out, "released") {
+			if code != 0 || !strings.Contains(out, "mark "+strconv.FormatInt(int64(e.holder.Token()), 10)+" -> ") || !strings.Contains(out, "released") {
 				t.Fatalf("fence: exit %d: %s %s", code, out, errOut)
 			}
 			if err := e.write(t); !errors.Is(err, fence.ErrStale) {

@@ -222,9 +222,9 @@ func checkLockName(name string) error {
 	for _, r := range name {
 		switch {
 		case r == '/':
-			return fmt.Errorf("lock name %q contains a slash: %w", name, fence.ErrInvalidResource)
+			return fmt.Errorf("lock name %q contains a slash: %w", name, fence.ErrInvalidArgument)
 		case unicode.IsControl(r):
-			return fmt.Errorf("lock name %q contains control character %U: %w", name, r, fence.ErrInvalidResource)
+			return fmt.Errorf("lock name %q contains control character %U: %w", name, r, fence.ErrInvalidArgument)
 		}
 	}
 	return nil

@@ -2,6 +2,8 @@ package fencetest
 
 import (
 	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -124,23 +126,24 @@ func testBadGrant[Tx any](t *testing.T, h Harness[Tx]) {
 		name  string
 		grant fence.Grant
 		want  error
+		msg   string // what the error must say
 	}{
-		{"zero token", fence.NewGrant(res, 0), fence.ErrInvalidToken},
-		{"negative token", fence.NewGrant(res, -1), fence.ErrInvalidToken},
-		{"empty resource", fence.NewGrant("", 3), fence.ErrInvalidResource},
-		{"nil grant", nil, fence.ErrInvalidArgument},
-		{"lost lock", lost{fence.NewGrant(res, 3), closed}, fence.ErrLost},
+		{"zero token", fence.NewGrant(res, 0), fence.ErrInvalidArgument, fmt.Sprintf("invalid token 0 for %q", res)},
+		{"negative token", fence.NewGrant(res, -1), fence.ErrInvalidArgument, fmt.Sprintf("invalid token -1 for %q", res)},
+		{"empty resource", fence.NewGrant("", 3), fence.ErrInvalidArgument, "invalid resource: empty resource name"},
+		{"nil grant", nil, fence.ErrInvalidArgument, "nil grant"},
+		{"lost lock", lost{fence.NewGrant(res, 3), closed}, fence.ErrLost, "lost"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			ran := false
 			err := h.Store.Fenced(t.Context(), tt.grant, func(Tx) error { ran = true; return nil })
-			if !errors.Is(err, tt.want) || ran {
-				t.Fatalf("Fenced() = %v (fn ran: %v), want %v", err, ran, tt.want)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) || ran {
+				t.Fatalf("Fenced() = %v (fn ran: %v), want %v saying %q", err, ran, tt.want, tt.msg)
 			}
 			err = h.Store.Update(t.Context(), tt.grant, fence.Row{Table: "t", Key: []fence.Col{{Name: "id", Value: "a"}}}, fence.Col{Name: "val", Value: 1})
-			if !errors.Is(err, tt.want) {
-				t.Fatalf("Update() = %v, want %v", err, tt.want)
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Update() = %v, want %v saying %q", err, tt.want, tt.msg)
 			}
 		})
 	}
@@ -258,26 +261,26 @@ func testRowBadInput[Tx any](t *testing.T, h Harness[Tx]) {
 	tests := []struct {
 		name string
 		call func() error
-		want error
+		msg  string // what the error, wrapping fence.ErrInvalidArgument, must say
 	}{
-		{"empty table", func() error { return h.Store.Update(ctx, g, fence.Row{Key: key}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidIdentifier},
+		{"empty table", func() error { return h.Store.Update(ctx, g, fence.Row{Key: key}, fence.Col{Name: "val", Value: 1}) }, "invalid identifier: empty table name"},
 		{"nul in table", func() error {
 			return h.Store.Update(ctx, g, fence.Row{Table: "a\x00b", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
-		{"empty column", func() error { return h.Store.Update(ctx, g, row(tbl, "a"), fence.Col{Name: "", Value: 1}) }, fence.ErrInvalidIdentifier},
+		}, "contains a NUL byte"},
+		{"empty column", func() error { return h.Store.Update(ctx, g, row(tbl, "a"), fence.Col{Name: "", Value: 1}) }, "invalid identifier: empty"},
 		{"empty key column", func() error {
 			return h.Store.Update(ctx, g, fence.Row{Table: tbl, Key: []fence.Col{{Name: "", Value: "a"}}}, fence.Col{Name: "val", Value: 1})
-		}, fence.ErrInvalidIdentifier},
-		{"no key", func() error { return h.Store.Update(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidArgument},
-		{"no columns to set", func() error { return h.Store.Update(ctx, g, row(tbl, "a")) }, fence.ErrInvalidArgument},
-		{"upsert no key", func() error { return h.Store.Upsert(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, fence.ErrInvalidArgument},
-		{"delete no key", func() error { return h.Store.Delete(ctx, g, fence.Row{Table: tbl}) }, fence.ErrInvalidArgument},
-		{"nil fn", func() error { return h.Store.Fenced(ctx, g, nil) }, fence.ErrInvalidArgument},
+		}, "invalid identifier: empty"},
+		{"no key", func() error { return h.Store.Update(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, "no key columns"},
+		{"no columns to set", func() error { return h.Store.Update(ctx, g, row(tbl, "a")) }, "no columns to set"},
+		{"upsert no key", func() error { return h.Store.Upsert(ctx, g, fence.Row{Table: tbl}, fence.Col{Name: "val", Value: 1}) }, "no key columns"},
+		{"delete no key", func() error { return h.Store.Delete(ctx, g, fence.Row{Table: tbl}) }, "no key columns"},
+		{"nil fn", func() error { return h.Store.Fenced(ctx, g, nil) }, "nil function"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if err := tt.call(); !errors.Is(err, tt.want) {
-				t.Fatalf("error = %v, want %v", err, tt.want)
+			if err := tt.call(); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("error = %v, want fence.ErrInvalidArgument saying %q", err, tt.msg)
 			}
 		})
 	}

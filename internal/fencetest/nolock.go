@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -131,19 +132,20 @@ func testDecrementBad[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 		c    nolock.Counter
 		n    int64
 		want error
+		msg  string // what the error must say
 	}{
-		{"zero amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 0, fence.ErrInvalidArgument},
-		{"negative amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, -1, fence.ErrInvalidArgument},
-		{"no such row", nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "sku", Value: "zz"}}, Column: "items_left"}, 1, fence.ErrNotFound},
-		{"too much", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 4, nolock.ErrInsufficient},
-		{"empty table", nolock.Counter{Key: key, Column: "items_left"}, 1, fence.ErrInvalidIdentifier},
-		{"empty column", nolock.Counter{Table: tbl, Key: key}, 1, fence.ErrInvalidIdentifier},
-		{"no key", nolock.Counter{Table: tbl, Column: "items_left"}, 1, fence.ErrInvalidArgument},
+		{"zero amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 0, fence.ErrInvalidArgument, "the amount must be > 0"},
+		{"negative amount", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, -1, fence.ErrInvalidArgument, "the amount must be > 0"},
+		{"no such row", nolock.Counter{Table: tbl, Key: []fence.Col{{Name: "sku", Value: "zz"}}, Column: "items_left"}, 1, fence.ErrNotFound, ""},
+		{"too much", nolock.Counter{Table: tbl, Key: key, Column: "items_left"}, 4, nolock.ErrInsufficient, ""},
+		{"empty table", nolock.Counter{Key: key, Column: "items_left"}, 1, fence.ErrInvalidArgument, "invalid identifier: empty table name"},
+		{"empty column", nolock.Counter{Table: tbl, Key: key}, 1, fence.ErrInvalidArgument, "invalid identifier: empty counter column name"},
+		{"no key", nolock.Counter{Table: tbl, Column: "items_left"}, 1, fence.ErrInvalidArgument, "no key columns"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if _, err := h.Store.Decrement(ctx, tt.c, tt.n); !errors.Is(err, tt.want) {
-				t.Fatalf("Decrement() = %v, want %v", err, tt.want)
+			if _, err := h.Store.Decrement(ctx, tt.c, tt.n); !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg) {
+				t.Fatalf("Decrement() = %v, want %v saying %q", err, tt.want, tt.msg)
 			}
 		})
 	}
@@ -170,7 +172,7 @@ func testDuplicate[Tx any](t *testing.T, h NoLockHarness[Tx]) {
 	if n := nlInt(t, h, "SELECT COUNT(*) FROM "+tbl); n != 1 {
 		t.Fatalf("%d users, want 1", n)
 	}
-	if err := h.Store.Insert(ctx, "", fence.Col{Name: "id", Value: "3"}); !errors.Is(err, fence.ErrInvalidIdentifier) {
+	if err := h.Store.Insert(ctx, "", fence.Col{Name: "id", Value: "3"}); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "invalid identifier: empty table name") {
 		t.Fatalf("Insert into an empty table name = %v", err)
 	}
 	if err := h.Store.Insert(ctx, tbl); !errors.Is(err, fence.ErrInvalidArgument) {

@@ -3,6 +3,7 @@ package grant_test
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -37,19 +38,20 @@ func TestCheckSingle(t *testing.T) {
 		name string
 		g    fence.Grant
 		want error
+		msg  string // what the error must say
 	}{
-		{"grant", g, nil},
-		{"set of one", set{g, []string{"a"}}, nil},
-		{"set of one named twice", set{g, []string{"a", "a"}}, nil},
-		{"set of two", set{g, []string{"a", "b"}}, fence.ErrInvalidArgument},
-		{"empty set", set{g, nil}, fence.ErrInvalidArgument},
-		{"nil", nil, fence.ErrInvalidArgument},
-		{"zero token", fence.NewGrant("a", 0), fence.ErrInvalidToken},
+		{"grant", g, nil, ""},
+		{"set of one", set{g, []string{"a"}}, nil, ""},
+		{"set of one named twice", set{g, []string{"a", "a"}}, nil, ""},
+		{"set of two", set{g, []string{"a", "b"}}, fence.ErrInvalidArgument, "covers 2 resources"},
+		{"empty set", set{g, nil}, fence.ErrInvalidArgument, "no resources"},
+		{"nil", nil, fence.ErrInvalidArgument, "nil grant"},
+		{"zero token", fence.NewGrant("a", 0), fence.ErrInvalidArgument, `invalid token 0 for "a"`},
 	}
 	for _, tt := range tests {
 		err := grant.CheckSingle(tt.g)
-		if (tt.want == nil) != (err == nil) || (tt.want != nil && !errors.Is(err, tt.want)) {
-			t.Errorf("%s: CheckSingle = %v, want %v", tt.name, err, tt.want)
+		if (tt.want == nil) != (err == nil) || (tt.want != nil && (!errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg))) {
+			t.Errorf("%s: CheckSingle = %v, want %v saying %q", tt.name, err, tt.want, tt.msg)
 		}
 	}
 }

@@ -1,9 +1,9 @@
 // Package sqlident checks and quotes SQL identifiers, the one implementation the
 // migrations generator and sqlfence share, with one set of limits per dialect.
 //
-// A name is refused with fence.ErrInvalidIdentifier when it is empty, not UTF-8,
-// contains a NUL byte or is longer than the dialect allows; every other character
-// is quoted (the quote character doubled), never refused, so a quoted name can only
+// A name is refused with an error wrapping fence.ErrInvalidArgument, naming the
+// name, when it is empty, not UTF-8, contains a NUL byte or is longer than the
+// dialect allows (the message states the limit); every other character is quoted (the quote character doubled), never refused, so a quoted name can only
 // ever name something. The limits are the databases' own:
 //
 //   - PostgreSQL: 63 bytes (it would silently truncate a longer name, so a longer
@@ -70,14 +70,14 @@ func Quote(d Dialect, name string) string {
 func Ident(d Dialect, what, name string) (string, error) {
 	switch {
 	case name == "":
-		return "", fmt.Errorf("%w: empty %s name", fence.ErrInvalidIdentifier, what)
+		return "", fmt.Errorf("fence: invalid identifier: empty %s name: %w", what, fence.ErrInvalidArgument)
 	case !utf8.ValidString(name):
-		return "", fmt.Errorf("%w: %s name %q is not UTF-8", fence.ErrInvalidIdentifier, what, name)
+		return "", fmt.Errorf("fence: invalid identifier: %s name %q is not UTF-8: %w", what, name, fence.ErrInvalidArgument)
 	case strings.IndexByte(name, 0) >= 0:
-		return "", fmt.Errorf("%w: %s name %q contains a NUL byte", fence.ErrInvalidIdentifier, what, name)
+		return "", fmt.Errorf("fence: invalid identifier: %s name %q contains a NUL byte: %w", what, name, fence.ErrInvalidArgument)
 	}
 	if n, limit, unit := d.limit(name); n > limit {
-		return "", fmt.Errorf("%w: %s name %q is longer than %s's %s", fence.ErrInvalidIdentifier, what, name, d.name(), unit)
+		return "", fmt.Errorf("fence: invalid identifier: %s name %q is longer than %s's %s: %w", what, name, d.name(), unit, fence.ErrInvalidArgument)
 	}
 	return Quote(d, name), nil
 }
@@ -90,7 +90,7 @@ func Table(d Dialect, name string) (string, error) {
 		return Ident(d, "table", name)
 	}
 	if strings.Contains(tbl, ".") {
-		return "", fmt.Errorf("%w: table name %q has more than one dot (schema.table)", fence.ErrInvalidIdentifier, name)
+		return "", fmt.Errorf("fence: invalid identifier: table name %q has more than one dot (schema.table): %w", name, fence.ErrInvalidArgument)
 	}
 	qs, err := Ident(d, "schema", schema)
 	if err != nil {

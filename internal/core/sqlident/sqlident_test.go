@@ -49,8 +49,8 @@ func TestTable_limits(t *testing.T) {
 			if c.ok && err != nil {
 				t.Fatalf("Table(%q) = %v, want success", c.table, err)
 			}
-			if !c.ok && !errors.Is(err, fence.ErrInvalidIdentifier) {
-				t.Fatalf("Table(%q) = %v, want fence.ErrInvalidIdentifier", c.table, err)
+			if !c.ok && (!errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), "fence: invalid identifier: ")) {
+				t.Fatalf("Table(%q) = %v, want fence.ErrInvalidArgument for an invalid identifier", c.table, err)
 			}
 		})
 	}
