@@ -5,16 +5,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/sqlident"
 )
-
-// maxIdentLen is PostgreSQL's identifier limit (NAMEDATALEN - 1): it silently
-// truncates longer names, which could then name another table or column.
-const maxIdentLen = 63
 
 // stmt is a single-row write being built: the SQL and its parameters.
 type stmt struct {
@@ -54,56 +48,16 @@ type row struct {
 	token    string // quoted token column
 }
 
-func checkIdent(kind, name string) error {
-	switch {
-	case name == "":
-		return fmt.Errorf("fence: invalid identifier: empty %s name: %w", kind, fence.ErrInvalidArgument)
-	case len(name) > maxIdentLen:
-		return fmt.Errorf("fence: invalid identifier: %s name %.20q... is %d bytes, PostgreSQL's limit is %d: %w", kind, name, len(name), maxIdentLen, fence.ErrInvalidArgument)
-	case strings.IndexByte(name, 0) >= 0:
-		return fmt.Errorf("fence: invalid identifier: %s name %q contains a NUL byte: %w", kind, name, fence.ErrInvalidArgument)
-	case !utf8.ValidString(name):
-		return fmt.Errorf("fence: invalid identifier: %s name %q is not UTF-8: %w", kind, name, fence.ErrInvalidArgument)
-	}
-	return nil
-}
-
-// quoteTable quotes "table" or "schema.table" as pgx.Identifier does. A dot always
-// separates schema and table: a table whose own name holds a dot cannot be named.
-func quoteTable(name string) (string, error) {
-	schema, table, qualified := strings.Cut(name, ".")
-	if !qualified {
-		return quoteIdent("table", name)
-	}
-	if strings.Contains(table, ".") {
-		return "", fmt.Errorf("fence: invalid identifier: table name %q: want table or schema.table: %w", name, fence.ErrInvalidArgument)
-	}
-	qs, err := quoteIdent("schema", schema)
-	if err != nil {
-		return "", err
-	}
-	qt, err := quoteIdent("table", table)
-	if err != nil {
-		return "", err
-	}
-	return qs + "." + qt, nil
-}
-
-// quoteIdent checks and quotes one identifier, with the result of
-// pgx.Identifier{name}.Sanitize() (double quotes, embedded ones doubled) but without
-// its allocations in the common case of no embedded quote.
-func quoteIdent(kind, name string) (string, error) {
-	if err := checkIdent(kind, name); err != nil {
-		return "", err
-	}
-	if !strings.Contains(name, `"`) {
-		return `"` + name + `"`, nil
-	}
-	return pgx.Identifier{name}.Sanitize(), nil
-}
+// quoteTable checks and quotes "table" or "schema.table" with the one PostgreSQL
+// quoting fencegate has (internal/core/sqlident, shared with sqlfence and the
+// migrations generator): double quotes, embedded ones doubled, 63 bytes at most per
+// name, as pgx.Identifier would quote it.
+func quoteTable(name string) (string, error) { return sqlident.Table(sqlident.Postgres, name) }
 
 // quoteColumn checks and quotes a column name.
-func quoteColumn(name string) (string, error) { return quoteIdent("column", name) }
+func quoteColumn(name string) (string, error) {
+	return sqlident.Ident(sqlident.Postgres, "column", name)
+}
 
 // checkRow validates r and the columns to set, and quotes every name. Key, set and
 // token columns must all differ: a column named twice would make the statement
@@ -124,14 +78,14 @@ func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error)
 	if tokenCol == "" {
 		tokenCol = fence.DefaultTokenColumn
 	}
-	if out.token, err = quoteIdent("token column", tokenCol); err != nil {
+	if out.token, err = sqlident.Ident(sqlident.Postgres, "token column", tokenCol); err != nil {
 		return row{}, nil, err
 	}
 	// A handful of columns: a linear scan beats a map.
 	seen := make([]string, 1, 1+len(r.Key)+len(set))
 	seen[0] = tokenCol
 	use := func(kind, name string) (string, error) {
-		q, err := quoteIdent(kind+" column", name)
+		q, err := sqlident.Ident(sqlident.Postgres, kind+" column", name)
 		if err != nil {
 			return "", err
 		}

@@ -73,7 +73,7 @@ func TestStore_Decrement_quoting(t *testing.T) {
 		want error
 	}{
 		{"column is a key column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "sku id"}, fence.ErrInvalidArgument},
-		{"three-part table", nolock.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fencetest.Invalid(`table name "a.b.c": want table or schema.table`)},
+		{"three-part table", nolock.Counter{Table: "a.b.c", Key: c.Key, Column: "left"}, fencetest.Invalid(`table name "a.b.c" has more than one dot`)},
 		{"NUL in column", nolock.Counter{Table: c.Table, Key: c.Key, Column: "le\x00ft"}, fencetest.Invalid("contains a NUL byte")},
 	}
 	for _, tt := range bad {

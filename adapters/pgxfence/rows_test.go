@@ -110,19 +110,19 @@ func TestStore_rows_badInput(t *testing.T) {
 	}{
 		{"table too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: long, Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fencetest.Invalid("table name \"cccccccccccccccccccc\"... is 64 bytes, PostgreSQL's limit is 63")},
+		}, fencetest.Invalid("is longer than postgres's 63 bytes")},
 		{"schema too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: long + ".t", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fencetest.Invalid("schema name \"cccccccccccccccccccc\"... is 64 bytes")},
+		}, fencetest.Invalid("schema name \"cccccccccccccccccccc")},
 		{"three parts", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "a.b.t", Key: key}, fence.Col{Name: "val", Value: 1})
-		}, fencetest.Invalid(`table name "a.b.t": want table or schema.table`)},
+		}, fencetest.Invalid(`table name "a.b.t" has more than one dot`)},
 		{"empty schema", func() error {
 			return s.Update(ctx, g, fence.Row{Table: ".t", Key: key}, fence.Col{Name: "val", Value: 1})
 		}, fencetest.Invalid("invalid identifier: empty schema name")},
 		{"column too long", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: long, Value: 1})
-		}, fencetest.Invalid("column name \"cccccccccccccccccccc\"... is 64 bytes")},
+		}, fencetest.Invalid("column name \"cccccccccccccccccccc")},
 		{"column not utf-8", func() error {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "v\xff", Value: 1})
 		}, fencetest.Invalid("is not UTF-8")},
