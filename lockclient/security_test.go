@@ -18,7 +18,7 @@ import (
 
 // secureEtcd is an etcd member that requires TLS with client certificates and
 // has auth enabled: a root user, and a user "locker" whose role may read and
-// write only under the default lock prefix. It is the setup the README
+// write only under the default lock prefix. It is the setup docs/design.md
 // describes for production.
 type secureEtcd struct {
 	srv   *locktest.Cluster

@@ -1,5 +1,5 @@
 // Package quickstart_test holds the README's quick-start snippets as Example
-// functions, so every snippet in the README compiles with the current API.
+// functions, so the README's full snippets compile with the current API.
 package quickstart_test
 
 import (
