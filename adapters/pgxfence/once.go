@@ -64,10 +64,7 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 // commit or roll back together. A concurrent call with the same key waits on the
 // first one's uncommitted key (PostgreSQL's unique-index wait) and then replays the
 // stored result, or, if the first rolled back, runs fn itself. A key already stored
-// is answered by one statement and a rollback; fn does not run. (Sending the key's
-// insert with BEGIN, as Fenced sends the fence raise, would need it to fail when the
-// key is stored: measured, that made fresh keys 4% faster and replays 28% slower, with
-// an error in the server's log per replay. See BENCHMARKS.md, "no-lock path".)
+// is answered by one statement and a rollback; fn does not run.
 //
 // The transaction uses the Store's isolation level (WithTxOptions). Under
 // REPEATABLE READ and SERIALIZABLE a duplicate that waited gets a serialization
