@@ -17,6 +17,36 @@
 //     column in one statement, refused when the row (or, for Upsert and Delete, the
 //     resource's fence row) holds a higher token.
 //
+// # The first statement
+//
+// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, fn runs at once with a pgx.Tx whose
+// transaction begins with fn's first Exec, Query or QueryRow: one pgx batch carries
+// BEGIN, the fence raise and that statement, and the raise's result is read before the
+// statement's is given to fn. A fenced transaction with one write takes two round trips
+// (this one and COMMIT) where pgx.BeginFunc takes three. A refused raise can never let
+// that statement land: the raise fails before it in the same batch, PostgreSQL skips
+// every later message of the batch, and even a statement run after it would meet an
+// aborted transaction. fn gets the *fence.StaleError from that statement (from Exec,
+// from Query and the rows' Err, from QueryRow's Scan) and every later call returns it
+// too. Any other first call (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback,
+// LargeObjects, Conn) begins the transaction first, BEGIN and raise in one round trip;
+// a fn that sends nothing still raises the fence and commits.
+//
+// From its first statement on, the transaction holds the fence row to commit; before
+// it, fn holds nothing: work fn does outside the database before its first statement
+// runs even for a stale grant, and a stale transaction is not held back by a newer one
+// that has not sent its first statement yet (the stale one then commits first: tokens
+// still only rise in commit order). Use WithFenceFirst when that matters. A first
+// statement whose first argument is a pgx.QueryExecMode or a result-format option is
+// sent after BEGIN and the raise (one round trip more), and a tracer sees the
+// pipelined first statement as a batch.
+//
+// Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as a
+// serialization failure (40001): Fenced returns it as a *fence.StaleError when a higher
+// token is stored by the time it looks, otherwise wrapped with fence.ErrBusy. A lost
+// COMMIT reply (the connection broke or closed, the backend was terminated, ctx ended
+// while the reply was awaited) is never retried; a pool discards the connection.
+//
 // A fenced transaction:
 //
 //	store, err := pgxfence.New(pool)
@@ -183,58 +213,27 @@ func (s *Store) check(g fence.Grant) error {
 
 // Fenced begins a transaction, raises g.Resource()'s row in fence_tokens to
 // g.Token() (creating it if absent), runs fn and commits. The fence row stays locked
-// until commit: a stale transaction racing a newer one waits, then is refused.
+// until commit: a stale transaction racing a newer one waits, then is refused. ctx
+// governs every statement, the commit and the waits.
 //
-// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, fn runs at once with a pgx.Tx
-// whose transaction begins with fn's first Exec, Query or QueryRow: one pgx batch
-// carries BEGIN, the fence raise and that statement, and the raise's result is read
-// before the statement's is given to fn. A fenced transaction with one write takes two
-// round trips (this one and COMMIT) where pgx.BeginFunc takes three. A refused raise
-// can never let that statement land: the raise fails before it in the same batch,
-// PostgreSQL skips every later message of the batch (in the simple protocol, the rest
-// of the query string), and even a statement run after it would meet an aborted
-// transaction. fn gets the *fence.StaleError from that statement (from Exec, from
-// Query and the rows' Err, from QueryRow's Scan), every later call returns it too, and
-// Fenced rolls back and returns it even when fn swallows it. Any other first call
-// (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback, LargeObjects, Conn) begins
-// the transaction first, BEGIN and raise in one round trip; a fn that sends nothing
-// still raises the fence and commits. From its first statement on, the transaction
-// holds the fence row to commit as above; before it, fn holds nothing: work fn does
-// outside the database before its first statement runs even for a stale grant, and a
-// stale transaction is not held back by a newer one that has not sent its first
-// statement yet (the stale one then commits first: tokens still only rise in commit
-// order). A first statement whose first argument is a pgx.QueryExecMode or a
-// result-format option is sent after BEGIN and the raise (one round trip more), and a
-// tracer sees the pipelined first statement as a batch.
+// On a pool or connection, BEGIN and the raise travel with fn's first statement
+// (see "The first statement" in the package doc): a refused raise stops that
+// statement, which returns the *fence.StaleError to fn, and Fenced returns it even if
+// fn swallows it. With WithFenceFirst they go in a round trip of their own before fn
+// runs. On a caller's pgx.Tx the fenced transaction is a savepoint of it, durable only
+// when the caller commits.
 //
-// With WithFenceFirst, BEGIN and the fence raise travel in one round trip before fn
-// runs, and fn runs only after the fence held.
-//
-// On a pgx.Tx (the caller's transaction) the fenced transaction is a savepoint of it:
-// a refusal or an error from fn rolls back to the savepoint and leaves the caller's
-// earlier work, the fence row stays locked until the caller commits, and nothing is
-// durable before the caller commits.
-//
-// It returns, rolling back first: the grant errors of fence.CheckGrant; a
-// *fence.LostError when g is a fence.Watched grant whose Done channel closed by the
-// time fn returned (checked immediately before COMMIT, which is then never sent); a
-// *fence.StaleError (errors.Is fence.ErrStale) carrying the stored token when a
-// higher one is stored; fn's error as it is (when fn returns an error that
-// does not wrap the refusal it was given, the two joined); fence.ErrSchema when the
-// migrations were not applied; fence.ErrIdleTimeout, wrapping the *pgconn.PgError
-// (25P03), when the server ended the transaction because it sat idle past its idle
-// timeout (WithIdleTimeout): nothing was committed and the grant has most likely
-// passed on, so stop, do not retry. Under REPEATABLE READ or SERIALIZABLE a concurrent fence raise surfaces as
-// a serialization failure (40001): it is returned as a *fence.StaleError when a
-// higher token is stored by the time it is looked at (retrying could never succeed),
-// otherwise wrapped with fence.ErrBusy, for the caller to retry the whole
-// transaction. Inside a caller's pgx.Tx the 40001 is always fence.ErrBusy: only
-// the caller can restart its transaction. When the reply to COMMIT is lost (the
-// connection broke or closed, the backend was terminated: a FATAL reply, ctx ended
-// while the reply was awaited) it returns a *fence.CommitUnknownError
-// (fence.ErrCommitUnknown) wrapping pgx's error: the transaction may have committed.
-// It is never retried; a pool discards the connection and serves the next call with
-// another.
+// It rolls back and returns: the grant errors of fence.CheckGrant; a
+// *fence.LostError when g is a fence.Watched grant lost by the time fn returned
+// (COMMIT is then never sent); a *fence.StaleError carrying the stored token; fn's
+// error as it is (joined with the refusal when fn returned another error);
+// fence.ErrSchema without the migrations; fence.ErrIdleTimeout (wrapping the 25P03
+// *pgconn.PgError) when the server ended the transaction idle past its timeout
+// (WithIdleTimeout): nothing was committed, stop, do not retry; fence.ErrBusy for a
+// serialization failure under REPEATABLE READ or SERIALIZABLE that is not a refusal
+// (always, inside a caller's pgx.Tx): retry the whole transaction. When the reply to
+// COMMIT is lost it returns a *fence.CommitUnknownError: the transaction may have
+// committed; it is never retried.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe(ctx, "fenced", g, &err)
 	if fn == nil {
