@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"unicode"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/lockname"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,22 +73,12 @@ func (e *NotHeldError) Error() string {
 // Unwrap returns ErrNotHeld.
 func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 
-// checkName reports why name cannot name a lock, or nil; the error wraps
-// fence.ErrInvalidArgument. A lock name is a resource name (fence.CheckResource)
-// without slashes (the key space under the prefix stays flat, so List and the
-// prefix cannot be confused) and without control characters (names appear in
-// logs and keys as they are).
+// checkName reports why name cannot name a lock (lockname.Check: a resource name
+// without slashes or control characters), or nil; the error wraps
+// fence.ErrInvalidArgument.
 func checkName(name string) error {
-	if err := fence.CheckResource(name); err != nil {
-		return fmt.Errorf("lockclient: lock name: %w", err)
-	}
-	for _, r := range name {
-		switch {
-		case r == '/':
-			return fmt.Errorf("lockclient: lock name %q contains a slash: %w", name, fence.ErrInvalidArgument)
-		case unicode.IsControl(r):
-			return fmt.Errorf("lockclient: lock name %q contains control character %U: %w", name, r, fence.ErrInvalidArgument)
-		}
+	if err := lockname.Check(name); err != nil {
+		return fmt.Errorf("lockclient: %w", err)
 	}
 	return nil
 }

@@ -10,7 +10,6 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
-	"unicode"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
@@ -18,6 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/lockname"
 	"github.com/fencegate/fencegate/lockclient"
 )
 
@@ -212,20 +212,6 @@ func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) 
 	return nil
 }
 
-// checkLockName reports why name cannot name a lock, or nil: lockclient's rule,
-// a resource name (fence.CheckResource) without slashes or control characters.
-// It lets fencectl refuse a bad name before any I/O.
-func checkLockName(name string) error {
-	if err := fence.CheckResource(name); err != nil {
-		return err
-	}
-	for _, r := range name {
-		switch {
-		case r == '/':
-			return fmt.Errorf("lock name %q contains a slash: %w", name, fence.ErrInvalidArgument)
-		case unicode.IsControl(r):
-			return fmt.Errorf("lock name %q contains control character %U: %w", name, r, fence.ErrInvalidArgument)
-		}
-	}
-	return nil
-}
+// checkLockName reports why name cannot name a lock, or nil: lockclient's rule. It
+// lets fencectl refuse a bad name before any I/O.
+func checkLockName(name string) error { return lockname.Check(name) }
