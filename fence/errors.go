@@ -15,11 +15,18 @@ var (
 	// ErrLost means the grant's lock is known to be lost (its Done channel closed):
 	// the write was refused before any I/O, or, for a fenced transaction whose grant
 	// was lost by the time its function returned, rolled back instead of committed.
+	// The error's message names the resource and the token.
 	ErrLost = errors.New("fence: lock lost")
-	// ErrCommitUnknown means the connection failed after COMMIT was sent (or while
-	// it was being sent), so the fenced write may or may not have landed. It is
-	// distinct from a refusal (ErrStale), a rollback (fn's error) and a lost lock
-	// (ErrLost). Adapters never retry such a write; read the data to learn its fate.
+	// ErrCommitUnknown means a fenced write's outcome cannot be known: its COMMIT
+	// (or, for a single-row write outside a transaction, its one autocommit
+	// statement) was sent, or may have been, and its reply was lost: the connection
+	// closed or broke, the server terminated the session, or ctx ended while waiting
+	// for the reply. The write may or may not have landed. It is distinct from a
+	// refusal (ErrStale), a rollback (fn's error) and a lost lock (ErrLost). The
+	// error also wraps the driver's error and its message names the operation, the
+	// resource and the token. No adapter retries such a write; read the data (or the
+	// resource's stored token) to learn its fate. The connection is discarded, so a
+	// pool serves the next call with a fresh one.
 	ErrCommitUnknown = errors.New("fence: commit outcome unknown")
 	// ErrBusy means the database refused the transaction because of concurrent ones,
 	// with nothing written and the grant, if any, still current: run the whole
@@ -40,7 +47,7 @@ var (
 	ErrNotFound = errors.New("fence: row not found")
 	// ErrInvalidArgument means bad input, refused before any I/O: a nil store, grant
 	// or function; a token <= 0; a resource name that is empty, longer than
-	// MaxResourceLen, not UTF-8 or holding a NUL byte; a table or column name that is
+	// 200 bytes, not UTF-8 or holding a NUL byte; a table or column name that is
 	// empty, not UTF-8, holds a NUL byte or is longer than the database allows
 	// (PostgreSQL 63 bytes, MySQL 64 characters, SQLite 128 characters, a bound of
 	// fencegate's; other characters are quoted, never refused); an unknown dialect;
@@ -69,55 +76,21 @@ func (e *StaleError) Error() string {
 // Unwrap returns ErrStale.
 func (e *StaleError) Unwrap() error { return ErrStale }
 
-// LostError is returned for a grant whose lock is known lost. It unwraps to ErrLost.
-type LostError struct {
-	Resource string
-	Token    Token
-}
-
-func (e *LostError) Error() string {
-	return fmt.Sprintf("fence: lock %q (token %d) lost", e.Resource, e.Token)
-}
-
-// Unwrap returns ErrLost.
-func (e *LostError) Unwrap() error { return ErrLost }
-
-// CommitUnknownError is returned when a fenced write's outcome cannot be known: its
-// COMMIT (or, for a single-row write outside a transaction, its one autocommit
-// statement) was sent, or may have been, and its reply was lost: the connection
-// closed or broke, the server terminated the session, or ctx ended while waiting for
-// the reply. The write may or may not have landed. It unwraps to ErrCommitUnknown
-// and to the driver's error. No adapter retries such a write; read the data (or
-// the resource's stored token) to learn its fate. The connection is discarded, so a
-// pool serves the next call with a fresh one.
-type CommitUnknownError struct {
-	Resource string // the grant's resource
-	Token    Token  // the grant's token
-	Op       string // "commit", or the single-row write ("update", "upsert", "delete")
-	Err      error  // the driver's error
-}
-
-func (e *CommitUnknownError) Error() string {
-	return fmt.Sprintf("fence: %s for %q at token %d: outcome unknown: %v", e.Op, e.Resource, e.Token, e.Err)
-}
-
-// Unwrap returns ErrCommitUnknown and the driver's error.
-func (e *CommitUnknownError) Unwrap() []error {
-	if e.Err == nil {
-		return []error{ErrCommitUnknown}
-	}
-	return []error{ErrCommitUnknown, e.Err}
+// lostError is ErrLost for a grant whose lock is known lost, naming it.
+func lostError(g Grant) error {
+	return fmt.Errorf("%w: %q at token %d", ErrLost, g.Resource(), g.Token())
 }
 
 // CheckResource reports why name cannot be a resource (an error wrapping
 // ErrInvalidArgument), or nil. Resources are non-empty UTF-8 of at most
-// MaxResourceLen bytes without NUL bytes.
+// 200 bytes (the width of the resource column in the fence_tokens table) without
+// NUL bytes.
 func CheckResource(name string) error {
 	switch {
 	case name == "":
 		return invalidResource("empty resource name")
-	case len(name) > MaxResourceLen:
-		return invalidResource("resource name is %d bytes, the limit is %d", len(name), MaxResourceLen)
+	case len(name) > maxResourceLen:
+		return invalidResource("resource name is %d bytes, the limit is %d", len(name), maxResourceLen)
 	case !utf8.ValidString(name):
 		return invalidResource("resource name %q is not UTF-8", name)
 	}

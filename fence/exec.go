@@ -25,11 +25,11 @@ type Store[Tx any] interface {
 	// statement reaches the fence row before a newer one's commits first (tokens
 	// still rise in commit order; the newer one then raises past it). When COMMIT was
 	// sent but its reply was lost (the connection broke or closed, the session was
-	// terminated, ctx ended mid-commit), Fenced returns a *CommitUnknownError
-	// (errors.Is ErrCommitUnknown) wrapping the driver's error: the transaction may
+	// terminated, ctx ended mid-commit), Fenced returns ErrCommitUnknown, also
+	// wrapping the driver's error: the transaction may
 	// or may not have committed, and it is never retried. A Watched grant whose
 	// Done channel has closed by the time fn returns is not committed: Fenced rolls
-	// back and returns a *LostError (ErrLost).
+	// back and returns ErrLost.
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 

@@ -37,7 +37,7 @@ type Set interface {
 // Watched is implemented by grants that know when they are lost (*lockclient.Lock
 // does). Exec refuses a grant whose Done channel is already closed before any I/O,
 // and a fenced transaction whose grant's Done channel has closed by the time fn
-// returns is rolled back with a *LostError instead of committed.
+// returns is rolled back with ErrLost instead of committed.
 type Watched interface {
 	Done() <-chan struct{}
 }
@@ -57,15 +57,15 @@ type staticGrant struct {
 func (g staticGrant) Resource() string { return g.resource }
 func (g staticGrant) Token() Token     { return g.token }
 
-// MaxResourceLen is the longest resource name a grant may carry, in bytes. It matches
-// the width of the resource column in the library's fence_tokens table.
-const MaxResourceLen = 200
+// maxResourceLen is the longest resource name, in bytes: the width of the resource
+// column in the fence_tokens table.
+const maxResourceLen = 200
 
 // CheckGrant reports why g cannot be presented, or nil when it can. It returns an error
 // wrapping ErrInvalidArgument, naming the problem, for a nil grant (a nil interface,
 // or a nil pointer of a grant type, such as the *lockclient.Lock a failed Acquire
 // leaves), a resource CheckResource refuses (for a Set, any of its resources), a Set
-// with no resources, or a token <= 0; and a *LostError (ErrLost) when g is a Watched
+// with no resources, or a token <= 0; and ErrLost when g is a Watched
 // grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
 	if nilness.IsNil(g) {
@@ -91,7 +91,7 @@ func CheckGrant(g Grant) error {
 	return checkLost(g)
 }
 
-// checkLost returns a *LostError when g is a Watched grant whose Done channel is
+// checkLost returns ErrLost when g is a Watched grant whose Done channel is
 // closed, and nil otherwise.
 func checkLost(g Grant) error {
 	w, ok := g.(Watched)
@@ -101,7 +101,7 @@ func checkLost(g Grant) error {
 	if d := w.Done(); d != nil {
 		select {
 		case <-d:
-			return &LostError{Resource: g.Resource(), Token: g.Token()}
+			return lostError(g)
 		default:
 		}
 	}

@@ -63,7 +63,7 @@ func TestClient_badNames(t *testing.T) {
 		{"nul", "account\x0042", "contains a NUL byte"},
 		{"DEL", "account\x7f", "contains control character U+007F"},
 		{"not utf-8", "account\xff", "is not UTF-8"},
-		{"too long", strings.Repeat("a", fence.MaxResourceLen+1), "resource name is 201 bytes, the limit is 200"},
+		{"too long", strings.Repeat("a", 200+1), "resource name is 201 bytes, the limit is 200"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -79,7 +79,7 @@ func TestClient_badNames(t *testing.T) {
 			}
 		})
 	}
-	if _, err := c.TryAcquire(t.Context(), strings.Repeat("a", fence.MaxResourceLen)); err != nil {
+	if _, err := c.TryAcquire(t.Context(), strings.Repeat("a", 200)); err != nil {
 		t.Fatalf("longest name refused: %v", err)
 	}
 }

@@ -54,8 +54,8 @@
 // when it received that renewal, so the local deadline passes first. When it
 // passes without a newer confirmed renewal, or etcd answers that it no longer
 // has the lease, the session is lost: every Lock of it ends (Done closes, its
-// context is cancelled with a *fence.LostError that also matches
-// ErrSessionLost). Loss is one-way: nothing revives those locks. The lost
+// context is cancelled with a cause matching fence.ErrLost and ErrSessionLost
+// that names the lock and its token). Loss is one-way: nothing revives those locks. The lost
 // lease is not revoked (etcd expires it, or already has; a revoke would be one
 // more synchronous write just when etcd is struggling).
 //

@@ -13,10 +13,10 @@ import (
 )
 
 // Errors returned by this package. Match them with errors.Is; the typed errors
-// carry the details and match their sentinel. A lost lock is reported with a
-// *fence.LostError (errors.Is(err, fence.ErrLost)), and a token <= 0, a bad lock
-// name, a bad option or set with an error wrapping fence.ErrInvalidArgument that
-// names the problem.
+// carry the details and match their sentinel. A lost lock is reported with
+// fence.ErrLost, naming the lock and its token, and a token <= 0, a bad lock name,
+// a bad option or set with an error wrapping fence.ErrInvalidArgument that names
+// the problem.
 var (
 	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
 	// names the holder.

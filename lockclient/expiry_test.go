@@ -30,9 +30,8 @@ func TestLock_manualRenewal_expires(t *testing.T) {
 		got <- l
 	}()
 	waitClosed(t, stuck.Done(), "the unrenewed lock's Done")
-	var lost *fence.LostError
-	if !errors.As(context.Cause(stuck.Context()), &lost) || lost.Token != stuck.Token() {
-		t.Fatalf("cause = %v, want *fence.LostError for token %d", context.Cause(stuck.Context()), stuck.Token())
+	if cause := context.Cause(stuck.Context()); !lostAt(cause, stuck) {
+		t.Fatalf("cause = %v, want fence.ErrLost for token %d", cause, stuck.Token())
 	}
 	lb := <-got
 	if lb == nil || lb.Token() <= stuck.Token() {
@@ -92,9 +91,8 @@ func TestClient_abandoned(t *testing.T) {
 		t.Fatalf("new holder's token %d is not above %d", lb.Token(), la.Token())
 	}
 	waitClosed(t, la.Done(), "abandoned lock's Done")
-	var lost *fence.LostError
-	if cause := context.Cause(la.Context()); !errors.As(cause, &lost) || !errors.Is(cause, lockclient.ErrSessionLost) {
-		t.Fatalf("cause = %v, want a *fence.LostError matching ErrSessionLost", cause)
+	if cause := context.Cause(la.Context()); !lostAt(cause, la) || !errors.Is(cause, lockclient.ErrSessionLost) {
+		t.Fatalf("cause = %v, want fence.ErrLost for its token matching ErrSessionLost", cause)
 	}
 	if err := fence.CheckGrant(la); !errors.Is(err, fence.ErrLost) {
 		t.Fatalf("CheckGrant of the lost lock = %v", err)

@@ -2,6 +2,9 @@ package lockclient_test
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -138,4 +141,9 @@ func hammer(ctx context.Context, wg *sync.WaitGroup, ex *exclusion, n int, names
 			}
 		})
 	}
+}
+
+// lostAt reports whether err is fence.ErrLost naming l's resource and token.
+func lostAt(err error, l *lockclient.Lock) bool {
+	return errors.Is(err, fence.ErrLost) && strings.Contains(err.Error(), fmt.Sprintf("%q at token %d", l.Resource(), l.Token()))
 }

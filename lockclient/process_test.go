@@ -4,6 +4,7 @@ package lockclient_test
 
 import (
 	"bufio"
+	"fmt"
 	"os"
 	"os/exec"
 	"strconv"
@@ -98,7 +99,7 @@ func TestClient_frozenHolder(t *testing.T) {
 		t.Fatal(err)
 	}
 	line := h.next(t)
-	if !strings.HasPrefix(line, "lost") || !strings.Contains(line, "checkgrant: "+(&fence.LostError{Resource: "account-78", Token: h.token}).Error()) {
+	if !strings.HasPrefix(line, "lost") || !strings.Contains(line, fmt.Sprintf("checkgrant: fence: lock lost: %q at token %d", "account-78", h.token)) {
 		t.Fatalf("thawed holder said %q, want its lock lost and refused by CheckGrant", line)
 	}
 	for h.lines.Scan() { // drain, so that Wait can return

@@ -281,7 +281,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 		{"too many", many, nil, fence.ErrInvalidArgument, "129 names, the limit is 128"},
 		{"empty name", []string{"a", ""}, nil, fence.ErrInvalidArgument, "invalid resource: empty resource name"},
 		{"slash", []string{"a", "b/c"}, nil, fence.ErrInvalidArgument, `lock name "b/c" contains a slash`},
-		{"long name", []string{strings.Repeat("x", fence.MaxResourceLen+1)}, nil, fence.ErrInvalidArgument, "the limit is 200"},
+		{"long name", []string{strings.Repeat("x", 200+1)}, nil, fence.ErrInvalidArgument, "the limit is 200"},
 		{"nil option", []string{"a"}, []lockclient.LockOption{nil}, fence.ErrInvalidArgument, "nil"},
 		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, fence.ErrInvalidArgument, "minimum"},
 	}

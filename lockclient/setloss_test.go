@@ -24,9 +24,8 @@ func TestLock_set_keyDeleted(t *testing.T) {
 		t.Fatalf("operator release of y: %v", err)
 	}
 	err := s.Renew(t.Context())
-	var lost *fence.LostError
-	if !errors.As(err, &lost) || lost.Token != s.Token() || !isClosed(s.Done()) {
-		t.Fatalf("Renew after a member's key was deleted = %v, want *fence.LostError for token %d", err, s.Token())
+	if !lostAt(err, s) || !isClosed(s.Done()) {
+		t.Fatalf("Renew after a member's key was deleted = %v, want fence.ErrLost for token %d", err, s.Token())
 	}
 	if err := fence.CheckGrant(s); !errors.Is(err, fence.ErrLost) {
 		t.Fatalf("CheckGrant(lost set) = %v", err)
@@ -61,9 +60,8 @@ func TestLock_set_manualRenewal_expires(t *testing.T) {
 		t.Fatalf("p and q after the unrenewed set: %v, %v", next, err)
 	}
 	waitClosed(t, s.Done(), "the unrenewed set's Done")
-	var lost *fence.LostError
-	if !errors.As(context.Cause(s.Context()), &lost) {
-		t.Fatalf("cause = %v, want *fence.LostError", context.Cause(s.Context()))
+	if cause := context.Cause(s.Context()); !lostAt(cause, s) {
+		t.Fatalf("cause = %v, want fence.ErrLost for token %d", cause, s.Token())
 	}
 	if isClosed(kept.Done()) {
 		t.Fatal("the session ended with one manual set")

@@ -3,11 +3,11 @@
 package lockclient_test
 
 import (
+	"fmt"
 	"strings"
 	"syscall"
 	"testing"
 
-	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
@@ -35,7 +35,7 @@ func TestLock_set_frozenHolder(t *testing.T) {
 	}
 	line := h.next(t)
 	// The set's Resource is its first name in sorted order.
-	want := "checkgrant: " + (&fence.LostError{Resource: "set-a", Token: h.token}).Error()
+	want := fmt.Sprintf("checkgrant: fence: lock lost: %q at token %d", "set-a", h.token)
 	if !strings.HasPrefix(line, "lost") || !strings.Contains(line, want) {
 		t.Fatalf("thawed holder said %q, want its set lost and refused by CheckGrant", line)
 	}

@@ -17,7 +17,8 @@ import (
 // carry the details and unwrap to their sentinel.
 var (
 	// ErrInsufficient means a guarded decrement found less left than it wanted to
-	// take; nothing was taken.
+	// take; nothing was taken. Decrement returns what was left with it, and the
+	// message says how much was wanted.
 	ErrInsufficient = errors.New("nolock: insufficient")
 	// ErrDuplicate means an insert hit a unique key (PostgreSQL 23505, MySQL 1062,
 	// SQLite constraint-unique). *DuplicateError names the constraint where known.
@@ -44,21 +45,6 @@ type Result struct {
 
 // MaxKeyLen is the longest idempotency key, in bytes.
 const MaxKeyLen = 200
-
-// InsufficientError is returned by a guarded decrement that found less left than it
-// wanted. It unwraps to ErrInsufficient.
-type InsufficientError struct {
-	Table  string
-	Wanted int64 // the amount asked for
-	Left   int64 // what the row held when it was refused
-}
-
-func (e *InsufficientError) Error() string {
-	return fmt.Sprintf("nolock: insufficient in %q: wanted %d, %d left", e.Table, e.Wanted, e.Left)
-}
-
-// Unwrap returns ErrInsufficient.
-func (e *InsufficientError) Unwrap() error { return ErrInsufficient }
 
 // DuplicateError is returned when an insert hits a unique key. It unwraps to
 // ErrDuplicate and to the driver's error.

@@ -17,7 +17,6 @@ func TestTypedErrors_matchSentinels(t *testing.T) {
 		{&nolock.DuplicateError{Table: "users", Constraint: "users_name_key", Err: cause}, nolock.ErrDuplicate},
 		{&nolock.DuplicateError{Table: "users", Err: cause}, cause},
 		{&nolock.DuplicateError{Table: "users"}, nolock.ErrDuplicate},
-		{&nolock.InsufficientError{Table: "items", Wanted: 2, Left: 1}, nolock.ErrInsufficient},
 	}
 	for _, tt := range tests {
 		if !errors.Is(errors.Join(errors.New("job"), tt.err), tt.want) {
@@ -31,7 +30,7 @@ func TestTypedErrors_matchSentinels(t *testing.T) {
 	if !errors.As(&nolock.DuplicateError{Table: "users"}, &de) || de.Table != "users" {
 		t.Fatal("errors.As(*DuplicateError) failed")
 	}
-	if errors.Is(&nolock.InsufficientError{}, nolock.ErrDuplicate) {
-		t.Fatal("InsufficientError matches ErrDuplicate")
+	if errors.Is(&nolock.DuplicateError{}, nolock.ErrInsufficient) {
+		t.Fatal("DuplicateError matches ErrInsufficient")
 	}
 }

@@ -142,7 +142,7 @@ func TestRaise_badInput(t *testing.T) {
 		{"nil db", nil, migrations.SQLite, "r", 1, "nil *sql.DB"},
 		{"unknown dialect", closed, migrations.Dialect(0), "r", 1, "unknown dialect 0"},
 		{"empty resource", closed, migrations.SQLite, "", 1, "invalid resource: empty resource name"},
-		{"long resource", closed, migrations.SQLite, string(make([]byte, fence.MaxResourceLen+1)), 1, "resource name is 201 bytes, the limit is 200"},
+		{"long resource", closed, migrations.SQLite, string(make([]byte, 200+1)), 1, "resource name is 201 bytes, the limit is 200"},
 		{"zero token", closed, migrations.SQLite, "r", 0, `fence: invalid token 0 for "r"`},
 		{"negative token", closed, migrations.Postgres, "r", -4, `fence: invalid token -4 for "r"`},
 	}

@@ -23,8 +23,9 @@ const maxDecrementLooks = 3
 //
 //	UPDATE t SET col = col - $n WHERE key = $k AND col >= $n RETURNING col
 //
-// When it changes no row it reads the row once: an *nolock.InsufficientError
-// (errors.Is nolock.ErrInsufficient) carrying what was left, or fence.ErrNotFound. If
+// When it changes no row it reads the row once: if less than n is left it returns
+// what is left, having taken nothing, with nolock.ErrInsufficient; a missing row is
+// fence.ErrNotFound. If
 // that read finds enough left (the counter was raised meanwhile) it tries again, a
 // few times at most. The key must pick at most one row (a primary key or unique
 // index), and the column must be an integer (or numeric with no fraction).
@@ -79,7 +80,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		case err != nil:
 			return 0, writeError("decrement: look up", c.Table, err)
 		case left < n || try == maxDecrementLooks:
-			return 0, &nolock.InsufficientError{Table: c.Table, Wanted: n, Left: left}
+			return left, fmt.Errorf("%w in %q: wanted %d, %d left", nolock.ErrInsufficient, c.Table, n, left)
 		}
 	}
 }

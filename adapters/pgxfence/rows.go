@@ -26,9 +26,9 @@ import (
 // single-row write fences one resource), fence.ErrInvalidArgument for an empty,
 // overlong (> 63 bytes) or NUL-holding table or column name (other names are quoted,
 // never refused), for no key or no column to set or a column named twice, a *nolock.DuplicateError when the new values hit a unique index, and a
-// *fence.CommitUnknownError when the statement's reply was lost.
+// fence.ErrCommitUnknown when the statement's reply was lost.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "update", g, &err)
+	defer s.observe("update", &err)
 	if err := s.checkSingle(g); err != nil {
 		return err
 	}
@@ -169,7 +169,7 @@ func fenceCTE(st *stmt, res, tok, cond string) {
 // row's) when it wrote nothing, and the errors of Update otherwise (no column to set
 // is allowed: the row is then just its key and token).
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "upsert", g, &err)
+	defer s.observe("upsert", &err)
 	if err := s.checkSingle(g); err != nil {
 		return err
 	}
@@ -243,7 +243,7 @@ func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 // then left as it was), fence.ErrInvalidArgument when the key picks more than one row
 // (nothing is deleted), and the input errors of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
-	defer s.observe(ctx, "delete", g, &err)
+	defer s.observe("delete", &err)
 	if err := s.checkSingle(g); err != nil {
 		return err
 	}

@@ -139,7 +139,7 @@ func TestStore_rows_badInput(t *testing.T) {
 			return s.Update(ctx, g, fence.Row{Table: "t", Key: key}, fence.Col{Name: "fence_token", Value: 99})
 		}, fence.ErrInvalidArgument},
 		{"overlong resource", func() error {
-			return s.Delete(ctx, fence.NewGrant(strings.Repeat("r", fence.MaxResourceLen+1), 1), fence.Row{Table: "t", Key: key})
+			return s.Delete(ctx, fence.NewGrant(strings.Repeat("r", 200+1), 1), fence.Row{Table: "t", Key: key})
 		}, fencetest.Invalid("resource name is 201 bytes, the limit is 200")},
 	}
 	for _, tt := range tests {

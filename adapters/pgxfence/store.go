@@ -62,7 +62,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"strings"
 	"time"
 
@@ -100,7 +99,6 @@ type Store struct {
 	fenceFirst bool
 	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
 	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
-	log        *slog.Logger           // refused writes; nil: silent
 	obs        fence.WriteObserver    // write results; nil: none
 	keyTTL     time.Duration          // WithKeyTTL; 0: idempotency keys never expire
 }
@@ -224,7 +222,7 @@ func (s *Store) check(g fence.Grant) error {
 // when the caller commits.
 //
 // It rolls back and returns: the grant errors of fence.CheckGrant; a
-// *fence.LostError when g is a fence.Watched grant lost by the time fn returned
+// fence.ErrLost when g is a fence.Watched grant lost by the time fn returned
 // (COMMIT is then never sent); a *fence.StaleError carrying the stored token; fn's
 // error as it is (joined with the refusal when fn returned another error);
 // fence.ErrSchema without the migrations; fence.ErrIdleTimeout (wrapping the 25P03
@@ -232,10 +230,10 @@ func (s *Store) check(g fence.Grant) error {
 // (WithIdleTimeout): nothing was committed, stop, do not retry; fence.ErrBusy for a
 // serialization failure under REPEATABLE READ or SERIALIZABLE that is not a refusal
 // (always, inside a caller's pgx.Tx): retry the whole transaction. When the reply to
-// COMMIT is lost it returns a *fence.CommitUnknownError: the transaction may have
+// COMMIT is lost it returns fence.ErrCommitUnknown: the transaction may have
 // committed; it is never retried.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
-	defer s.observe(ctx, "fenced", g, &err)
+	defer s.observe("fenced", &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}

@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // replyLost reports whether err, from a COMMIT or from a single-row write sent
@@ -48,7 +49,7 @@ func replyLost(err error) bool {
 	return true
 }
 
-// commit commits tx and returns a *fence.CommitUnknownError when COMMIT may have
+// commit commits tx and returns fence.ErrCommitUnknown when COMMIT may have
 // been applied without its reply arriving. Besides replyLost: when the connection
 // dies while COMMIT's reply is awaited, pgx drops the read error and reports the
 // connection it then finds closed as "conn closed", an error it marks safe to retry
@@ -61,7 +62,7 @@ func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 		return nil
 	}
 	if open && errors.Is(err, pgconn.ErrConnClosed) {
-		return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: "commit", Err: err}
+		return grant.CommitUnknown(g, "commit", err)
 	}
 	if u := unknownOutcome("commit", g, err); u != nil {
 		return u
@@ -69,13 +70,13 @@ func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	return err
 }
 
-// unknownOutcome returns a *fence.CommitUnknownError for err when its reply was lost,
+// unknownOutcome returns fence.ErrCommitUnknown for err when its reply was lost,
 // or nil.
 func unknownOutcome(op string, g fence.Grant, err error) error {
 	if !replyLost(err) {
 		return nil
 	}
-	return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: op, Err: err}
+	return grant.CommitUnknown(g, op, err)
 }
 
 // unknownOutcome is the package function for a single-row write, which on a caller's

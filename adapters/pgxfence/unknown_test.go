@@ -155,8 +155,27 @@ func wantUnknown(t *testing.T, err error) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
 	}
-	var cu *fence.CommitUnknownError
-	if !errors.As(err, &cu) || cu.Err == nil {
+	if !wrapsCause(err) {
 		t.Fatalf("error %v wraps no driver error", err)
 	}
+}
+
+// wrapsCause reports whether err, somewhere in its tree, wraps ErrCommitUnknown
+// together with another error: the driver's.
+func wrapsCause(err error) bool {
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		if len(errs) == 2 && errs[0] == fence.ErrCommitUnknown && errs[1] != nil {
+			return true
+		}
+		for _, e := range errs {
+			if wrapsCause(e) {
+				return true
+			}
+		}
+	case interface{ Unwrap() error }:
+		return wrapsCause(u.Unwrap())
+	}
+	return false
 }

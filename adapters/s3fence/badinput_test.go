@@ -170,9 +170,8 @@ func TestStore_Put_lostBetweenRequests(t *testing.T) {
 		}
 	}
 	_, err := e.store.Put(t.Context(), g, e.input("k", "stale"))
-	var lost *fence.LostError
-	if !errors.As(err, &lost) || lost.Token != 4 {
-		t.Fatalf("Put() = %v, want *fence.LostError for token 4", err)
+	if !errors.Is(err, fence.ErrLost) || !strings.Contains(err.Error(), "at token 4") {
+		t.Fatalf("Put() = %v, want fence.ErrLost for token 4", err)
 	}
 	if e.api.puts.Load() != 0 {
 		t.Fatal("PUT sent after the lock was lost")

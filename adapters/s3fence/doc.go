@@ -64,7 +64,7 @@
 // # Errors
 //
 // Refusals are fence's: *fence.StaleError (fence.ErrStale) with the token seen,
-// *fence.LostError (fence.ErrLost) for a fence.Watched grant (such as a
+// fence.ErrLost for a fence.Watched grant (such as a
 // *lockclient.Lock) whose lock is lost, checked before every request,
 // fence.ErrNotFound, and fence.ErrInvalidArgument, naming the problem, for bad
 // input (a bad grant, resource or token included) before any request. A grant

@@ -14,7 +14,7 @@ import (
 )
 
 // Errors of this package. Refusals use fence's: a *fence.StaleError (fence.ErrStale)
-// for a lower token than the object's, a *fence.LostError (fence.ErrLost) for a
+// for a lower token than the object's, fence.ErrLost for a
 // Watched grant whose lock is lost, fence.ErrNotFound for an object that is absent or
 // deleted, and fence.ErrInvalidArgument, naming the problem, for bad input (a bad
 // grant, resource or token included), all but ErrNotFound before any request.

@@ -32,7 +32,7 @@ import (
 // cannot seek, IfMatch or IfNoneMatch set (Put sets them), reserved metadata
 // (TokenKey, TombstoneKey) or a grant over several resources (fence.Set), and
 // fence.CheckGrant's errors for a bad grant. A Watched grant is checked before every
-// request: once its lock is lost Put returns a *fence.LostError. An object whose
+// request: once its lock is lost Put returns fence.ErrLost. An object whose
 // token metadata cannot be read returns ErrBadMetadata and is left alone. Other
 // failures wrap the client's error.
 //

@@ -25,7 +25,7 @@ type Object struct {
 // the token of the grant that wrote it, 0 when written without this package), to
 // pass to PutIfMatch. A tombstone left by Delete reads as fence.ErrNotFound, as a
 // missing key does. With a nil g, Get reads for any reader, holding a lock or not.
-// With a grant, for a read-modify-write under it, Get returns a *fence.LostError
+// With a grant, for a read-modify-write under it, Get returns fence.ErrLost
 // once a Watched grant's lock is lost, and refuses, after one GET and with the body
 // closed, an object whose token is higher than g's (*fence.StaleError: a newer
 // holder wrote; whatever this one computes is stale). It returns

@@ -50,9 +50,9 @@ func (d dialect) decrementSQL(table, col, where string) string {
 //
 // MySQL/MariaDB returns the new value through LAST_INSERT_ID(col - ?), SQLite and
 // PostgreSQL through RETURNING; either way one round trip. It does not need
-// clientFoundRows: a take always changes the row. When it changes no row it reads the row once: an
-// *nolock.InsufficientError (errors.Is nolock.ErrInsufficient) with what was left, or
-// fence.ErrNotFound. If that read finds enough left (the counter was raised
+// clientFoundRows: a take always changes the row. When it changes no row it reads the row once:
+// if less than n is left it returns what is left, having taken nothing, with
+// nolock.ErrInsufficient; a missing row is fence.ErrNotFound. If that read finds enough left (the counter was raised
 // meanwhile) it tries again, a few times at most. The key must pick at most one row
 // and the column must be an integer. A Store checks and builds the SQL of a counter
 // shape (table, column, key column names in order) once, and on SQLite and MySQL
@@ -104,7 +104,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		case err != nil:
 			return 0, counterErr("decrement: look up", c.Table, err)
 		case left < n || try == maxDecrementLooks:
-			return 0, &nolock.InsufficientError{Table: c.Table, Wanted: n, Left: left}
+			return left, fmt.Errorf("%w in %q: wanted %d, %d left", nolock.ErrInsufficient, c.Table, n, left)
 		}
 	}
 }

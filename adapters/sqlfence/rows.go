@@ -114,7 +114,7 @@ func (st *rowStmt) columns(d dialect, tokName string, key, set []fence.Col) erro
 // updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
 // table's primary key or a unique index. Errors are those of Update.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "upsert", g, &err)
+	defer s.observe("upsert", &err)
 	st, err := s.prepare(g, r, set, false)
 	if err != nil {
 		return err
@@ -165,7 +165,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // If r.Key picks more than one row nothing is deleted and fence.ErrInvalidArgument
 // is returned. Other errors are those of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
-	defer s.observe(ctx, "delete", g, &err)
+	defer s.observe("delete", &err)
 	st, err := s.prepare(g, r, nil, false)
 	if err != nil {
 		return err

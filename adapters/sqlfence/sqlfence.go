@@ -44,7 +44,6 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -70,7 +69,6 @@ type Store struct {
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
 	// set by the connection check, before probeOK.
 	mariadb bool
-	log     *slog.Logger        // refused writes; nil: silent
 	obs     fence.WriteObserver // write results; nil: none
 	keyTTL  time.Duration       // WithKeyTTL; 0: idempotency keys never expire
 
@@ -89,8 +87,7 @@ type Store struct {
 // transaction, including waits for locks.
 //
 // Errors: fence.ErrInvalidArgument (nil store or fn, the grant errors of
-// fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost, as a
-// *fence.LostError, also when the grant's Done channel closed by the time fn returned:
+// fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back),
 // fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
 // fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
@@ -98,12 +95,12 @@ type Store struct {
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
 // broken or closed connection, a killed or terminated session, ctx ended while the
-// reply was awaited) it returns a *fence.CommitUnknownError (fence.ErrCommitUnknown)
+// reply was awaited) it returns fence.ErrCommitUnknown
 // wrapping the driver's error: the transaction may have committed; it is never
 // retried, and database/sql discards the connection. SQLite commits in-process, so
 // its COMMIT errors are always the engine's answer, never ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
-	defer s.observe(ctx, "fenced", g, &err)
+	defer s.observe("fenced", &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // replyLost reports whether err, from a COMMIT or from a write sent outside a
@@ -46,11 +47,11 @@ func replyLost(err error, commit bool) bool {
 	return true
 }
 
-// unknownOutcome returns a *fence.CommitUnknownError for err when its reply was lost,
+// unknownOutcome returns fence.ErrCommitUnknown for err when its reply was lost,
 // or nil.
 func unknownOutcome(op string, g fence.Grant, err error, commit bool) error {
 	if !replyLost(err, commit) {
 		return nil
 	}
-	return &fence.CommitUnknownError{Resource: g.Resource(), Token: g.Token(), Op: op, Err: err}
+	return grant.CommitUnknown(g, op, err)
 }

@@ -35,10 +35,10 @@ import (
 // fence.Set grant, a MySQL pool without clientFoundRows, an unusable table or
 // column name), the grant errors of fence.CheckGrant, fence.ErrSchema (no fence_tokens), a
 // *nolock.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
-// *fence.CommitUnknownError when the reply to its statement (or COMMIT) was lost, or
+// fence.ErrCommitUnknown when the reply to its statement (or COMMIT) was lost, or
 // the driver's error wrapped.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe(ctx, "update", g, &err)
+	defer s.observe("update", &err)
 	st, err := s.prepare(g, r, set, true)
 	if err != nil {
 		return err

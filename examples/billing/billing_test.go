@@ -151,8 +151,8 @@ func TestWorker_outcome(t *testing.T) {
 	}{
 		{"acknowledged", nil, true, "commit", ""},
 		{"stale", &fence.StaleError{Resource: "account-42", Presented: 7, Seen: 9}, false, "refused", "stale"},
-		{"lost", &fence.LostError{Resource: "account-42", Token: 7}, true, "refused", "lost"},
-		{"commit unknown", fmt.Errorf("job: %w", &fence.CommitUnknownError{Resource: grant.Resource(), Token: grant.Token(), Op: "commit", Err: io.ErrUnexpectedEOF}), true, "unknown", ""},
+		{"lost", fmt.Errorf("%w: \"account-42\" at token 7", fence.ErrLost), true, "refused", "lost"},
+		{"commit unknown", fmt.Errorf("job: %w: commit for %q at token %d: %w", fence.ErrCommitUnknown, grant.Resource(), grant.Token(), io.ErrUnexpectedEOF), true, "unknown", ""},
 		{"failed before the writes", context.DeadlineExceeded, false, "aborted", "before its writes"},
 		{"failed after the writes", errors.New("commit: serialization failure"), true, "aborted", "after its writes"},
 	}

@@ -142,8 +142,7 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 	if _, err := db.ExecContext(ctx, "CREATE TABLE ledger (account TEXT PRIMARY KEY, balance BIGINT NOT NULL)"); err != nil {
 		return err
 	}
-	store, err := sqlfence.New(db, migrations.SQLite,
-		sqlfence.WithLogger(log.With("component", "sqlfence")), sqlfence.WithObserver(metrics))
+	store, err := sqlfence.New(db, migrations.SQLite, sqlfence.WithObserver(metrics))
 	if err != nil {
 		return err
 	}
@@ -194,9 +193,14 @@ func scenario(ctx context.Context, endpoints, serve string, log *slog.Logger, st
 		return err
 	}
 	next.Release(ctx)
-	if err := credit(ctx, paused); !errors.Is(err, fence.ErrStale) {
+	var stale *fence.StaleError
+	if err := credit(ctx, paused); !errors.As(err, &stale) {
 		return fmt.Errorf("the paused holder's write: %v, want it refused as stale", err)
 	}
+	// The refusal comes back to the caller, who logs it with its own context; the
+	// metrics count it (fencegate_fenced_writes_total{result="stale"}).
+	log.LogAttrs(ctx, slog.LevelWarn, "fenced write refused", slog.String("resource", stale.Resource),
+		slog.Int64("token", int64(stale.Presented)), slog.Int64("stored_token", int64(stale.Seen)))
 
 	// A job that forgets to renew its manual-renewal lock.
 	forgot, err := locks.Acquire(ctx, "report", lockclient.WithManualRenewal(2*time.Second))

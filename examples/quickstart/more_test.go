@@ -54,7 +54,7 @@ func Example_observability() {
 		log.Fatal(err)
 	}
 	defer locks.Close()
-	store, err := pgxfence.New(pool, pgxfence.WithObserver(m), pgxfence.WithLogger(logger))
+	store, err := pgxfence.New(pool, pgxfence.WithObserver(m))
 	if err != nil {
 		log.Fatal(err)
 	}

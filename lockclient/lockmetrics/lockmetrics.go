@@ -8,8 +8,12 @@
 //	locks, err := lockclient.New(etcd, lockclient.WithObserver(m))
 //	store, err := pgxfence.New(pool, pgxfence.WithObserver(m))
 //
-// The metrics (the namespace is "fencegate" unless WithNamespace says
-// otherwise):
+// Several programs or components sharing one registry tell their metrics apart
+// with Prometheus's own wrappers: prometheus.WrapRegistererWithPrefix adds a name
+// prefix, and prometheus.WrapRegistererWith constant labels (such as the service
+// name; each Metrics on the registry then carries the same label names).
+//
+// The metrics:
 //
 //	fencegate_lock_acquisitions_total{result}   counter: Acquire/TryAcquire calls by result: granted, held_by_other, error
 //	fencegate_lock_wait_seconds                 histogram: time a granted Acquire/TryAcquire took (mostly the wait for the holder)
@@ -68,38 +72,9 @@ var (
 type Option func(*config) error
 
 type config struct {
-	namespace   string
 	waitBuckets []float64
 	holdBuckets []float64
 	keepBuckets []float64
-	constLabels prometheus.Labels
-}
-
-// WithNamespace sets the metric name prefix (default "fencegate"). It must be
-// a valid Prometheus name: letters, digits and underscores, not starting with a
-// digit.
-func WithNamespace(ns string) Option {
-	return func(c *config) error {
-		if !validName(ns) {
-			return fmt.Errorf("lockmetrics: WithNamespace(%q): not a valid metric name: %w", ns, fence.ErrInvalidArgument)
-		}
-		c.namespace = ns
-		return nil
-	}
-}
-
-// WithConstLabels adds labels with fixed values to every metric, such as the
-// service name when several share a registry.
-func WithConstLabels(l prometheus.Labels) Option {
-	return func(c *config) error {
-		for k := range l {
-			if !validName(k) {
-				return fmt.Errorf("lockmetrics: WithConstLabels: label name %q is not valid: %w", k, fence.ErrInvalidArgument)
-			}
-		}
-		c.constLabels = l
-		return nil
-	}
 }
 
 // WithBuckets sets the histogram buckets, in seconds, of the wait, hold and
@@ -127,21 +102,6 @@ func WithBuckets(wait, hold, keepalive []float64) Option {
 	}
 }
 
-func validName(s string) bool {
-	if s == "" {
-		return false
-	}
-	for i, r := range s {
-		switch {
-		case r == '_', r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z':
-		case r >= '0' && r <= '9' && i > 0:
-		default:
-			return false
-		}
-	}
-	return true
-}
-
 // New returns Metrics whose collectors are registered with reg. It returns an
 // error wrapping fence.ErrInvalidArgument, naming the option, for an unusable
 // option or a nil reg, and reg's error when a collector of the same name is
@@ -151,7 +111,6 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		return nil, fmt.Errorf("lockmetrics: New: nil registerer: %w", fence.ErrInvalidArgument)
 	}
 	c := config{
-		namespace:   "fencegate",
 		waitBuckets: []float64{.001, .005, .01, .05, .1, .5, 1, 5, 10, 30, 60, 300},
 		holdBuckets: []float64{.01, .05, .1, .5, 1, 2, 5, 10, 30, 60, 300, 1800, 3600},
 		keepBuckets: []float64{.001, .002, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
@@ -164,27 +123,27 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			return nil, err
 		}
 	}
-	ns, cl := c.namespace, c.constLabels
+	const ns = "fencegate"
 	m := &Metrics{
-		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "lock_acquisitions_total", ConstLabels: cl,
+		acquisitions: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "lock_acquisitions_total",
 			Help: "Acquire and TryAcquire calls by result: granted, held_by_other, error."}, []string{"result"}),
-		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "lock_wait_seconds", ConstLabels: cl, Buckets: c.waitBuckets,
+		wait: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "lock_wait_seconds", Buckets: c.waitBuckets,
 			Help: "Time a granted Acquire or TryAcquire took, mostly waiting for the previous holder."}),
-		hold: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "lock_hold_seconds", ConstLabels: cl, Buckets: c.holdBuckets,
+		hold: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "lock_hold_seconds", Buckets: c.holdBuckets,
 			Help: "Time locks were held, from grant to release, close or loss."}),
-		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "locks_held", ConstLabels: cl,
+		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "locks_held",
 			Help: "Locks held now."}),
-		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "lock_losses_total", ConstLabels: cl,
+		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "lock_losses_total",
 			Help: "Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else)."}, []string{"cause"}),
-		keepalive: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "session_keepalive_seconds", ConstLabels: cl, Buckets: c.keepBuckets,
+		keepalive: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "session_keepalive_seconds", Buckets: c.keepBuckets,
 			Help: "Round trip of confirmed session lease renewals."}),
-		kaFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_keepalive_failures_total", ConstLabels: cl,
+		kaFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_keepalive_failures_total",
 			Help: "Session lease renewals that failed."}),
-		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_started_total", ConstLabels: cl,
+		started: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_started_total",
 			Help: "Session leases granted: a Client's first, and each after a lost session."}),
-		lost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_lost_total", ConstLabels: cl,
+		lost: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "sessions_lost_total",
 			Help: "Sessions lost: the lease ran out without a confirmed renewal, or etcd no longer had it."}),
-		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fenced_writes_total", ConstLabels: cl,
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fenced_writes_total",
 			Help: "Fenced writes by adapter and result: accepted, stale (refused, a higher token is stored), lost (refused, the lock is known lost), error."}, []string{"adapter", "result"}),
 	}
 	m.granted = m.acquisitions.WithLabelValues("granted")

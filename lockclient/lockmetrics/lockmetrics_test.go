@@ -227,8 +227,6 @@ func TestNew_badInput(t *testing.T) {
 	}{
 		"nil registerer": {nil, nil},
 		"nil option":     {reg, []lockmetrics.Option{nil}},
-		"bad namespace":  {reg, []lockmetrics.Option{lockmetrics.WithNamespace("9-lives")}},
-		"bad label":      {reg, []lockmetrics.Option{lockmetrics.WithConstLabels(prometheus.Labels{"a-b": "x"})}},
 		"bad buckets":    {reg, []lockmetrics.Option{lockmetrics.WithBuckets([]float64{1, 1}, nil, nil)}},
 	} {
 		if _, err := lockmetrics.New(tc.reg, tc.opts...); !errors.Is(err, fence.ErrInvalidArgument) {
@@ -241,7 +239,15 @@ func TestNew_badInput(t *testing.T) {
 	if _, err := lockmetrics.New(reg); err == nil {
 		t.Error("registering twice with one registry succeeded")
 	}
-	if _, err := lockmetrics.New(reg, lockmetrics.WithNamespace("other")); err != nil {
-		t.Errorf("a second namespace: %v", err)
+	// More Metrics on the same registry, told apart as Prometheus's wrappers do: by a
+	// name prefix, or by a constant label every one of them carries.
+	if _, err := lockmetrics.New(prometheus.WrapRegistererWithPrefix("other_", reg)); err != nil {
+		t.Errorf("a second Metrics with a prefix: %v", err)
+	}
+	labelled := prometheus.NewRegistry()
+	for _, svc := range []string{"billing", "ledger"} {
+		if _, err := lockmetrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"service": svc}, labelled)); err != nil {
+			t.Errorf("Metrics with service=%s: %v", svc, err)
+		}
 	}
 }

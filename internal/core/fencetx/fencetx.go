@@ -15,7 +15,7 @@ import (
 // Ops are an open fenced transaction's adapter-specific steps.
 type Ops struct {
 	// Commit commits and returns the adapter's error for a failed commit (a
-	// *fence.CommitUnknownError when its reply was lost).
+	// fence.ErrCommitUnknown when its reply was lost).
 	Commit func() error
 	// Rollback ends the transaction if it is still open; it must be safe to call
 	// after a failed Commit.
@@ -27,7 +27,7 @@ type Ops struct {
 
 // Run calls fn, then commits unless fn failed, the fence refused (even if fn
 // swallowed the refusal), or g is a fence.Watched grant whose Done channel has closed
-// (a *fence.LostError: the grant is known lost, so nothing commits). Every error and
+// (fence.ErrLost: the grant is known lost, so nothing commits). Every error and
 // every panic rolls the transaction back; a panic then goes on. When fn fails after
 // swallowing a refusal, both errors are returned, joined.
 func Run(g fence.Grant, fn func() error, ops Ops) (err error) {

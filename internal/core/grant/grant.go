@@ -32,7 +32,7 @@ func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
 	return max(d, time.Millisecond)
 }
 
-// CheckLost returns a *fence.LostError (fence.ErrLost) when g is a fence.Watched
+// CheckLost returns fence.ErrLost (see Lost) when g is a fence.Watched
 // grant whose Done channel is closed, and nil otherwise. Adapters call it (after
 // fence.CheckGrant, which makes the same check) immediately before COMMIT, so that a
 // fenced transaction whose grant is known lost by the time fn returns rolls back
@@ -45,11 +45,25 @@ func CheckLost(g fence.Grant) error {
 	if d := w.Done(); d != nil {
 		select {
 		case <-d:
-			return &fence.LostError{Resource: g.Resource(), Token: g.Token()}
+			return Lost(g.Resource(), g.Token())
 		default:
 		}
 	}
 	return nil
+}
+
+// Lost returns fence.ErrLost for the lock of resource at token, naming them.
+func Lost(resource string, token fence.Token) error {
+	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
+}
+
+// CommitUnknown returns fence.ErrCommitUnknown for op (COMMIT, or a single-row
+// write's one statement) under g whose reply was lost, wrapping the driver's err.
+func CommitUnknown(g fence.Grant, op string, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: %s for %q at token %d", fence.ErrCommitUnknown, op, g.Resource(), g.Token())
+	}
+	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
 }
 
 // CheckSingle is fence.CheckGrant for a write that fences exactly one resource (the

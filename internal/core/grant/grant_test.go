@@ -79,9 +79,29 @@ func TestCheckLost(t *testing.T) {
 		t.Fatal("CheckLost refused a live grant")
 	}
 	close(done)
-	var le *fence.LostError
-	if err := grant.CheckLost(w); !errors.Is(err, fence.ErrLost) || !errors.As(err, &le) || le.Resource != "a" || le.Token != 3 {
+	if err := grant.CheckLost(w); !errors.Is(err, fence.ErrLost) || err.Error() != `fence: lock lost: "a" at token 3` {
 		t.Fatalf("CheckLost(lost) = %v", err)
+	}
+}
+
+func TestCommitUnknown(t *testing.T) {
+	cause := errors.New("driver: connection reset")
+	g := fence.NewGrant("account-42", 7)
+	tests := []struct {
+		err  error
+		msg  string
+		also error
+	}{
+		{grant.CommitUnknown(g, "commit", cause), `fence: commit outcome unknown: commit for "account-42" at token 7: driver: connection reset`, cause},
+		{grant.CommitUnknown(g, "update", nil), `fence: commit outcome unknown: update for "account-42" at token 7`, fence.ErrCommitUnknown},
+	}
+	for _, tt := range tests {
+		if !errors.Is(tt.err, fence.ErrCommitUnknown) || !errors.Is(tt.err, tt.also) || tt.err.Error() != tt.msg {
+			t.Errorf("CommitUnknown = %v, want %q matching ErrCommitUnknown and %v", tt.err, tt.msg, tt.also)
+		}
+		if errors.Is(tt.err, fence.ErrLost) || errors.Is(tt.err, fence.ErrStale) {
+			t.Errorf("CommitUnknown = %v matches another sentinel", tt.err)
+		}
 	}
 }
 
