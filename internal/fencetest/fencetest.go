@@ -218,6 +218,15 @@ func testRace[Tx any](t *testing.T, h Harness[Tx]) {
 	if t.Failed() {
 		return
 	}
+	checkRace(t, h, tbl, res, ok, stale)
+}
+
+// checkRace checks what testRace's writers left: the highest acknowledged token
+// stored, one increment per acknowledged writer, tokens rising in commit order, and
+// nothing of a refused writer.
+func checkRace[Tx any](t *testing.T, h Harness[Tx], tbl, res string, ok, stale map[fence.Token]bool) {
+	t.Helper()
+	ctx := t.Context()
 	if len(ok) == 0 {
 		t.Fatal("no writer succeeded")
 	}

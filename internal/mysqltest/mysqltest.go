@@ -171,20 +171,8 @@ func (s *Server) launch() (*mysql.Config, error) {
 	}
 
 	rootArgs := []string{"--no-defaults", "--socket=" + sock, "--user=root"}
-	deadline := time.Now().Add(2 * time.Minute)
-	for {
-		err := exec.Command(bins["mariadb-admin"], append(rootArgs, "ping")...).Run()
-		if err == nil {
-			break
-		}
-		select {
-		case <-s.inst.Exited():
-			return nil, fmt.Errorf("mariadbd exited during startup: %s", testserver.ReadTail(logFile))
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("mariadbd not answering after 2m: %s", testserver.ReadTail(logFile))
-		}
+	if err := s.waitReady(bins["mariadb-admin"], rootArgs, logFile); err != nil {
+		return nil, err
 	}
 	// root logs in over the socket only; the Go driver gets a TCP account.
 	const setup = "CREATE USER 'fencegate'@'127.0.0.1' IDENTIFIED BY 'fencegate'; " +
@@ -196,6 +184,26 @@ func (s *Server) launch() (*mysql.Config, error) {
 	cfg.User, cfg.Passwd = "fencegate", "fencegate"
 	cfg.Net, cfg.Addr = "tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	return cfg, nil
+}
+
+// waitReady pings the starting server over its socket until it answers, for up to
+// two minutes, and fails early when it exits.
+func (s *Server) waitReady(admin string, rootArgs []string, logFile string) error {
+	deadline := time.Now().Add(2 * time.Minute)
+	for {
+		err := exec.Command(admin, append(rootArgs, "ping")...).Run()
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-s.inst.Exited():
+			return fmt.Errorf("mariadbd exited during startup: %s", testserver.ReadTail(logFile))
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("mariadbd not answering after 2m: %s", testserver.ReadTail(logFile))
+		}
+	}
 }
 
 // Close stops the server if this Server started it and removes its directory.
