@@ -7,7 +7,7 @@ import (
 )
 
 // Errors returned by this package and by every adapter. Match them with errors.Is;
-// the typed errors below carry the details and unwrap to their sentinel.
+// StaleError, below, carries the details of a refusal and unwraps to ErrStale.
 var (
 	// ErrStale means the database has already seen a higher token for the resource:
 	// a newer holder wrote. Stop; retrying with the same grant can never succeed.

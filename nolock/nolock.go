@@ -13,8 +13,8 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Errors of the no-lock path. Match them with errors.Is; the typed errors below
-// carry the details and unwrap to their sentinel.
+// Errors of the no-lock path. Match them with errors.Is; DuplicateError, below,
+// names the constraint and unwraps to ErrDuplicate and the driver's error.
 var (
 	// ErrInsufficient means a guarded decrement found less left than it wanted to
 	// take; nothing was taken. Decrement returns what was left with it, and the
