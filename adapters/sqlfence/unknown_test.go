@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/fencetest"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -193,27 +194,7 @@ func wantUnknown(t *testing.T, err error) {
 			t.Fatalf("error %v also matches %v", err, other)
 		}
 	}
-	if !wrapsCause(err) {
+	if !fencetest.WrapsCause(err, fence.ErrCommitUnknown) {
 		t.Fatalf("error %v wraps no driver error", err)
 	}
-}
-
-// wrapsCause reports whether err, somewhere in its tree, wraps ErrCommitUnknown
-// together with another error: the driver's.
-func wrapsCause(err error) bool {
-	switch u := err.(type) {
-	case interface{ Unwrap() []error }:
-		errs := u.Unwrap()
-		if len(errs) == 2 && errs[0] == fence.ErrCommitUnknown && errs[1] != nil {
-			return true
-		}
-		for _, e := range errs {
-			if wrapsCause(e) {
-				return true
-			}
-		}
-	case interface{ Unwrap() error }:
-		return wrapsCause(u.Unwrap())
-	}
-	return false
 }

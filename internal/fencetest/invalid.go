@@ -28,3 +28,23 @@ func Match(err, want error) bool {
 	}
 	return errors.Is(err, want)
 }
+
+// WrapsCause reports whether err, somewhere in its tree, wraps sentinel together
+// with another error: a commit-unknown error and the driver's error behind it.
+func WrapsCause(err, sentinel error) bool {
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		errs := u.Unwrap()
+		if len(errs) == 2 && errs[0] == sentinel && errs[1] != nil {
+			return true
+		}
+		for _, e := range errs {
+			if WrapsCause(e, sentinel) {
+				return true
+			}
+		}
+	case interface{ Unwrap() error }:
+		return WrapsCause(u.Unwrap(), sentinel)
+	}
+	return false
+}
