@@ -11,7 +11,9 @@ import (
 )
 
 // echo starts a line echo server and returns its address.
-func echo(t *testing.T) string {
+func echo(t *testing.T) string { return echoB(t) }
+
+func echoB(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
