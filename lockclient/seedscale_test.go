@@ -6,6 +6,8 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
@@ -73,6 +75,7 @@ func BenchmarkSeedScale(b *testing.B) {
 		}
 		for k := range variants {
 			v := variants[(i+k)%len(variants)]
+			settle(b)
 			b.Run(fmt.Sprintf("workers=%d/%s", n, v), func(b *testing.B) {
 				runSeed(b, v, n, time.Duration(secs)*time.Second)
 			})
@@ -80,13 +83,30 @@ func BenchmarkSeedScale(b *testing.B) {
 	}
 }
 
+// settle waits, before each variant, until the machine is quiet: the previous
+// variant's garbage collected and returned, and the 1-minute load average under
+// seedSettleLoad (or seedSettleMax passed). Without it the variant that ran first did best whatever
+// it was: at 20,000 workers the same variant kept every session when it ran first
+// and lost them all when it ran second.
+func settle(b *testing.B) {
+	runtime.GC()
+	debug.FreeOSMemory()
+	start := time.Now()
+	for loadAvg() > seedSettleLoad && time.Since(start) < seedSettleMax {
+		time.Sleep(5 * time.Second)
+	}
+	b.Logf("settled for %v: load average %.2f", time.Since(start).Round(time.Second), loadAvg())
+}
+
 const (
-	seedConns    = 16
-	seedRate     = 1000 // jobs/s offered, unless FENCEGATE_SEED_RATE says otherwise
-	seedAccounts = 100000
-	seedHold     = 50 * time.Millisecond
-	seedWarmRate = 2000 // sessions started per second before the measured time
-	seedJobLimit = 30 * time.Second
+	seedSettleLoad = 1.5
+	seedSettleMax  = 5 * time.Minute
+	seedConns      = 16
+	seedRate       = 1000 // jobs/s offered, unless FENCEGATE_SEED_RATE says otherwise
+	seedAccounts   = 100000
+	seedHold       = 50 * time.Millisecond
+	seedWarmRate   = 2000 // sessions started per second before the measured time
+	seedJobLimit   = 30 * time.Second
 )
 
 // seedWorker is one worker's lock service: a job through it takes and releases
