@@ -95,7 +95,8 @@ func settle(b *testing.B) {
 	for loadAvg() > seedSettleLoad && time.Since(start) < seedSettleMax {
 		time.Sleep(5 * time.Second)
 	}
-	b.Logf("settled for %v: load average %.2f", time.Since(start).Round(time.Second), loadAvg())
+	// Printed, not logged: a parent benchmark's log is not shown.
+	fmt.Printf("seed-scale: settled for %v, load average %.2f\n", time.Since(start).Round(time.Second), loadAvg())
 }
 
 const (
