@@ -43,7 +43,7 @@ func TestS3report(t *testing.T) {
 		reader     string // who the reader finds
 		mustOutput []string
 	}{
-		{"fenced", nil, "holder 2", []string{"presenting its lock: refused: fence: lock \"nightly-report\"", "manifest.json: refused: fence: stale token", "The store refused holder 1's manifest"}},
+		{"fenced", nil, "holder 2", []string{"presenting its lock: refused: fence: lock lost: \"nightly-report\"", "manifest.json: refused: fence: stale token", "The store refused holder 1's manifest"}},
 		{"no-fence", []string{"-no-fence"}, "holder 1", []string{"with plain PutObjects: accepted", "Without fencing, holder 1's stale report"}},
 	}
 	for _, tt := range tests {
