@@ -40,7 +40,11 @@ import (
 // lockclient-once by KeepAliveOnce (a new gRPC stream per renewal, the earlier
 // design), lockclient-lazy gives its lease up when it holds nothing at renewal
 // time (a lease only while locks are held), lockclient-half renews every half TTL
-// instead of every third (a third fewer keepalives), mutex is concurrency.Session+Mutex.
+// instead of every third (a third fewer keepalives), mutex is concurrency.Session+Mutex
+// with clientv3's lessor per connection (all sessions of a connection renewed on one
+// keepalive stream, as no two separate processes could), and mutex-own is Session+Mutex
+// with a lessor of its own per session (its own keepalive stream on the shared
+// connection, as each server's clientv3 would have: lockclient's footing).
 // FENCEGATE_SEED_RATE sets the jobs offered a second (default 1000; 0 measures
 // what idle sessions cost: the CPU of the renewals alone). FENCEGATE_SEED_SECONDS sets the measured time (default 30 s, three TTLs, so
 // that a session that cannot be kept is seen lost), and FENCEGATE_SEED_PROFILE a
@@ -63,7 +67,7 @@ func BenchmarkSeedScale(b *testing.B) {
 	if s := os.Getenv("FENCEGATE_SEED_VARIANTS"); s != "" {
 		variants = strings.Split(s, ",")
 		for _, v := range variants {
-			if !slices.Contains([]string{"lockclient", "lockclient-once", "lockclient-lazy", "lockclient-half", "mutex"}, v) {
+			if !slices.Contains([]string{"lockclient", "lockclient-once", "lockclient-lazy", "lockclient-half", "mutex", "mutex-own"}, v) {
 				b.Fatalf("FENCEGATE_SEED_VARIANTS: unknown variant %q", v)
 			}
 		}
@@ -137,7 +141,12 @@ func (lcWorker) lost() bool { return false }
 
 func (w lcWorker) close() { w.c.Close() }
 
-type mxWorker struct{ s *concurrency.Session }
+// mxWorker is a concurrency.Session and its Mutexes; lease, when set, is the
+// session's own lessor, closed with it.
+type mxWorker struct {
+	s     *concurrency.Session
+	lease clientv3.Lease
+}
 
 func (w mxWorker) job(ctx context.Context, account string) (time.Duration, error) {
 	m := concurrency.NewMutex(w.s, "/seed/"+account)
@@ -154,7 +163,12 @@ func (w mxWorker) job(ctx context.Context, account string) (time.Duration, error
 
 func (w mxWorker) lost() bool { return isClosed(w.s.Done()) }
 
-func (w mxWorker) close() { w.s.Close() }
+func (w mxWorker) close() {
+	w.s.Close()
+	if w.lease != nil {
+		w.lease.Close()
+	}
+}
 
 // lossCounter is the Observer of every lockclient worker: it counts
 // lost sessions and nothing else.
@@ -206,7 +220,7 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	b.ReportMetric(r.pct(0.99), "p99-ms")
 	b.ReportMetric(float64(r.errors.Load()), "errors")
 	b.ReportMetric(float64(lost), "sessions-lost")
-	if variant != "mutex" {
+	if !strings.HasPrefix(variant, "mutex") {
 		b.ReportMetric(float64(losses.started.Load()-started0), "sessions-granted")
 	}
 	b.ReportMetric(float64(cl.Term()-term0), "elections")
@@ -274,12 +288,21 @@ func startSeedWorkers(b *testing.B, variant string, n int, conns []*clientv3.Cli
 }
 
 func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (seedWorker, error) {
-	if variant == "mutex" {
+	switch variant {
+	case "mutex":
 		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
 		if err != nil {
 			return nil, err
 		}
 		return mxWorker{s: s}, nil
+	case "mutex-own":
+		own := ownLessor(cli)
+		s, err := concurrency.NewSession(own, concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		if err != nil {
+			own.Lease.Close()
+			return nil, err
+		}
+		return mxWorker{s: s, lease: own.Lease}, nil
 	}
 	opts := []lockclient.Option{lockclient.WithObserver(losses)}
 	if variant == "lockclient-half" {
@@ -296,6 +319,17 @@ func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (s
 		lockclient.LazySession(c)
 	}
 	return lcWorker{c: c}, nil
+}
+
+// ownLessor returns a client that shares cli's connection, KV and watcher but
+// has a lessor of its own, so that a session on it renews on its own keepalive
+// stream, as a server with its own clientv3 would. (clientv3.NewLease is what
+// clientv3.New uses; time.Second there means its default first-keepalive timeout.)
+func ownLessor(cli *clientv3.Client) *clientv3.Client {
+	c := clientv3.NewCtxClient(cli.Ctx(), clientv3.WithZapLogger(cli.GetLogger()))
+	c.KV, c.Watcher, c.Cluster, c.Maintenance = cli.KV, cli.Watcher, cli.Cluster, cli.Maintenance
+	c.Lease = clientv3.NewLeaseFromLeaseClient(clientv3.RetryLeaseClient(cli), c, time.Second)
+	return c
 }
 
 // seedResult is what the measured time did.
