@@ -21,6 +21,7 @@ type sideUsage struct {
 	goroutines float64
 	heap       float64 // live heap bytes
 	cpu        time.Duration
+	renewals   float64 // leases renewed (etcd counts each on the leader)
 }
 
 // clientUsage measures this process: the workers' clients and the benchmark.
@@ -45,6 +46,7 @@ func etcdUsage(b *testing.B, endpoints []string) sideUsage {
 		u.goroutines += m["go_goroutines"]
 		u.heap += m["go_memstats_heap_alloc_bytes"]
 		u.cpu += time.Duration(m["process_cpu_seconds_total"] * float64(time.Second))
+		u.renewals += m["etcd_debugging_lease_renewed_total"]
 	}
 	return u
 }

@@ -203,9 +203,10 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	if dir := os.Getenv("FENCEGATE_SEED_PROFILE"); dir != "" {
 		stopProfile = startProfile(b, filepath.Join(dir, fmt.Sprintf("seed-%d-%s.cpu.pprof", n, variant)))
 	}
-	cpu0, ecpu0 := processCPU(), etcdUsage(b, eps).cpu
+	cpu0, eu0 := processCPU(), etcdUsage(b, eps)
 	r := offerJobs(b, workers, measure, seedJobRate(b))
-	cpu, ecpu := processCPU()-cpu0, etcdUsage(b, eps).cpu-ecpu0
+	eu := etcdUsage(b, eps)
+	cpu, ecpu := processCPU()-cpu0, eu.cpu-eu0.cpu
 	if stopProfile != nil {
 		stopProfile()
 	}
@@ -228,6 +229,7 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	b.ReportMetric((e1.goroutines-e0.goroutines)/float64(n), "etcd-goroutines/worker")
 	b.ReportMetric((c1.heap-c0.heap)/float64(n)/1024, "client-heap-KiB/worker")
 	b.ReportMetric((e1.heap-e0.heap)/float64(n)/1024, "etcd-heap-KiB/worker")
+	b.ReportMetric((eu.renewals-eu0.renewals)/r.elapsed.Seconds(), "renewals/s")
 	b.ReportMetric(loadAvg(), "loadavg-1m")
 	// The clients (this process) and the three members (their processes).
 	b.ReportMetric(cpu.Seconds()/r.elapsed.Seconds(), "client-cpu-cores")
