@@ -35,7 +35,7 @@ import (
 //
 //	FENCEGATE_SEED_WORKERS=10000,20000 go test -run '^$' -bench BenchmarkSeedScale -benchtime 1x -timeout 60m ./lockclient/
 //
-// FENCEGATE_SEED_VARIANTS picks the variants (default lockclient,mutex):
+// FENCEGATE_SEED_VARIANTS picks the variants (default lockclient,mutex-own,mutex):
 // lockclient renews on one long-lived keepalive stream per session,
 // lockclient-once by KeepAliveOnce (a new gRPC stream per renewal, the earlier
 // design), lockclient-lazy gives its lease up when it holds nothing at renewal
@@ -63,7 +63,7 @@ func BenchmarkSeedScale(b *testing.B) {
 			b.Fatalf("FENCEGATE_SEED_SECONDS=%q: want a positive number of seconds", s)
 		}
 	}
-	variants := []string{"lockclient", "mutex"}
+	variants := []string{"lockclient", "mutex-own", "mutex"}
 	if s := os.Getenv("FENCEGATE_SEED_VARIANTS"); s != "" {
 		variants = strings.Split(s, ",")
 		for _, v := range variants {
