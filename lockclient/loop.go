@@ -189,6 +189,9 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		// together (after an outage, say) drift apart instead of renewing in
 		// bursts forever. Earlier is always safe.
 		s.nextRenew = sent.Add(c.interval - rand.N(c.interval/10+1))
+		if c.grid > 0 {
+			s.nextRenew = s.nextRenew.Truncate(c.grid) // earlier, never later
+		}
 	}
 	return true
 }

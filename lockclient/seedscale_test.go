@@ -40,7 +40,9 @@ import (
 // lockclient-once by KeepAliveOnce (a new gRPC stream per renewal, the earlier
 // design), lockclient-lazy gives its lease up when it holds nothing at renewal
 // time (a lease only while locks are held), lockclient-half renews every half TTL
-// instead of every third (a third fewer keepalives), mutex is concurrency.Session+Mutex
+// instead of every third (a third fewer keepalives), lockclient-grid sends each
+// renewal at the wall clock's last multiple of 500 ms before it is due (renewals
+// of many Clients arrive together), mutex is concurrency.Session+Mutex
 // with clientv3's lessor per connection (all sessions of a connection renewed on one
 // keepalive stream, as no two separate processes could), and mutex-own is Session+Mutex
 // with a lessor of its own per session (its own keepalive stream on the shared
@@ -67,7 +69,7 @@ func BenchmarkSeedScale(b *testing.B) {
 	if s := os.Getenv("FENCEGATE_SEED_VARIANTS"); s != "" {
 		variants = strings.Split(s, ",")
 		for _, v := range variants {
-			if !slices.Contains([]string{"lockclient", "lockclient-once", "lockclient-lazy", "lockclient-half", "mutex", "mutex-own"}, v) {
+			if !slices.Contains([]string{"lockclient", "lockclient-once", "lockclient-lazy", "lockclient-half", "lockclient-grid", "mutex", "mutex-own"}, v) {
 				b.Fatalf("FENCEGATE_SEED_VARIANTS: unknown variant %q", v)
 			}
 		}
@@ -112,6 +114,7 @@ const (
 	seedHold       = 50 * time.Millisecond
 	seedWarmRate   = 2000 // sessions started per second before the measured time
 	seedJobLimit   = 30 * time.Second
+	seedGrid       = 500 * time.Millisecond // lockclient-grid: clientv3's lessor polls every 500 ms
 )
 
 // seedWorker is one worker's lock service: a job through it takes and releases
@@ -319,6 +322,8 @@ func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (s
 		lockclient.RenewOnce(c)
 	case "lockclient-lazy":
 		lockclient.LazySession(c)
+	case "lockclient-grid":
+		lockclient.RenewOnGrid(c, seedGrid)
 	}
 	return lcWorker{c: c}, nil
 }
