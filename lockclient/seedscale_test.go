@@ -47,6 +47,8 @@ import (
 // keepalive stream, as no two separate processes could), and mutex-own is Session+Mutex
 // with a lessor of its own per session (its own keepalive stream on the shared
 // connection, as each server's clientv3 would have: lockclient's footing).
+// FENCEGATE_SEED_CONNS sets the shared connections (default 16; as many as
+// workers gives each its own, as separate servers have).
 // FENCEGATE_SEED_RATE sets the jobs offered a second (default 1000; 0 measures
 // what idle sessions cost: the CPU of the renewals alone). FENCEGATE_SEED_SECONDS sets the measured time (default 30 s, three TTLs, so
 // that a session that cannot be kept is seen lost), and FENCEGATE_SEED_PROFILE a
@@ -190,7 +192,7 @@ func (c *lossCounter) Session(_ int, err error) {
 
 func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	cl := locktest.StartCluster(b, 3)
-	conns := make([]*clientv3.Client, seedConns)
+	conns := make([]*clientv3.Client, seedConnCount(b))
 	for i := range conns {
 		conns[i] = cl.Client(b)
 	}
@@ -383,6 +385,22 @@ func offerJobs(b *testing.B, workers []seedWorker, d time.Duration, rate int) *s
 	wg.Wait()
 	r.elapsed = time.Since(start)
 	return r
+}
+
+// seedConnCount is FENCEGATE_SEED_CONNS, or seedConns: the etcd connections
+// (clientv3 Clients) the workers share, worker i on connection i mod count. As
+// many as workers gives each worker a connection of its own, as separate
+// servers have.
+func seedConnCount(b *testing.B) int {
+	s := os.Getenv("FENCEGATE_SEED_CONNS")
+	if s == "" {
+		return seedConns
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n <= 0 {
+		b.Fatalf("FENCEGATE_SEED_CONNS=%q: want a positive count of connections", s)
+	}
+	return n
 }
 
 // seedJobRate is FENCEGATE_SEED_RATE, or seedRate. 0 measures idle sessions:
