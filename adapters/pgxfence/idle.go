@@ -9,15 +9,17 @@ import (
 	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
-// idleSQL bounds how long the fenced transaction may sit idle on the server, for this
+// idleFrom bounds how long the fenced transaction may sit idle on the server, for this
 // transaction only (is_local): a client that stops inside fn (a frozen process)
 // holding the fence row is ended by PostgreSQL after that long (FATAL 25P03), its
 // locks released and nothing of it committed, so the next holder's write waits about
-// one lease, not until the frozen process wakes. It travels in the same batch as
-// BEGIN and the raise: no round trip of its own. lock_timeout and statement_timeout
-// are left alone: a transaction that waits on a lock or runs a long statement is
-// working, not frozen.
-const idleSQL = "SELECT set_config('idle_in_transaction_session_timeout', $1, true)"
+// one lease, not until the frozen process wakes. It is a FROM item of the raise
+// (raiseIdleSQL), whose one row the INSERT reads, so set_config runs in the raise
+// itself: no round trip and no statement of its own (a statement of its own in the
+// batch measured 5-10 % of a one-write transaction's rate on loopback). lock_timeout
+// and statement_timeout are left alone: a transaction that waits on a lock or runs a
+// long statement is working, not frozen.
+const idleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"
 
 // WithIdleTimeout sets how long a fenced transaction begun on a pool or connection
 // may sit idle on the server (between statements, or before COMMIT) before the server

@@ -117,8 +117,17 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 	}
 }
 
+// idleSet is a fence.Set grant: its raise is the set form, which carries the idle
+// timeout too.
+type idleSet struct {
+	fence.Grant
+	res []string
+}
+
+func (s idleSet) Resources() []string { return s.res }
+
 // TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the
-// option's, else the grant's lease, else grant.DefaultIdleTimeout, in both raise modes;
+// option's, else the grant's lease, else grant.DefaultIdleTimeout, in both raise modes and for a fence.Set;
 // and that a timeout under a millisecond is refused.
 func TestStore_WithIdleTimeout(t *testing.T) {
 	pool := newPool(t)
@@ -138,6 +147,8 @@ func TestStore_WithIdleTimeout(t *testing.T) {
 		{"lease", plain, leased, "3s"},
 		{"default", plain, fence.NewGrant("idle-default", 1), "10s"},
 		{"fence-first lease", fenceFirstStore(t, pool), leasedGrant{fence.NewGrant("idle-ff", 1), 4 * time.Second}, "4s"},
+		{"set", plain, idleSet{fence.NewGrant("idle-set-a", 1), []string{"idle-set-a", "idle-set-b"}}, "10s"},
+		{"set, option", opt, idleSet{fence.NewGrant("idle-set-c", 1), []string{"idle-set-c", "idle-set-d"}}, "1500ms"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -72,8 +72,7 @@ var _ pgx.Tx = (*lazyTx)(nil)
 func (t *lazyTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
-	b.Queue(idleSQL, t.s.idleMS(t.g))
-	q, args := raiseFor(t.g)
+	q, args := raiseFor(t.g, t.s.idleMS(t.g))
 	b.Queue(q, args...)
 	return b
 }
@@ -84,9 +83,6 @@ func (t *lazyTx) begin(ctx context.Context) error {
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN
-	if err == nil {
-		_, err = br.Exec() // the idle timeout
-	}
 	if err == nil {
 		_, err = br.Exec() // the raise
 	}
@@ -137,11 +133,9 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 		}
 		return nil, t.refuse(ctx, err)
 	}
-	for range 2 { // the idle timeout, the raise
-		if _, err := br.Exec(); err != nil {
-			_ = br.Close()
-			return nil, t.refuse(ctx, err)
-		}
+	if _, err := br.Exec(); err != nil { // the raise, with the idle timeout
+		_ = br.Close()
+		return nil, t.refuse(ctx, err)
 	}
 	return br, nil
 }

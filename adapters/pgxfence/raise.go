@@ -21,35 +21,57 @@ const staleMarker = "fencegate-stale:"
 // 16 workers (BENCHMARKS.md). When the row already holds the token (another
 // transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
 // UPDATE locks the conflicting row even where its WHERE is false.
-const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " +
-	"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
+const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
+
+// raiseConflict is the raise's ON CONFLICT clause, shared by its forms.
+const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
 	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
+
+// raiseIdleSQL is raiseSQL that also bounds the transaction's idle time ($3, see
+// idleFrom): the form a pipelined Fenced sends, one statement fewer in its batch.
+const raiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
+	idleFrom + " " + raiseConflict
 
 // raiseSetSQL is raiseSQL for a fence.Set grant: one statement raises every resource's
 // row, inserting the missing ones, in byte order of the resource names (the order
 // grant.Resources gives), so that transactions over overlapping sets lock their rows
 // in one order. A refusal names the resource whose stored token is higher:
 // 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
-// (a varchar[]) and the token; fenceFirstSQL writes them as literals.
-func raiseSetSQL(resources, token string) string {
+// (a varchar[]) and the token; fenceFirstSQL writes them as literals. from is
+// prepended to the FROM list (idleFrom, or nothing).
+func raiseSetSQL(resources, token, from string) string {
 	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
-		"::bigint FROM unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
+		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
 		"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 		"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 }
 
-// raiseSetParams is raiseSetSQL for the extended protocol.
-var raiseSetParams = raiseSetSQL("$1", "$2")
+// raiseSetParams and raiseSetIdleParams are raiseSetSQL for the extended protocol,
+// the second also bounding the idle time ($3).
+var (
+	raiseSetParams     = raiseSetSQL("$1", "$2", "")
+	raiseSetIdleParams = raiseSetSQL("$1", "$2", idleFrom+", ")
+)
 
 // raiseFor returns the fence raise of g and its arguments: raiseSQL for one resource,
-// raiseSetParams for a fence.Set.
-func raiseFor(g fence.Grant) (string, []any) {
+// raiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
+// milliseconds, see idleFrom) the raise also sets it.
+func raiseFor(g fence.Grant, idleMS string) (string, []any) {
+	args := []any{g.Resource(), int64(g.Token())}
 	if grant.Multi(g) {
-		return raiseSetParams, []any{grant.Resources(g), int64(g.Token())}
+		args[0] = grant.Resources(g)
 	}
-	return raiseSQL, []any{g.Resource(), int64(g.Token())}
+	switch {
+	case idleMS == "" && grant.Multi(g):
+		return raiseSetParams, args
+	case idleMS == "":
+		return raiseSQL, args
+	case grant.Multi(g):
+		return raiseSetIdleParams, append(args, idleMS)
+	}
+	return raiseIdleSQL, append(args, idleMS)
 }
 
 // fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
@@ -63,5 +85,5 @@ func fenceFirstSQL(g fence.Grant) string {
 	for i, r := range res {
 		lits[i] = literal(r)
 	}
-	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10))
+	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
 }

@@ -286,7 +286,7 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	q, args := raiseFor(g)
+	q, args := raiseFor(g, "") // a savepoint: the caller's transaction is the caller's to bound
 	if _, err := tx.Exec(ctx, q, args...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
