@@ -60,13 +60,7 @@ func BenchmarkSeedScale(b *testing.B) {
 	if counts == "" {
 		b.Skip("set FENCEGATE_SEED_WORKERS (e.g. 10000,20000) to run the seed-scale benchmark")
 	}
-	secs := 30
-	if s := os.Getenv("FENCEGATE_SEED_SECONDS"); s != "" {
-		var err error
-		if secs, err = strconv.Atoi(s); err != nil || secs <= 0 {
-			b.Fatalf("FENCEGATE_SEED_SECONDS=%q: want a positive number of seconds", s)
-		}
-	}
+	secs := seedEnvInt(b, "FENCEGATE_SEED_SECONDS", 30, 1)
 	variants := []string{"lockclient", "mutex-own", "mutex"}
 	if s := os.Getenv("FENCEGATE_SEED_VARIANTS"); s != "" {
 		variants = strings.Split(s, ",")
@@ -192,7 +186,7 @@ func (c *lossCounter) Session(_ int, err error) {
 
 func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 	cl := locktest.StartCluster(b, 3)
-	conns := make([]*clientv3.Client, seedConnCount(b))
+	conns := make([]*clientv3.Client, seedEnvInt(b, "FENCEGATE_SEED_CONNS", seedConns, 1))
 	for i := range conns {
 		conns[i] = cl.Client(b)
 	}
@@ -209,7 +203,7 @@ func runSeed(b *testing.B, variant string, n int, measure time.Duration) {
 		stopProfile = startProfile(b, filepath.Join(dir, fmt.Sprintf("seed-%d-%s.cpu.pprof", n, variant)))
 	}
 	cpu0, eu0 := processCPU(), etcdUsage(b, eps)
-	r := offerJobs(b, workers, measure, seedJobRate(b))
+	r := offerJobs(b, workers, measure, seedEnvInt(b, "FENCEGATE_SEED_RATE", seedRate, 0))
 	eu := etcdUsage(b, eps)
 	cpu, ecpu := processCPU()-cpu0, eu.cpu-eu0.cpu
 	if stopProfile != nil {
@@ -387,32 +381,19 @@ func offerJobs(b *testing.B, workers []seedWorker, d time.Duration, rate int) *s
 	return r
 }
 
-// seedConnCount is FENCEGATE_SEED_CONNS, or seedConns: the etcd connections
-// (clientv3 Clients) the workers share, worker i on connection i mod count. As
-// many as workers gives each worker a connection of its own, as separate
-// servers have.
-func seedConnCount(b *testing.B) int {
-	s := os.Getenv("FENCEGATE_SEED_CONNS")
+// seedEnvInt is the environment variable name as a count of at least least, or
+// def when it is unset: FENCEGATE_SEED_SECONDS, FENCEGATE_SEED_CONNS (the etcd
+// connections the workers share, worker i on connection i mod count; as many as
+// workers gives each its own, as separate servers have) and FENCEGATE_SEED_RATE
+// (0 measures idle sessions: what the renewals alone cost).
+func seedEnvInt(b *testing.B, name string, def, least int) int {
+	s := os.Getenv(name)
 	if s == "" {
-		return seedConns
+		return def
 	}
 	n, err := strconv.Atoi(s)
-	if err != nil || n <= 0 {
-		b.Fatalf("FENCEGATE_SEED_CONNS=%q: want a positive count of connections", s)
-	}
-	return n
-}
-
-// seedJobRate is FENCEGATE_SEED_RATE, or seedRate. 0 measures idle sessions:
-// what the renewals alone cost.
-func seedJobRate(b *testing.B) int {
-	s := os.Getenv("FENCEGATE_SEED_RATE")
-	if s == "" {
-		return seedRate
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil || n < 0 {
-		b.Fatalf("FENCEGATE_SEED_RATE=%q: want jobs a second, 0 or more", s)
+	if err != nil || n < least {
+		b.Fatalf("%s=%q: want a whole number, %d or more", name, s, least)
 	}
 	return n
 }
