@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -53,7 +54,7 @@ type Instance struct {
 
 	name   string
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 }
 
 // NewInstance makes a temporary directory for the server name (used in errors).
@@ -92,12 +93,38 @@ func (in *Instance) Start(cmd *exec.Cmd) error {
 		return fmt.Errorf("start %s: already started", in.name)
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: in.Cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	exited, err := StartChild(cmd)
+	if err != nil {
 		return fmt.Errorf("start %s: %w", in.name, err)
 	}
-	in.cmd, in.exited = cmd, make(chan struct{})
-	go func() { cmd.Wait(); close(in.exited) }()
+	in.cmd, in.exited = cmd, exited
 	return nil
+}
+
+// StartChild starts cmd and returns a channel closed once it has exited (and been
+// reaped). A cmd whose SysProcAttr sets Pdeathsig needs this: Pdeathsig fires when
+// the OS thread that forked the child exits, not the process, and the Go runtime ends
+// a thread whose locked goroutine returns (the delaying proxy's writer does). Had that
+// thread forked a server, the server would die mid-test. So the fork runs on a thread
+// held locked until the child exits.
+func StartChild(cmd *exec.Cmd) (<-chan struct{}, error) {
+	started := make(chan error, 1)
+	exited := make(chan struct{})
+	go func() {
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		if err := cmd.Start(); err != nil {
+			started <- err
+			return
+		}
+		started <- nil
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	if err := <-started; err != nil {
+		return nil, err
+	}
+	return exited, nil
 }
 
 // Exited is closed when the started process has exited; before Start it is nil,

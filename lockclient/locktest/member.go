@@ -12,6 +12,8 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/fencegate/fencegate/internal/testserver"
 	"go.uber.org/zap"
 )
 
@@ -26,7 +28,7 @@ type member struct {
 	certs     *Certs // client TLS, or nil for plain http
 
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 	status *clientv3.Client // talks to this member only, for readiness and raft status
 }
 
@@ -67,11 +69,11 @@ func (m *member) start(bin string) error {
 	cmd := exec.Command(bin, m.args()...)
 	cmd.Stdout, cmd.Stderr = logf, logf
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	exited, err := testserver.StartChild(cmd)
+	if err != nil {
 		return fmt.Errorf("start member %s: %w", m.name, err)
 	}
-	m.cmd, m.exited = cmd, make(chan struct{})
-	go func(done chan struct{}) { cmd.Wait(); close(done) }(m.exited)
+	m.cmd, m.exited = cmd, exited
 	if err := m.waitReady(); err != nil {
 		m.stop()
 		return fmt.Errorf("member %s: %w\n%s", m.name, err, tail(readFile(logPath)))

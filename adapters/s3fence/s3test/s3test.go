@@ -70,7 +70,7 @@ type Server struct {
 type process struct {
 	dir    string
 	cmd    *exec.Cmd
-	exited chan struct{}
+	exited <-chan struct{}
 }
 
 // Start builds versitygw if needed and starts it with a fresh data directory on a
@@ -122,12 +122,12 @@ func (s *Server) run(ctx context.Context, bin string) (*process, string, error) 
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	// The kernel kills the server if the process that started it dies uncleanly.
 	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
-	if err := p.cmd.Start(); err != nil {
+	exited, err := testserver.StartChild(p.cmd)
+	if err != nil {
 		os.RemoveAll(dir)
 		return nil, "", fmt.Errorf("s3test: start versitygw: %w", err)
 	}
-	p.exited = make(chan struct{})
-	go func() { p.cmd.Wait(); close(p.exited) }()
+	p.exited = exited
 	if err := p.waitReady(ctx, addr); err != nil {
 		tail := testserver.ReadTail(dir + ".log")
 		p.stop()
