@@ -12,9 +12,9 @@ import (
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/internal/testserver"
-	"go.uber.org/zap"
 )
 
 // member is one etcd server process of a cluster. Its data directory outlives
