@@ -43,9 +43,6 @@ type Client struct {
 	valuePrefix []byte        // see valuePrefix
 	log         *slog.Logger  // nil: silent
 	obs         Observer      // nil: nothing reported
-	renewOnce   bool          // renew by KeepAliveOnce (a stream per renewal): the design measured against
-	lazy        bool          // give the lease up when nothing is held at renewal time: a design measured against
-	grid        time.Duration // renew at the wall clock's last multiple of grid before due: a design measured against
 
 	grantSem chan struct{}  // one session grant at a time
 	stop     chan struct{}  // closed by Close

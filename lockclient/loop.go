@@ -87,9 +87,6 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 		l.lose(ErrNotRenewed)
 	}
 	if !now.Before(s.nextRenew) {
-		if c.lazy && s.drop() {
-			return now, false
-		}
 		s.renew(now, deadline)
 	}
 	if todo != nil {
@@ -112,7 +109,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 // renew sends a keepalive, unless one sent less than an interval ago is still
 // unanswered, and sets when to send the next if no answer comes.
 func (s *sessionLoop) renew(now, deadline time.Time) {
-	err := s.ka.send(now, deadline)
+	err := s.ka.send(now)
 	if err != nil {
 		s.c.keptAlive(s.lease, 0, deadline, err)
 	}
@@ -189,24 +186,6 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		// together (after an outage, say) drift apart instead of renewing in
 		// bursts forever. Earlier is always safe.
 		s.nextRenew = sent.Add(c.interval - rand.N(c.interval/10+1))
-		if c.grid > 0 {
-			s.nextRenew = s.nextRenew.Truncate(c.grid) // earlier, never later
-		}
 	}
-	return true
-}
-
-// drop ends the session without a renewal if it holds nothing (the lazy-session
-// design: a lease only while locks are held); its lease expires in etcd.
-func (s *sessionLoop) drop() bool {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != live || c.lease != s.lease || len(c.locks) > 0 || len(c.pending) > 0 {
-		return false
-	}
-	c.state = idle
-	c.lease = 0
-	close(c.ended)
 	return true
 }
