@@ -34,7 +34,8 @@ const (
 type Client struct {
 	cli         *clientv3.Client
 	ttl         time.Duration
-	interval    time.Duration
+	interval    time.Duration // renewal interval while a lock is held
+	idle        time.Duration // renewal interval while none is
 	prefix      string
 	id          string
 	host        string
@@ -81,6 +82,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		cli:      cli,
 		ttl:      o.ttl,
 		interval: o.interval,
+		idle:     o.idle,
 		prefix:   o.prefix,
 		id:       o.identity,
 		log:      o.logger,

@@ -1,4 +1,32 @@
 package lockclient
 
+import "time"
+
 // CheckLockName is checkName, for the fuzz test of lock name validation.
 var CheckLockName = checkName
+
+// RenewAlwaysBusy makes c renew as if it always held a lock: the cadence of
+// every session before idle ones renewed less often, which the degradation
+// test measures against. Call it before c's first Acquire.
+func RenewAlwaysBusy(c *Client) { c.idle = c.interval }
+
+// SessionDeadline returns c's conservative session deadline; zero before its
+// first session.
+func SessionDeadline(c *Client) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline
+}
+
+// RenewalDue returns when a Client built with opts sends its next keepalive,
+// with no jitter: its latest keepalive went out at last, etcd answered it
+// (answered) slowly (slow) or not, and it holds a lock (busy) or none.
+func RenewalDue(opts []Option, last time.Time, answered, slow, busy bool) (time.Time, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c := &Client{ttl: o.ttl, interval: o.interval, idle: o.idle}
+	r := renewal{last: last, answered: answered, slow: slow}
+	return r.next(c, busy), nil
+}

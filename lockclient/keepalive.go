@@ -127,6 +127,9 @@ func (k *keepalive) answer(r kaResult) (sent time.Time, ok bool) {
 	return sent, true
 }
 
+// waiting returns how many keepalives wait for their answers.
+func (k *keepalive) waiting() int { return len(k.sent) }
+
 // reset gives up the stream; the next send opens a new one.
 func (k *keepalive) reset() {
 	if k.cancel != nil {
