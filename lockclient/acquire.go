@@ -247,12 +247,14 @@ func (c *Client) registerLock(l *Lock, sent time.Time, lo lockOptions) (*Lock, e
 	}
 	// A lock of ours still registered under one of these names cannot hold the
 	// key we just created: it was released by token elsewhere or expired. It is lost.
+	// The first lock of an idle session wakes the loop: the busy cadence may
+	// want a renewal now (see renewal).
+	poke := len(c.locks) == 0
 	olds := c.replaceLocked(l)
-	poke := false
 	if lo.manual {
 		l.deadline = sent.Add(lo.lease)
 		c.manual.push(l)
-		poke = c.manual[0] == l
+		poke = poke || c.manual[0] == l
 	}
 	c.mu.Unlock()
 	for _, old := range olds {

@@ -34,7 +34,8 @@ const (
 type Client struct {
 	cli         *clientv3.Client
 	ttl         time.Duration
-	interval    time.Duration
+	interval    time.Duration // renewal interval while a lock is held
+	idle        time.Duration // renewal interval while none is
 	prefix      string
 	id          string
 	host        string
@@ -43,9 +44,6 @@ type Client struct {
 	valuePrefix []byte        // see valuePrefix
 	log         *slog.Logger  // nil: silent
 	obs         Observer      // nil: nothing reported
-	renewOnce   bool          // renew by KeepAliveOnce (a stream per renewal): the design measured against
-	lazy        bool          // give the lease up when nothing is held at renewal time: a design measured against
-	grid        time.Duration // renew at the wall clock's last multiple of grid before due: a design measured against
 
 	grantSem chan struct{}  // one session grant at a time
 	stop     chan struct{}  // closed by Close
@@ -84,6 +82,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		cli:      cli,
 		ttl:      o.ttl,
 		interval: o.interval,
+		idle:     o.idle,
 		prefix:   o.prefix,
 		id:       o.identity,
 		log:      o.logger,

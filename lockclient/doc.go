@@ -4,13 +4,29 @@
 // # Session lease
 //
 // A Client holds one etcd lease at a time, its session (default TTL 10 s),
-// granted by its first acquire and renewed by the session's goroutine every
-// TTL/3 on one long-lived keepalive stream (one gRPC stream per session, not one
-// per renewal). Every lock key the Client creates is attached to it. A process
+// granted by its first acquire and renewed by the session's goroutine on one
+// long-lived keepalive stream (one gRPC stream per session, not one per
+// renewal). Every lock key the Client creates is attached to it. A process
 // that crashes, freezes or is cut off stops renewing; etcd expires the lease and
 // deletes its keys, and the locks pass on. There is no lease per lock (each
 // lease expiry or revoke costs etcd a synchronous disk commit) and no goroutine
 // per lock.
+//
+// The session renews by need. While the Client holds a lock it renews every
+// TTL/3 (WithRenewInterval), up to a tenth early, so that a renewal or two may
+// fail before the deadline passes. While it holds none it renews every TTL/2
+// (or at the renewal interval, if that is longer), and when such a renewal goes
+// unanswered it sends one more on the same stream TTL/4 later (half the gap
+// between its interval and the TTL), so an idle session survives a failed renewal
+// too; a renewal that fails with an error is retried within 100 ms, at either
+// cadence. While etcd takes longer than a tenth of the TTL to answer, an idle
+// session renews as often as a busy one, since a later renewal leaves less
+// time for a slow answer. When a lock is granted more than a renewal interval
+// after the session's last keepalive was sent, the session renews at once, so
+// the lock starts with the tolerance of a busy session. An idle session thus
+// sends a third fewer renewals; what it risks is only itself (its loss ends no
+// lock), but every lease expiry costs etcd a synchronous commit, so it is
+// kept alive with the same care.
 //
 // MinTTL is 2 s: etcd grants no lease shorter than 1.5 x its election timeout
 // (1 s by default), rounded up to seconds, and silently raises shorter requests.

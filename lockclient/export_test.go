@@ -2,23 +2,31 @@ package lockclient
 
 import "time"
 
-// RenewOnce makes c renew its session by clientv3's KeepAliveOnce, a new gRPC
-// stream per renewal, as it did before the long-lived stream: the seed-scale
-// benchmark measures the two designs in one run. Call it before c's first
-// Acquire.
-func RenewOnce(c *Client) { c.renewOnce = true }
-
-// LazySession makes c give its session lease up (to expire in etcd) when it
-// holds no lock at renewal time, so that the next Acquire grants a new one: the
-// lazy-session design, measured by the seed-scale benchmark. Call it before
-// c's first Acquire.
-func LazySession(c *Client) { c.lazy = true }
-
-// RenewOnGrid makes c send each renewal at the last multiple of grid of the
-// wall clock before it is due (never later), so that the renewals of many
-// Clients reach etcd together in bursts instead of spread evenly: a design the
-// seed-scale benchmark measures. Call it before c's first Acquire.
-func RenewOnGrid(c *Client, grid time.Duration) { c.grid = grid }
-
 // CheckLockName is checkName, for the fuzz test of lock name validation.
 var CheckLockName = checkName
+
+// RenewAlwaysBusy makes c renew as if it always held a lock: the cadence of
+// every session before idle ones renewed less often, which the degradation
+// test measures against. Call it before c's first Acquire.
+func RenewAlwaysBusy(c *Client) { c.idle = c.interval }
+
+// SessionDeadline returns c's conservative session deadline; zero before its
+// first session.
+func SessionDeadline(c *Client) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.deadline
+}
+
+// RenewalDue returns when a Client built with opts sends its next keepalive,
+// with no jitter: its latest keepalive went out at last, etcd answered it
+// (answered) slowly (slow) or not, and it holds a lock (busy) or none.
+func RenewalDue(opts []Option, last time.Time, answered, slow, busy bool) (time.Time, error) {
+	o, err := buildOptions(opts)
+	if err != nil {
+		return time.Time{}, err
+	}
+	c := &Client{ttl: o.ttl, interval: o.interval, idle: o.idle}
+	r := renewal{last: last, answered: answered, slow: slow}
+	return r.next(c, busy), nil
+}

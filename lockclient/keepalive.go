@@ -6,7 +6,6 @@ import (
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -51,10 +50,7 @@ func newKeepalive(ctx context.Context, c *Client, lease clientv3.LeaseID) *keepa
 
 // send sends one keepalive at now, opening a stream if there is none, or a new
 // one if too many keepalives went unanswered on this one.
-func (k *keepalive) send(now, deadline time.Time) error {
-	if k.c.renewOnce {
-		return k.sendOnce(now, deadline)
-	}
+func (k *keepalive) send(now time.Time) error {
 	var gaveUp bool
 	if len(k.sent) >= maxUnanswered {
 		k.reset()
@@ -114,7 +110,7 @@ func (k *keepalive) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, 
 // false for what no keepalive waits for: the end of a stream given up, an
 // answer of another lease.
 func (k *keepalive) answer(r kaResult) (sent time.Time, ok bool) {
-	if r.gen != k.gen || (k.stream == nil && !k.c.renewOnce) {
+	if r.gen != k.gen || k.stream == nil {
 		return time.Time{}, false
 	}
 	if len(k.sent) > 0 {
@@ -131,6 +127,9 @@ func (k *keepalive) answer(r kaResult) (sent time.Time, ok bool) {
 	return sent, true
 }
 
+// waiting returns how many keepalives wait for their answers.
+func (k *keepalive) waiting() int { return len(k.sent) }
+
 // reset gives up the stream; the next send opens a new one.
 func (k *keepalive) reset() {
 	if k.cancel != nil {
@@ -138,34 +137,4 @@ func (k *keepalive) reset() {
 	}
 	k.stream, k.cancel, k.sent = nil, nil, nil
 	k.gen++
-}
-
-// sendOnce renews by clientv3's KeepAliveOnce, a new gRPC stream per renewal,
-// one at a time, until deadline: the design the stream replaced, kept for the
-// seed-scale benchmark to measure against.
-func (k *keepalive) sendOnce(now, deadline time.Time) error {
-	if len(k.sent) > 0 {
-		return nil // one in flight: its answer or its error comes
-	}
-	k.sent = append(k.sent, now)
-	gen := k.gen
-	k.c.loops.Add(1)
-	go func() {
-		defer k.c.loops.Done()
-		ctx, cancel := context.WithDeadline(k.ctx, deadline)
-		defer cancel()
-		r := kaResult{gen: gen}
-		resp, err := k.c.cli.KeepAliveOnce(ctx, k.lease)
-		switch {
-		case err == nil:
-			r.ttl = resp.TTL
-		case !errors.Is(err, rpctypes.ErrLeaseNotFound):
-			r.err = err
-		}
-		select {
-		case k.results <- r:
-		case <-k.ctx.Done():
-		}
-	}()
-	return nil
 }

@@ -3,7 +3,6 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -11,8 +10,9 @@ import (
 )
 
 // sessionLoop is the state of one session's goroutine. It renews the session
-// lease every interval on the session's keepalive stream (recording each
-// keepalive's send time, so that the deadline counts from it), declares the
+// lease on the session's keepalive stream at the cadence the Client's need sets
+// (see renewal), recording each keepalive's send time, so that the deadline
+// counts from it; it declares the
 // session lost when the deadline passes without a confirmed renewal, expires
 // manual-renewal locks that were not renewed in time, and retries pending
 // deletes. The stream's answers arrive from a receiving goroutine and a delete
@@ -27,19 +27,20 @@ type sessionLoop struct {
 	delc       chan error // a delete batch's result
 	deleting   bool
 	batch      int // pending deletes in flight
-	nextRenew  time.Time
+	renew      renewal
 	nextDelete time.Time
 }
 
-func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}) {
+// loop runs the session lease granted by a request sent at granted.
+func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted time.Time) {
 	defer c.loops.Done()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	s := &sessionLoop{
 		c: c, lease: lease, ended: ended, ctx: ctx,
-		ka:        newKeepalive(ctx, c, lease),
-		delc:      make(chan error, 1),
-		nextRenew: time.Now().Add(c.interval),
+		ka:    newKeepalive(ctx, c, lease),
+		delc:  make(chan error, 1),
+		renew: newRenewal(granted),
 	}
 	defer s.ka.reset()
 	timer := time.NewTimer(time.Hour)
@@ -77,6 +78,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 		todo = slices.Clone(c.pending)
 		s.batch = len(todo)
 	}
+	busy := len(c.locks) > 0
 	wake := deadline
 	if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
 		wake = c.manual[0].deadline
@@ -86,11 +88,8 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	for _, l := range expired {
 		l.lose(ErrNotRenewed)
 	}
-	if !now.Before(s.nextRenew) {
-		if c.lazy && s.drop() {
-			return now, false
-		}
-		s.renew(now, deadline)
+	if !now.Before(s.renew.next(c, busy)) {
+		s.send(now, deadline)
 	}
 	if todo != nil {
 		s.deleting = true
@@ -100,8 +99,8 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 			s.delc <- c.deleteBatch(s.ctx, todo, deadline)
 		}()
 	}
-	if s.nextRenew.Before(wake) {
-		wake = s.nextRenew
+	if next := s.renew.next(c, busy); next.Before(wake) {
+		wake = next
 	}
 	if !s.deleting && todo == nil && !s.nextDelete.IsZero() && s.nextDelete.Before(wake) {
 		wake = s.nextDelete
@@ -109,18 +108,18 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	return wake, true
 }
 
-// renew sends a keepalive, unless one sent less than an interval ago is still
-// unanswered, and sets when to send the next if no answer comes.
-func (s *sessionLoop) renew(now, deadline time.Time) {
-	err := s.ka.send(now, deadline)
+// send sends a keepalive and records it, or, if none could be sent, schedules a
+// retry.
+func (s *sessionLoop) send(now, deadline time.Time) {
+	err := s.ka.send(now)
 	if err != nil {
 		s.c.keptAlive(s.lease, 0, deadline, err)
 	}
 	if err != nil && !errors.Is(err, errNoAnswer) {
-		s.nextRenew = now.Add(min(retryDelay, s.c.interval)) // not sent
+		s.renew.failed(now, s.c) // not sent
 		return
 	}
-	s.nextRenew = now.Add(s.c.interval)
+	s.renew.sent(now)
 }
 
 // wait blocks until timer fires or something happens; false when the loop must
@@ -171,7 +170,7 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		deadline := c.deadline
 		c.mu.Unlock()
 		c.keptAlive(s.lease, rtt, deadline, r.err)
-		s.nextRenew = now.Add(min(retryDelay, c.interval))
+		s.renew.failed(now, c)
 	case r.ttl <= 0:
 		// etcd no longer has the lease: it expired there.
 		c.loseLease(s.lease, "etcd no longer has the session lease")
@@ -185,28 +184,7 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		c.failures = 0 // a renewed session ends the backoff
 		c.mu.Unlock()
 		c.keptAlive(s.lease, rtt, deadline, nil)
-		// Up to a tenth early, at random: Clients whose sessions started
-		// together (after an outage, say) drift apart instead of renewing in
-		// bursts forever. Earlier is always safe.
-		s.nextRenew = sent.Add(c.interval - rand.N(c.interval/10+1))
-		if c.grid > 0 {
-			s.nextRenew = s.nextRenew.Truncate(c.grid) // earlier, never later
-		}
+		s.renew.confirmed(rtt, s.ka.waiting() == 0, c)
 	}
-	return true
-}
-
-// drop ends the session without a renewal if it holds nothing (the lazy-session
-// design: a lease only while locks are held); its lease expires in etcd.
-func (s *sessionLoop) drop() bool {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state != live || c.lease != s.lease || len(c.locks) > 0 || len(c.pending) > 0 {
-		return false
-	}
-	c.state = idle
-	c.lease = 0
-	close(c.ended)
 	return true
 }

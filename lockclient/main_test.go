@@ -40,6 +40,20 @@ func runHolder(spec string) int {
 	// Bounded, so that a holder the test forgot cannot outlive it for long.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// "idle:NAME": the session idles first, and NAME is taken when an idle
+	// renewal is nearly due (more than a busy interval after the last one).
+	if n, ok := strings.CutPrefix(name, "idle:"); ok {
+		name = n
+		warm, err := c.Acquire(ctx, "warm-"+name)
+		if err == nil {
+			err = warm.Release(ctx)
+		}
+		if err != nil {
+			fmt.Println("error", err)
+			return 1
+		}
+		time.Sleep(testTTL * 9 / 10)
+	}
 	// A comma-separated name is a set (AcquireSet).
 	var l *lockclient.Lock
 	if strings.Contains(name, ",") {

@@ -31,6 +31,7 @@ type Option func(*options) error
 type options struct {
 	ttl      time.Duration
 	interval time.Duration
+	idle     time.Duration
 	prefix   string
 	identity string
 	logger   *slog.Logger
@@ -54,9 +55,11 @@ func WithTTL(d time.Duration) Option {
 	}
 }
 
-// WithRenewInterval sets how often the client renews its session lease (default
-// a third of the TTL, so a renewal or two may fail without losing the locks). It
-// must be positive and under the TTL.
+// WithRenewInterval sets how often the client renews its session lease while it
+// holds a lock (default a third of the TTL, so a renewal or two may fail without
+// losing the locks). While it holds none, it renews every half TTL, or at this
+// interval if that is longer (see the package doc's Session lease). It must be
+// positive and under the TTL.
 func WithRenewInterval(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {
@@ -119,6 +122,7 @@ func buildOptions(opts []Option) (options, error) {
 	if o.interval >= o.ttl {
 		return o, invalid("WithRenewInterval(%v): renewal interval is not under the TTL %v", o.interval, o.ttl)
 	}
+	o.idle = max(o.interval, o.ttl/2)
 	return o, nil
 }
 

@@ -83,32 +83,39 @@ func TestClient_crashedHolder(t *testing.T) {
 // TestClient_frozenHolder freezes the holding process with SIGSTOP, the way a
 // long GC pause or a suspended VM does: its keepalives stop, its lease expires,
 // the lock passes on. When it thaws, its lock's Done is closed and a fenced
-// write would be refused before any I/O.
+// write would be refused before any I/O. The holder takes its lock on a new
+// session, or on one that idled first (renewing at the idle cadence), just
+// before an idle renewal was due.
 func TestClient_frozenHolder(t *testing.T) {
-	srv := locktest.Start(t)
-	h := startHolder(t, srv, "account-78")
-	other := newClient(t, srv.Client(t))
-	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
-		t.Fatal(err)
-	}
-	l := mustAcquire(t, other, "account-78")
-	if l.Token() <= h.token {
-		t.Fatalf("token %d after the frozen holder's %d", l.Token(), h.token)
-	}
-	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
-		t.Fatal(err)
-	}
-	line := h.next(t)
-	if !strings.HasPrefix(line, "lost") || !strings.Contains(line, fmt.Sprintf("checkgrant: fence: lock lost: %q at token %d", "account-78", h.token)) {
-		t.Fatalf("thawed holder said %q, want its lock lost and refused by CheckGrant", line)
-	}
-	for h.lines.Scan() { // drain, so that Wait can return
-	}
-	if err := h.cmd.Wait(); err != nil {
-		t.Fatalf("thawed holder: %v", err)
-	}
-	// The thawed holder's lease is gone; the new holder is untouched.
-	if info, err := other.Holder(t.Context(), "account-78"); err != nil || info.Token != l.Token() {
-		t.Fatalf("Holder after thaw = %+v, %v; want token %d", info, err, l.Token())
+	for _, spec := range []string{"account-78", "idle:account-79"} {
+		t.Run(spec, func(t *testing.T) {
+			srv := locktest.Start(t)
+			name := strings.TrimPrefix(spec, "idle:")
+			h := startHolder(t, srv, spec)
+			other := newClient(t, srv.Client(t))
+			if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+				t.Fatal(err)
+			}
+			l := mustAcquire(t, other, name)
+			if l.Token() <= h.token {
+				t.Fatalf("token %d after the frozen holder's %d", l.Token(), h.token)
+			}
+			if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+				t.Fatal(err)
+			}
+			line := h.next(t)
+			if !strings.HasPrefix(line, "lost") || !strings.Contains(line, fmt.Sprintf("checkgrant: fence: lock lost: %q at token %d", name, h.token)) {
+				t.Fatalf("thawed holder said %q, want its lock lost and refused by CheckGrant", line)
+			}
+			for h.lines.Scan() { // drain, so that Wait can return
+			}
+			if err := h.cmd.Wait(); err != nil {
+				t.Fatalf("thawed holder: %v", err)
+			}
+			// The thawed holder's lease is gone; the new holder is untouched.
+			if info, err := other.Holder(t.Context(), name); err != nil || info.Token != l.Token() {
+				t.Fatalf("Holder after thaw = %+v, %v; want token %d", info, err, l.Token())
+			}
+		})
 	}
 }

@@ -22,7 +22,17 @@ type sideUsage struct {
 	heap       float64 // live heap bytes
 	cpu        time.Duration
 	renewals   float64 // leases renewed (etcd counts each on the leader)
+	kaRecv     float64 // keepalive requests the members received
+	kaLeader   float64 // of them, those the leader received (the rest it had forwarded)
+	kaStreams  float64 // keepalive streams the members opened
+	leaderCPU  time.Duration
 }
+
+// The members' gRPC counters of the LeaseKeepAlive method.
+const (
+	kaRecvMetric   = `grpc_server_msg_received_total{grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`
+	kaStartedMetic = `grpc_server_started_total{grpc_method="LeaseKeepAlive",grpc_service="etcdserverpb.Lease",grpc_type="bidi_stream"}`
+)
 
 // clientUsage measures this process: the workers' clients and the benchmark.
 func clientUsage() sideUsage {
@@ -47,11 +57,18 @@ func etcdUsage(b *testing.B, endpoints []string) sideUsage {
 		u.heap += m["go_memstats_heap_alloc_bytes"]
 		u.cpu += time.Duration(m["process_cpu_seconds_total"] * float64(time.Second))
 		u.renewals += m["etcd_debugging_lease_renewed_total"]
+		u.kaRecv += m[kaRecvMetric]
+		u.kaStreams += m[kaStartedMetic]
+		if m["etcd_server_is_leader"] == 1 {
+			u.kaLeader += m[kaRecvMetric]
+			u.leaderCPU += time.Duration(m["process_cpu_seconds_total"] * float64(time.Second))
+		}
 	}
 	return u
 }
 
-// scrapeMetrics reads the unlabelled samples of a Prometheus text exposition.
+// scrapeMetrics reads the samples of a Prometheus text exposition, each under
+// its name with its labels as written.
 func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
 	if err != nil {
@@ -70,7 +87,10 @@ func scrapeMetrics(ctx context.Context, url string) (map[string]float64, error) 
 	sc.Buffer(make([]byte, 64<<10), 1<<20)
 	for sc.Scan() {
 		name, val, ok := strings.Cut(sc.Text(), " ")
-		if !ok || strings.HasPrefix(name, "#") || strings.Contains(name, "{") {
+		if i := strings.LastIndex(sc.Text(), "} "); i >= 0 {
+			name, val, ok = sc.Text()[:i+1], sc.Text()[i+2:], true
+		}
+		if !ok || strings.HasPrefix(name, "#") {
 			continue
 		}
 		if v, err := strconv.ParseFloat(strings.TrimSpace(val), 64); err == nil {

@@ -92,7 +92,7 @@ func (c *Client) grant(ctx context.Context) error {
 	c.ended = ended
 	c.loops.Add(1)
 	c.mu.Unlock()
-	go c.loop(resp.ID, ended)
+	go c.loop(resp.ID, ended, sent)
 	c.sessionStarted(resp.ID)
 	return nil
 }

@@ -17,6 +17,7 @@ import (
 	"net"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 )
@@ -25,8 +26,8 @@ import (
 type Proxy struct {
 	ln     net.Listener
 	target string
-	delay  time.Duration
-	q      chan chunk // every direction's chunks, in arrival order
+	delay  atomic.Int64 // one-way, in nanoseconds
+	q      chan chunk   // every direction's chunks, in arrival order
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
@@ -58,12 +59,20 @@ func Start(target string, oneWay time.Duration) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayproxy: listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: target, delay: oneWay, q: make(chan chunk, 1<<16),
+	p := &Proxy{ln: ln, target: target, q: make(chan chunk, 1<<16),
 		conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p.delay.Store(int64(oneWay))
 	go p.deliver()
 	p.readers.Go(p.accept)
 	return p, nil
 }
+
+// SetDelay changes the one-way delay of every chunk read from now on (chunks
+// already queued keep theirs); a negative delay counts as 0. Delivery stays in
+// arrival order, so after a cut the chunks read since wait for the ones before
+// them, as on one TCP connection. Tests use it to slow a server down as an
+// overload would, and to let it recover.
+func (p *Proxy) SetDelay(oneWay time.Duration) { p.delay.Store(int64(max(oneWay, 0))) }
 
 // Addr is the proxy's listening address, host:port.
 func (p *Proxy) Addr() string { return p.ln.Addr().String() }
@@ -131,10 +140,10 @@ func (p *Proxy) read(dst, src net.Conn) {
 		n, err := src.Read(buf)
 		if n > 0 {
 			// Copied out at its own size: most reads are a few hundred bytes.
-			p.q <- chunk{due: time.Now().Add(p.delay), dst: dst, src: src, data: append([]byte(nil), buf[:n]...)}
+			p.q <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), dst: dst, src: src, data: append([]byte(nil), buf[:n]...)}
 		}
 		if err != nil {
-			p.q <- chunk{due: time.Now().Add(p.delay), dst: dst, src: src, eof: true}
+			p.q <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), dst: dst, src: src, eof: true}
 			return
 		}
 	}

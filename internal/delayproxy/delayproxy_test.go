@@ -72,3 +72,37 @@ func TestStart_badInput(t *testing.T) {
 		t.Fatal("negative delay: no error")
 	}
 }
+
+// TestProxy_SetDelay raises the delay, then drops it: a round trip after the
+// raise takes at least the new delay twice, and the bytes stay in order.
+func TestProxy_SetDelay(t *testing.T) {
+	p, err := delayproxy.Start(echo(t), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	c, err := net.Dial("tcp", p.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	r := bufio.NewReader(c)
+	for i, oneWay := range []time.Duration{50 * time.Millisecond, 0, 30 * time.Millisecond} {
+		p.SetDelay(oneWay)
+		start := time.Now()
+		want := string(rune('a'+i)) + "\n"
+		if _, err := c.Write([]byte(want)); err != nil {
+			t.Fatal(err)
+		}
+		line, err := r.ReadString('\n')
+		if err != nil {
+			t.Fatal(err)
+		}
+		if line != want {
+			t.Fatalf("round %d: got %q, want %q", i, line, want)
+		}
+		if took := time.Since(start); took < 2*oneWay {
+			t.Fatalf("round %d: round trip took %v, under twice the one-way delay %v", i, took, oneWay)
+		}
+	}
+}
