@@ -24,7 +24,7 @@ import (
 // election runs candidate processes for one lock name and keeps what they
 // print, to check the terms afterwards.
 type election struct {
-	t     *testing.T
+	t     testing.TB
 	db    string
 	name  string
 	mu    sync.Mutex
@@ -47,7 +47,7 @@ type termBegin struct {
 	at    time.Time
 }
 
-func newElection(t *testing.T, name string) *election {
+func newElection(t testing.TB, name string) *election {
 	db := filepath.Join(t.TempDir(), "lead.db")
 	sdb, err := sqlite.Open(db)
 	if err != nil {
@@ -127,7 +127,7 @@ func (e *election) next(what string) termBegin {
 	}
 }
 
-func (p *candidate) signal(t *testing.T, sig syscall.Signal) time.Time {
+func (p *candidate) signal(t testing.TB, sig syscall.Signal) time.Time {
 	t.Helper()
 	at := time.Now()
 	if err := p.cmd.Process.Signal(sig); err != nil {
@@ -151,7 +151,7 @@ func (p *candidate) mend() {
 }
 
 // waitLine waits until the candidate printed a line with prefix.
-func (p *candidate) waitLine(t *testing.T, prefix string) {
+func (p *candidate) waitLine(t testing.TB, prefix string) {
 	t.Helper()
 	for deadline := time.Now().Add(2 * time.Minute); ; time.Sleep(10 * time.Millisecond) {
 		p.mu.Lock()
@@ -339,4 +339,55 @@ func leadFaults(t *testing.T, n int) {
 	}
 	time.Sleep(200 * time.Millisecond) // the last leader writes a few times
 	e.check()
+}
+
+// BenchmarkLead_takeover measures, with candidate processes on a single etcd
+// member and WithTTL(2s), how long after the leader is frozen (SIGSTOP) or
+// killed (SIGKILL), alternately, another process's term begins (target: the
+// TTL + 1 s, p99 over 20), and how long after the leader's ctx ends (SIGTERM)
+// its successor's begins (target: 500 ms, p99 over 20). Run it with
+// -benchtime=1x; each iteration measures 20 of each.
+func BenchmarkLead_takeover(b *testing.B) {
+	const rounds = 20
+	srv := locktest.Start(b)
+	for range b.N {
+		e := newElection(b, "scheduler")
+		for range 3 {
+			e.start(srv.Endpoints())
+		}
+		leader := e.next("first term")
+		measure := func(sig syscall.Signal) []time.Duration {
+			var ds []time.Duration
+			for i := range rounds {
+				time.Sleep(1500 * time.Millisecond) // every other candidate waits on the key again
+				s := sig
+				if sig == syscall.SIGSTOP && i%2 == 1 {
+					s = syscall.SIGKILL
+				}
+				at := leader.proc.signal(b, s)
+				next := e.next(s.String())
+				ds = append(ds, next.at.Sub(at))
+				switch s {
+				case syscall.SIGSTOP:
+					leader.proc.signal(b, syscall.SIGCONT) // it campaigns again
+				default:
+					e.start(srv.Endpoints())
+				}
+				leader = next
+			}
+			return ds
+		}
+		takeover := measure(syscall.SIGSTOP)
+		handover := measure(syscall.SIGTERM)
+		report(b, "takeover", takeover)
+		report(b, "handover", handover)
+	}
+}
+
+func report(b *testing.B, what string, ds []time.Duration) {
+	slices.Sort(ds)
+	p := func(q float64) time.Duration { return ds[min(len(ds)-1, int(q*float64(len(ds))))] }
+	b.ReportMetric(p(0.5).Seconds()*1000, what+"-p50-ms")
+	b.ReportMetric(p(0.99).Seconds()*1000, what+"-p99-ms")
+	b.Logf("%s over %d: p50 %v, p99 %v, min %v, max %v", what, len(ds), p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 }
