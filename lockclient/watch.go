@@ -60,7 +60,8 @@ type Event struct {
 }
 
 // Watch reports every change of the holder of lock name, in etcd's order, on
-// the returned channel, until ctx ends or the Client is closed; then the
+// the returned channel, until ctx ends or the Client (or its etcd client) is
+// closed; then the
 // channel is closed. It starts with the current state (Initial: EventTaken, or
 // EventFree), then reports each grant (EventTaken) and each end of a hold
 // (EventReleased, EventExpired). Followers use it to find their leader: the

@@ -25,7 +25,7 @@ type watcher struct {
 }
 
 func (w *watcher) run(ctx context.Context) {
-	for ctx.Err() == nil {
+	for ctx.Err() == nil && w.c.cli.Ctx().Err() == nil { // the etcd client closed: nothing comes any more
 		if w.rev == 0 || w.compacted {
 			if err := w.read(ctx); err != nil {
 				if w.c.sleep(ctx, retryDelay) != nil {
