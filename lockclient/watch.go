@@ -61,8 +61,7 @@ type Event struct {
 
 // Watch reports every change of the holder of lock name, in etcd's order, on
 // the returned channel, until ctx ends or the Client (or its etcd client) is
-// closed; then the
-// channel is closed. It starts with the current state (Initial: EventTaken, or
+// closed; then the channel is closed. It starts with the current state (Initial: EventTaken, or
 // EventFree), then reports each grant (EventTaken) and each end of a hold
 // (EventReleased, EventExpired). Followers use it to find their leader: the
 // holder of a Lead's lock is the leader, its Info.Value what the leader stored.
