@@ -31,10 +31,10 @@ const retryDelay = 100 * time.Millisecond
 // (a failed session grant included).
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {
-		return c.acquire(ctx, name, opts, true)
+		return c.acquire(ctx, name, opts, true, nil)
 	}
 	start := time.Now()
-	l, err := c.acquire(ctx, name, opts, true)
+	l, err := c.acquire(ctx, name, opts, true, nil)
 	c.acquired(ctx, name, start, l, err, true)
 	return l, err
 }
@@ -47,15 +47,17 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // during the call (the next call starts a new one).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	if c.obs == nil && c.log == nil {
-		return c.acquire(ctx, name, opts, false)
+		return c.acquire(ctx, name, opts, false, nil)
 	}
 	start := time.Now()
-	l, err := c.acquire(ctx, name, opts, false)
+	l, err := c.acquire(ctx, name, opts, false, nil)
 	c.acquired(ctx, name, start, l, err, false)
 	return l, err
 }
 
-func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool) (*Lock, error) {
+// acquire takes name; value, when not nil, is stored with the key (Lead's
+// WithValue) and shown as Info.Value.
+func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool, value []byte) (*Lock, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -80,7 +82,7 @@ func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wa
 			lease, unknown = cur, nil // the old lease takes its keys with it
 		}
 		sent := time.Now()
-		val := c.encode(sent)
+		val := c.encodeValue(sent, value)
 		resp, err := c.cli.Txn(ctx).
 			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
 			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease))).

@@ -63,6 +63,21 @@
 // to it (package adapters/fencemark, or fencectl fence) refuses every earlier
 // holder's fenced write at once, whether or not anyone holds the lock.
 //
+// # Leadership and watching
+//
+// Lead runs a function on exactly one process at a time: it campaigns (an
+// Acquire), calls the function with each term won (a *Lock with its own
+// token, so a deposed leader's fenced writes are refused), campaigns again
+// after a lost term and releases the lock when its ctx ends, so a successor
+// takes over at once. A term, unlike a plain Lock, watches its own key and ends
+// within moments of its deletion. WithValue stores a value with the term (the
+// leader's address), returned by Holder, List and Watch as Info.Value.
+//
+// Watch and WatchPrefix report who holds a lock, live: taken, released,
+// expired, in etcd's order, on one etcd watch, writing nothing; they resume
+// after member loss and reconnects and re-read the state when etcd compacted
+// the history they missed.
+//
 // # Loss
 //
 // The Client keeps a conservative deadline: the time it SENT the last renewal

@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -27,6 +28,9 @@ type Info struct {
 	// the lock was taken by AcquireSet (this name included; names whose keys are
 	// gone are not listed); nil for a lock taken alone.
 	Set []string
+	// Value is what the holder stored with the lock (Lead's WithValue, such as
+	// the leader's address); nil when it stored none.
+	Value []byte
 }
 
 // holderValue is what a lock key stores. Seq makes every acquire attempt's value
@@ -38,6 +42,19 @@ type holderValue struct {
 	AcquiredAt time.Time `json:"acquired_at"`
 	Seq        uint64    `json:"seq"`
 	SetSize    int       `json:"set_size,omitempty"` // the names of its set (AcquireSet); 0 alone
+	Value      []byte    `json:"value,omitempty"`    // WithValue's value (base64 in JSON)
+}
+
+// encodeValue is encode with value, when not nil, stored in holderValue's
+// Value field.
+func (c *Client) encodeValue(at time.Time, value []byte) []byte {
+	b := c.encode(at)
+	if value == nil {
+		return b
+	}
+	b = append(b[:len(b)-1], `,"value":"`...)
+	b = base64.StdEncoding.AppendEncode(b, value)
+	return append(b, `"}`...)
 }
 
 // encode returns the value of one acquire attempt: holderValue's JSON, built from
@@ -76,6 +93,7 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 		PID:        v.PID,
 		ClientID:   v.ClientID,
 		AcquiredAt: v.AcquiredAt,
+		Value:      v.Value,
 	}
 }
 

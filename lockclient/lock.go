@@ -26,6 +26,13 @@ import (
 // out, a manual-renewal lock was not renewed in time, or the key of any of its
 // names was deleted by someone else) or the Client's Close (ErrClosed). Nothing
 // revives an ended Lock.
+//
+// A plain Lock does not watch its key (no watch per lock): when someone else
+// deletes it (fencectl release, fencectl fence -release), the Lock learns of it
+// only at its next Renew or Release, when this Client acquires the same name
+// again, or when its session ends; until then Done stays open, and it is the
+// database that refuses its writes once a newer holder wrote. A term of Lead
+// does watch its key and ends within moments of its deletion.
 type Lock struct {
 	c       *Client
 	name    string   // for a set, its first name

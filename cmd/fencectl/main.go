@@ -7,6 +7,10 @@
 //	fencectl [flags] tokens [RESOURCE]     stored tokens in fence_tokens (all, or one resource)
 //	fencectl [flags] fence RESOURCE...     raise each resource's stored token to etcd's next
 //	                                       token: every holder granted so far is refused
+//	fencectl [flags] watch NAME            print every change of NAME's holder until
+//	                                       interrupted ('PREFIX*': every lock under it)
+//	fencectl [flags] exec [-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]
+//	                                       run COMMAND while holding NAME (see below)
 //
 // With -dsn, list and show add each lock's stored mark (MARK), its token minus
 // the mark (DIFF) and what that means (STATE: unwritten, written, fenced).
@@ -26,6 +30,18 @@
 //
 // Exit status: 0 success, 1 failure (etcd or the database unreachable, an unknown
 // lock, a token that does not hold the lock), 2 bad usage.
+//
+// exec takes the lock NAME, waiting while another holds it (-try: exit at once
+// with status 75 instead, running nothing), runs COMMAND with FENCEGATE_LOCK
+// (the name) and FENCEGATE_TOKEN (its fencing token, for the command's fenced
+// writes) in its environment, releases the lock when it ends and exits with its
+// status (128+N if signal N ended it; 127 if it could not be started). If the lock
+// is lost meanwhile (the session lease ran out, or someone deleted its key, as
+// fencectl release does), COMMAND gets SIGTERM, SIGKILL after -grace (default
+// 10s), and the status is 76. -ttl (default 10s) is the session lease: how long a
+// frozen or cut-off fencectl keeps the lock. An interrupt or SIGTERM is passed on
+// to COMMAND the same way, then the lock is released. Status 1 means fencectl
+// failed before COMMAND ran (etcd unreachable).
 package main
 
 import (
@@ -57,6 +73,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 2
 	}
 	cmd, args := args[0], args[1:]
+	if cmd == "exec" {
+		return runExec(ctx, &cfg, args, stdout, stderr)
+	}
 	fs := cfg.flags("fencectl "+cmd, stderr)
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -74,6 +93,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		c = command{nargs: -1, usage: "[RESOURCE]", run: cmdTokens}
 	case "fence":
 		c = command{nargs: -2, usage: "[-release] RESOURCE...", run: cmdFence}
+	case "watch":
+		c = command{nargs: 1, usage: "NAME (or 'PREFIX*')", run: cmdWatch, long: true}
 	case "help", "-h", "--help":
 		usage(stdout)
 		return 0
@@ -86,8 +107,11 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] %s %s\n", cmd, c.usage)
 		return 2
 	}
-	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
-	defer cancel()
+	if !c.long {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
+		defer cancel()
+	}
 	if err := c.run(ctx, &cfg, args, stdout); err != nil {
 		fmt.Fprintf(stderr, "fencectl %s: %v\n", cmd, err)
 		if _, ok := err.(usageError); ok {
@@ -99,7 +123,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 type command struct {
-	nargs int // -1: zero or one; -2: one or more
+	nargs int  // -1: zero or one; -2: one or more
+	long  bool // runs until interrupted: no -timeout on the whole command
 	usage string
 	run   func(ctx context.Context, cfg *config, args []string, out io.Writer) error
 }
@@ -119,6 +144,12 @@ commands:
   tokens [RESOURCE]    high-water tokens stored in the database's fence_tokens (-dsn)
   fence RESOURCE...    raise each stored token to etcd's next token (-dsn): every
                        holder granted so far is refused; -release also frees the lock
+  watch NAME           print every change of NAME's holder until interrupted
+                       ('PREFIX*' for every lock whose name starts with PREFIX)
+  exec [-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]
+                       run COMMAND holding NAME (FENCEGATE_LOCK, FENCEGATE_TOKEN in
+                       its environment); its status passes through; 75: -try and
+                       held; 76: lock lost, COMMAND stopped (SIGTERM, then SIGKILL)
 
 With -dsn, list and show add the stored mark, token - mark and the state.
 

@@ -25,8 +25,12 @@
 //	fencegate_sessions_started_total            counter: session leases granted (a Client's first, and each after a lost one)
 //	fencegate_sessions_lost_total               counter: sessions lost (their locks are counted in lock_losses_total{cause="lease_expired"})
 //	fencegate_fenced_writes_total{adapter,result} counter: fenced writes by adapter (pgxfence, sqlfence) and result: accepted, stale, lost, error
+//	fencegate_leader{name}                      gauge: 1 while this process holds a term of Lead for name (is-leader), else 0
+//	fencegate_leader_terms_begun_total{name}    counter: terms of Lead begun
+//	fencegate_leader_terms_ended_total{name,cause} counter: terms ended by cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed
 //
-// Lock names are not labels: they are unbounded. Every method is a few atomic
+// Lock names are not labels: they are unbounded. The names given to Lead are
+// (a process campaigns for a few names fixed by its code). Every method is a few atomic
 // adds; there is no goroutine.
 package lockmetrics
 
@@ -61,6 +65,7 @@ type Metrics struct {
 	started      prometheus.Counter
 	lost         prometheus.Counter
 	writes       *prometheus.CounterVec
+	lead         *leaderMetrics
 }
 
 var (
@@ -152,7 +157,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.leaseExpired = m.losses.WithLabelValues("lease_expired")
 	m.notRenewed = m.losses.WithLabelValues("not_renewed")
 	m.keyDeleted = m.losses.WithLabelValues("key_deleted")
-	for _, col := range []prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes} {
+	m.lead = newLeaderMetrics(ns)
+	for _, col := range append([]prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes}, m.lead.collectors()...) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("lockmetrics: register: %w", err)
 		}

@@ -1,0 +1,60 @@
+package lockmetrics_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+// TestMetrics_leader: the is-leader gauge is 1 during a term and 0 after,
+// terms are counted begun and ended by cause; a candidate that never led
+// counts nothing.
+func TestMetrics_leader(t *testing.T) {
+	srv := locktest.Start(t)
+	m, reg := newMetrics(t)
+	c := newClient(t, srv, lockclient.WithObserver(m))
+	err := c.Lead(t.Context(), "scheduler", func(term *lockclient.Lock) error {
+		want := "# HELP fencegate_leader 1 while this process holds a term of Lead for the name, else 0.\n# TYPE fencegate_leader gauge\nfencegate_leader{name=\"scheduler\"} 1\n"
+		if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fencegate_leader"); err != nil {
+			t.Errorf("during the term: %v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.Acquire(t.Context(), "scheduler") // another holder: the next candidate waits
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer held.Release(context.Background())
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	other, otherReg := newMetrics(t)
+	o := newClient(t, srv, lockclient.WithObserver(other))
+	if err := o.Lead(ctx, "scheduler", func(*lockclient.Lock) error { return nil }); err == nil {
+		t.Fatal("Lead with an ended ctx returned nil")
+	}
+	want := `
+# HELP fencegate_leader 1 while this process holds a term of Lead for the name, else 0.
+# TYPE fencegate_leader gauge
+fencegate_leader{name="scheduler"} 0
+# HELP fencegate_leader_terms_begun_total Terms of Lead begun, by name.
+# TYPE fencegate_leader_terms_begun_total counter
+fencegate_leader_terms_begun_total{name="scheduler"} 1
+# HELP fencegate_leader_terms_ended_total Terms of Lead ended, by name and cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed.
+# TYPE fencegate_leader_terms_ended_total counter
+fencegate_leader_terms_ended_total{cause="returned",name="scheduler"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fencegate_leader", "fencegate_leader_terms_begun_total", "fencegate_leader_terms_ended_total"); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := testutil.GatherAndCount(otherReg, "fencegate_leader", "fencegate_leader_terms_begun_total", "fencegate_leader_terms_ended_total"); err != nil || n != 0 {
+		t.Fatalf("never-leader has %d leader series (%v), want none", n, err)
+	}
+}
