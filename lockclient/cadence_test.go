@@ -298,3 +298,73 @@ func TestClient_cadence_degradation(t *testing.T) {
 		t.Fatalf("renewing by need lost %d sessions, the busy cadence %d", lostByNeed, lostBusy)
 	}
 }
+
+// TestClient_keepalivesOnLeader runs sessions on a 3-member cluster through one
+// shared connection, which balances their streams over the members: most of
+// their keepalives must reach the leader (a follower forwards each one to it),
+// where a third would without homing.
+func TestClient_keepalivesOnLeader(t *testing.T) {
+	const sessions = 30
+	cl := locktest.StartCluster(t, 3)
+	cli := cl.Client(t)
+	for i := range sessions {
+		c := newClient(t, cli, lockclient.WithTTL(testTTL))
+		mustAcquire(t, c, fmt.Sprintf("job-%d", i))
+	}
+	time.Sleep(2 * testTTL) // the streams on the members they stay on
+	lead := cl.WaitLeader(t)
+	received := func() (atLeader, all float64) {
+		for i, ep := range cl.Endpoints() {
+			m, err := scrapeMetrics(t.Context(), ep+"/metrics")
+			if err != nil {
+				t.Fatalf("member %d metrics: %v", i, err)
+			}
+			all += m[kaRecvMetric]
+			if i == lead {
+				atLeader += m[kaRecvMetric]
+			}
+		}
+		return atLeader, all
+	}
+	l0, a0 := received()
+	time.Sleep(2 * testTTL)
+	l1, a1 := received()
+	if cl.WaitLeader(t) != lead {
+		t.Skip("the leader changed during the test")
+	}
+	share := (l1 - l0) / (a1 - a0)
+	t.Logf("%.0f of %.0f keepalives reached the leader", l1-l0, a1-a0)
+	if share < 0.6 {
+		t.Fatalf("%.0f%% of the keepalives reached the leader, want most", 100*share)
+	}
+}
+
+// TestClient_sessionLost_idle revokes, from outside, the session of a Client
+// that holds no lock (renewing at the idle cadence): its next renewal finds
+// the lease gone, the session is lost, and the Client's next Acquire starts a
+// new one.
+func TestClient_sessionLost_idle(t *testing.T) {
+	srv := locktest.Start(t)
+	admin := srv.Client(t)
+	rec := &recorder{}
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	a := mustAcquire(t, c, "a")
+	resp, err := admin.Get(t.Context(), lockclient.DefaultPrefix+"a")
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("Get: %v, %d keys", err, len(resp.Kvs))
+	}
+	if err := a.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+		t.Fatalf("Revoke: %v", err)
+	}
+	waitLost(t, rec, 1)
+	b := mustAcquire(t, c, "b")
+	if b.Token() <= a.Token() {
+		t.Errorf("new token %d is not above the old one %d", b.Token(), a.Token())
+	}
+	if started, lost := rec.sessionCounts(); started != 2 || len(lost) != 1 || lost[0] != 0 {
+		t.Errorf("sessions started %d, lost %v; want 2 and [0]", started, lost)
+	}
+}

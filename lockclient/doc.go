@@ -28,6 +28,14 @@
 // lock), but every lease expiry costs etcd a synchronous commit, so it is
 // kept alive with the same care.
 //
+// The stream is kept on etcd's leader where that can be had: a follower
+// forwards each renewal it receives to the leader (an HTTP request between
+// members), which costs etcd more than the renewal itself. The clientv3
+// connection places each new stream on a member of its own choosing, so a
+// stream whose first answer comes from a follower is replaced by a new one, at
+// most a few times per raft term, after one Status call to learn the leader.
+// Only a stream with no renewal awaiting its answer is replaced.
+//
 // MinTTL is 2 s: etcd grants no lease shorter than 1.5 x its election timeout
 // (1 s by default), rounded up to seconds, and silently raises shorter requests.
 //

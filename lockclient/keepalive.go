@@ -35,13 +35,21 @@ type keepalive struct {
 	cancel  context.CancelFunc
 	gen     int         // the current stream's number; answers of earlier ones are dropped
 	sent    []time.Time // send times of the unanswered keepalives, oldest first
+	leader  leaderView  // see homing.go
+	// Streams opened in homeTerm to reach the leader.
+	homeTerm uint64
+	rehomes  int
 }
 
-// kaResult is one answer, or the error that ended stream gen.
+// kaResult is one answer, or the error that ended stream gen. The first answer
+// on a stream also says which member serves it and which one leads.
 type kaResult struct {
-	gen int
-	ttl int64
-	err error
+	gen    int
+	ttl    int64
+	err    error
+	member uint64 // the member that answered; 0 after the first answer
+	leader uint64 // the leader's member ID; 0 unknown
+	term   uint64 // raft term of the answer
 }
 
 func newKeepalive(ctx context.Context, c *Client, lease clientv3.LeaseID) *keepalive {
@@ -89,11 +97,15 @@ func (k *keepalive) open() error {
 // recv hands the stream's answers to the loop until the stream ends.
 func (k *keepalive) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen int) {
 	defer k.c.loops.Done()
-	for {
+	for first := true; ; first = false {
 		resp, err := st.Recv()
 		r := kaResult{gen: gen, err: err}
 		if err == nil {
 			r.ttl = resp.TTL
+			if h := resp.GetHeader(); first && h != nil && resp.TTL > 0 {
+				r.member, r.term = h.MemberId, h.RaftTerm
+				r.leader = k.leaderFor(ctx, h.RaftTerm)
+			}
 		}
 		select {
 		case k.results <- r:

@@ -185,6 +185,10 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		c.mu.Unlock()
 		c.keptAlive(s.lease, rtt, deadline, nil)
 		s.renew.confirmed(rtt, s.ka.waiting() == 0, c)
+		if s.ka.rehome(r) {
+			s.ka.reset()
+			s.send(now, deadline) // on a new stream, which may land on the leader
+		}
 	}
 	return true
 }

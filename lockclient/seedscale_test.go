@@ -53,8 +53,15 @@ import (
 // what idle sessions cost: the CPU of the renewals alone). FENCEGATE_SEED_SECONDS sets the measured time (default 30 s, three TTLs, so
 // that a session that cannot be kept is seen lost), and FENCEGATE_SEED_PROFILE a
 // directory for a CPU profile of the clients' side of each variant's measured
-// time (go tool pprof -top FILE). The members run in processes of their own; their
-// goroutines, heap and CPU come from their /metrics endpoints.
+// time (go tool pprof -top FILE), and FENCEGATE_SEED_SETTLE the most seconds to
+// wait for a quiet machine before each variant (default 300). The members run in
+// processes of their own; their goroutines, heap, CPU and counters come from
+// their /metrics endpoints: etcd-cpu-s/1000jobs is the members' CPU per 1,000
+// jobs done, renewals/s the leases they renewed, etcd-cpu-us/renewal their CPU
+// per renewal (all of it, so only an idle run reads as a renewal's cost),
+// keepalives-at-leader-% the share of keepalives the leader received (a
+// follower forwards the rest to it), ka-streams-opened/s the keepalive streams
+// opened during the measured time.
 func BenchmarkSeedScale(b *testing.B) {
 	counts := os.Getenv("FENCEGATE_SEED_WORKERS")
 	if counts == "" {
