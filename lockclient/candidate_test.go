@@ -61,7 +61,9 @@ func (deadlinePrinter) KeepAlive(rtt time.Duration, err error) {
 func (deadlinePrinter) Session(_ int, err error) {
 	if err == nil {
 		say("deadline %d", time.Now().Add(testTTL).UnixNano())
+		return
 	}
+	say("session-lost %d %v", time.Now().UnixNano(), err)
 }
 
 func runCandidate(spec string) int {

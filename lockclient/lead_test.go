@@ -255,7 +255,8 @@ func TestClient_Lead_fnEnds(t *testing.T) {
 func TestClient_Lead_keyDeleted(t *testing.T) {
 	srv := locktest.Start(t)
 	obs := &termRecorder{}
-	c := newClient(t, srv.Client(t), lockclient.WithObserver(obs))
+	logs := &logBuffer{}
+	c := newClient(t, srv.Client(t), lockclient.WithObserver(obs), lockclient.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
 	op := newClient(t, srv.Client(t))
 	terms := make(chan *lockclient.Lock, 4)
 	res := leadAsync(t.Context(), c, "scheduler", terms)
@@ -281,6 +282,22 @@ func TestClient_Lead_keyDeleted(t *testing.T) {
 	want := []string{fmt.Sprintf("begun %d", first.Token()), fmt.Sprintf("ended %d key_deleted", first.Token()), fmt.Sprintf("begun %d", second.Token())}
 	if got := obs.events(); !slices.Equal(got, want) {
 		t.Fatalf("terms %q, want %q", got, want)
+	}
+	// The log tells the same: each term begun, the first ended with its cause.
+	var logged []string
+	for _, r := range logs.records(t) {
+		switch r["msg"] {
+		case "leader term begun":
+			logged = append(logged, fmt.Sprintf("begun %v", r["token"]))
+		case "leader term ended":
+			logged = append(logged, fmt.Sprintf("ended %v %v", r["token"], r["cause"]))
+			if r["level"] != "WARN" {
+				t.Errorf("a lost term logged at %v, want WARN", r["level"])
+			}
+		}
+	}
+	if !slices.Equal(logged, want) {
+		t.Fatalf("logged terms %q, want %q", logged, want)
 	}
 }
 

@@ -391,3 +391,33 @@ func report(b *testing.B, what string, ds []time.Duration) {
 	b.ReportMetric(p(0.99).Seconds()*1000, what+"-p99-ms")
 	b.Logf("%s over %d: p50 %v, p99 %v, min %v, max %v", what, len(ds), p(0.5).Round(time.Millisecond), p(0.99).Round(time.Millisecond), ds[0].Round(time.Millisecond), ds[len(ds)-1].Round(time.Millisecond))
 }
+
+// BenchmarkLead_takeoverEtcdLeaderLoss measures a takeover when the etcd
+// leader member is stopped and the lock's leader killed together (3 members,
+// three candidate processes, WithTTL(2s), 5 rounds per iteration). It takes
+// about the election, plus the election timeout by which the new etcd leader
+// extends every lease, plus the TTL.
+func BenchmarkLead_takeoverEtcdLeaderLoss(b *testing.B) {
+	const rounds = 5
+	cl := locktest.StartCluster(b, 3)
+	for range b.N {
+		e := newElection(b, "scheduler")
+		for range 3 {
+			e.start(cl.Endpoints())
+		}
+		leader := e.next("first term")
+		var ds []time.Duration
+		for range rounds {
+			time.Sleep(1500 * time.Millisecond)
+			stopped := cl.WaitLeader(b)
+			cl.Stop(stopped)
+			at := leader.proc.signal(b, syscall.SIGKILL)
+			next := e.next("after the etcd leader's loss")
+			ds = append(ds, next.at.Sub(at))
+			cl.Restart(stopped)
+			e.start(cl.Endpoints())
+			leader = next
+		}
+		report(b, "takeover", ds)
+	}
+}

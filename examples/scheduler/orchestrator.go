@@ -138,8 +138,15 @@ func orchestrate(ctx context.Context, endpoints string, lease, every time.Durati
 		return false, err
 	}
 	defer s1.stop()
+	var s2 *proc
+	defer func() {
+		if s2 != nil {
+			s2.stop() // after the verdict: stopping it hands the lock back to Scheduler 1
+		}
+	}()
 	r, err := failover(tl, s1, func() (*proc, error) {
-		return startScheduler(self, "Scheduler 2", "127.0.0.1:7002", endpoints, dbPath, lease, every)
+		s2, err = startScheduler(self, "Scheduler 2", "127.0.0.1:7002", endpoints, dbPath, lease, every)
+		return s2, err
 	})
 	if err != nil {
 		return false, err
@@ -155,8 +162,9 @@ type result struct {
 	took           time.Duration
 }
 
-// failover drives the run: Scheduler 1 leads, is frozen mid-job, Scheduler 2
-// takes over, Scheduler 1 wakes and its late job is refused.
+// failover drives the run: Scheduler 1 leads, Scheduler 2 is started (start2)
+// and follows, Scheduler 1 is frozen mid-job, Scheduler 2 takes over,
+// Scheduler 1 wakes and its late job is refused. The caller stops both.
 func failover(tl *timeline, s1 *proc, start2 func() (*proc, error)) (result, error) {
 	var r result
 	e, err := s1.wait("lead")
@@ -165,11 +173,10 @@ func failover(tl *timeline, s1 *proc, start2 func() (*proc, error)) (result, err
 	}
 	r.token1 = e.Token
 	tl.row(e.At, "Scheduler 1 leads: token %d; its address 127.0.0.1:7001 is stored with the lock", e.Token)
-	s2, err := start2()
+	s2, err := start2() // once Scheduler 1 leads
 	if err != nil {
 		return r, err
 	}
-	defer s2.stop()
 	if e, err = s2.wait("follow"); err != nil {
 		return r, err
 	}

@@ -31,7 +31,7 @@ var rows = []struct {
 	{"job2", regexp.MustCompile(`^\s*\d+\.\d s  Scheduler 2 runs job \d+ with token (\d+): stored$`)},
 	{"wake", regexp.MustCompile(`^\s*\d+\.\d s  Scheduler 1 wakes up \(SIGCONT\), still building job (\d+)$`)},
 	{"refused", regexp.MustCompile(`^\s*\d+\.\d s  Scheduler 1 writes job \d+ with token (\d+): refused by the database \(it has seen token (\d+)\)$`)},
-	{"noticed", regexp.MustCompile(`^\s*\d+\.\d s  Scheduler 1's lock client notices its term (\d+) ended \(.*session lost\); it campaigns again$`)},
+	{"noticed", regexp.MustCompile(`^\s*\d+\.\d s  Scheduler 1's lock client notices its term (\d+) ended \(fence: lock lost: .*\); it campaigns again$`)},
 	{"row", regexp.MustCompile(`^  job=\d+ run_by="Scheduler (\d)" fence_token=(\d+)$`)},
 }
 
@@ -56,9 +56,11 @@ func TestScheduler(t *testing.T) {
 			}
 		}
 	}
+	// At least the four jobs of the timeline are stored; Scheduler 2 may have
+	// run more by the time they are listed.
 	want := "lead1 follow job1 job1 freeze lead2 job2 job2 wake refused noticed row row row row"
-	if got := strings.Join(order, " "); got != want {
-		t.Fatalf("timeline rows\n%s\nwant\n%s", got, want)
+	if got := strings.Join(order, " "); !strings.HasPrefix(got, want) || strings.Trim(strings.TrimPrefix(got, want), " row") != "" {
+		t.Fatalf("timeline rows\n%s\nwant\n%s (and maybe more rows)", got, want)
 	}
 	t1, t2 := tokens["lead1"][0], tokens["lead2"][0]
 	if t2 <= t1 || tokens["follow"][0] != t1 {
