@@ -57,10 +57,26 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 		case codeNoFunction, codeNoTable:
 			return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 		case codeIdleTimeout:
-			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
+			return idleTimeout(g, err)
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
+}
+
+// idleTimeout returns fence.ErrIdleTimeout wrapping err.
+func idleTimeout(g fence.Grant, err error) error {
+	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
+}
+
+// fnErr is the error Fenced returns for fn's err: fence.ErrIdleTimeout wrapping it
+// when the server ended the transaction for idling (25P03, met by fn's own
+// statement), else err as it is.
+func fnErr(g fence.Grant, err error) error {
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == codeIdleTimeout {
+		return idleTimeout(g, err)
+	}
+	return err
 }
 
 // markedStale reads the stored token from the error raiseSQL makes when it refuses:

@@ -30,8 +30,14 @@ func WithFenceFirst() Option {
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
 func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) error {
-	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
-	return fencetx.Run(g, func() error { return fn(t) }, fencetx.Ops{
+	return s.runLazy(ctx, &lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
+}
+
+// runLazy runs fn on t and commits (fencetx owns the lifecycle); t's transaction
+// has begun already with WithFenceFirst.
+func (s *Store) runLazy(ctx context.Context, t *lazyTx, fn func(pgx.Tx) error) error {
+	g, conn := t.g, t.conn
+	return fencetx.Run(g, func() error { return fnErr(g, fn(t)) }, fencetx.Ops{
 		Rollback: func() { t.rollback(ctx) },
 		Refused:  func() error { return t.refused },
 		Commit: func() error {
@@ -209,7 +215,19 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return t.tx.Exec(ctx, sql, args...)
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	return tag, t.ended(err)
+}
+
+// ended remembers an error of fn's statement that says the server ended the
+// transaction for idling, so that Fenced returns fence.ErrIdleTimeout even if fn
+// swallows it (COMMIT would then meet only a closed connection).
+func (t *lazyTx) ended(err error) error {
+	if e := fnErr(t.g, err); e != err {
+		t.refused = e
+		return e
+	}
+	return err
 }
 
 // Query runs sql in the transaction; as the first statement of fn, in the same round

@@ -226,7 +226,8 @@ func (s *Store) check(g fence.Grant) error {
 // (COMMIT is then never sent); a *fence.StaleError carrying the stored token; fn's
 // error as it is (joined with the refusal when fn returned another error);
 // fence.ErrSchema without the migrations; fence.ErrIdleTimeout (wrapping the 25P03
-// *pgconn.PgError) when the server ended the transaction idle past its timeout
+// *pgconn.PgError, whichever statement met it, fn's own included) when the server
+// ended the transaction idle past its timeout
 // (WithIdleTimeout): nothing was committed, stop, do not retry; fence.ErrBusy for a
 // serialization failure under REPEATABLE READ or SERIALIZABLE that is not a refusal
 // (always, inside a caller's pgx.Tx): retry the whole transaction. When the reply to
@@ -278,7 +279,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 		}
 		return refusal(ctx, g, err, conn)
 	}
-	return s.run(ctx, tx, g, fn, conn)
+	return s.runLazy(ctx, &lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
 }
 
 func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
@@ -299,7 +300,7 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 // run calls fn inside tx, then commits (fencetx owns the lifecycle); it rolls back
 // on an error, a panic or a grant lost by the time fn returns.
 func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) error {
-	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
+	return fencetx.Run(g, func() error { return fnErr(g, fn(tx)) }, fencetx.Ops{
 		Rollback: func() { _ = tx.Rollback(ctx) }, // after a failed commit, ErrTxClosed
 		Commit: func() error {
 			if s.nested {

@@ -90,7 +90,10 @@ type Store struct {
 // fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost also when the grant's Done channel closed by the time fn returned:
 // checked immediately before COMMIT, the transaction then rolls back),
 // fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
-// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
+// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrIdleTimeout
+// (wrapping the driver's error, whichever statement met it, fn's own included: the
+// server ended the transaction idle past its timeout, see WithIdleTimeout; nothing
+// was committed, stop, do not retry), fence.ErrBusy
 // (locked until ctx ended, or at commit: nothing was written), fn's own error as is
 // (after rollback), or the driver's error wrapped. If fn panics the transaction is
 // rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
@@ -124,12 +127,22 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 }
 
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
-	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
+	begun := time.Now()
+	return fencetx.Run(g, func() error {
+		err := fn(tx)
+		if e := s.idleEnded(g, begun, err, false); e != nil {
+			return e
+		}
+		return err
+	}, fencetx.Ops{
 		Rollback: func() { _ = tx.Rollback() }, // after Commit, ErrTxDone
 		Commit: func() error {
 			err := tx.Commit()
 			if err == nil {
 				return nil
+			}
+			if e := s.idleEnded(g, begun, err, true); e != nil {
+				return e
 			}
 			if u := unknownOutcome("commit", g, err, true); u != nil {
 				return u
