@@ -16,7 +16,6 @@ import (
 
 // SQLSTATEs this package tells apart.
 const (
-	codeStale         = "FG001" // raised by fence_raise (migrations/postgres/3_create_fence_raise)
 	codeBadText       = "22P02" // raised on purpose by raiseSQL: see staleMarker
 	codeSerialization = "40001"
 	codeUnique        = "23505"
@@ -37,9 +36,6 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case codeStale:
-			seen, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
-			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
 		case codeBadText:
 			if seen, res, ok := markedStale(pgErr.Message); ok {
 				if res == "" {

@@ -75,11 +75,10 @@ func raiseFor(g fence.Grant, idleMS string) (string, []any) {
 }
 
 // fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
-// literal), for the message that carries BEGIN and the raise.
+// literal), for the message that carries BEGIN and the raise: the set form, which
+// for one resource is raiseSQL's, so that every refusal PostgreSQL sends is the one
+// staleMarker encoding.
 func fenceFirstSQL(g fence.Grant) string {
-	if !grant.Multi(g) {
-		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + strconv.FormatInt(int64(g.Token()), 10) + ")"
-	}
 	res := grant.Resources(g)
 	lits := make([]string, len(res))
 	for i, r := range res {

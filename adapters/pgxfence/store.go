@@ -192,21 +192,23 @@ func optionErr(option, format string, args ...any) error {
 }
 
 // checkSingle is check for a single-row write: a fence.Set grant is refused.
-func (s *Store) checkSingle(g fence.Grant) error {
-	if err := s.check(g); err != nil {
-		return err
+func (s *Store) checkSingle(g fence.Grant) (*grant.Checked, error) {
+	if s == nil || s.db == nil {
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return grant.CheckSingle(g)
+	return grant.CheckOne(g)
 }
 
-func (s *Store) check(g fence.Grant) error {
-	if err := fence.CheckGrant(g); err != nil {
-		return err
+// check is the door of every fenced write: the grant checked and normalized once.
+func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
+	c, err := grant.Check(g)
+	if err != nil {
+		return nil, err
 	}
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return nil
+	return c, nil
 }
 
 // Fenced begins a transaction, raises g.Resource()'s row in fence_tokens to
@@ -238,26 +240,27 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := s.check(g); err != nil {
+	c, err := s.check(g)
+	if err != nil {
 		return err
 	}
 	switch db := s.db.(type) {
 	case *pgxpool.Pool:
-		c, err := db.Acquire(ctx)
+		conn, err := db.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("pgxfence: acquire a connection: %w", err)
 		}
-		defer c.Release()
-		return s.fencedConn(ctx, c.Conn(), g, fn)
+		defer conn.Release()
+		return s.fencedConn(ctx, conn.Conn(), c, fn)
 	case *pgxpool.Conn:
-		return s.fencedConn(ctx, db.Conn(), g, fn)
+		return s.fencedConn(ctx, db.Conn(), c, fn)
 	case *pgx.Conn:
-		return s.fencedConn(ctx, db, g, fn)
+		return s.fencedConn(ctx, db, c, fn)
 	}
-	return s.fencedNested(ctx, g, fn)
+	return s.fencedNested(ctx, c, fn)
 }
 
-func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) (err error) {
 	if conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
@@ -279,10 +282,10 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 		}
 		return refusal(ctx, g, err, conn)
 	}
-	return s.runLazy(ctx, &lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
+	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
 }
 
-func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
+func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.Tx) error) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
@@ -294,27 +297,23 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return s.run(ctx, tx, g, fn, nil)
+	return fencetx.Run(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
-// run calls fn inside tx, then commits (fencetx owns the lifecycle); it rolls back
-// on an error, a panic or a grant lost by the time fn returns.
-func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) error {
-	return fencetx.Run(g, func() error { return fnErr(g, fn(tx)) }, fencetx.Ops{
-		Rollback: func() { _ = tx.Rollback(ctx) }, // after a failed commit, ErrTxClosed
-		Commit: func() error {
-			if s.nested {
-				// A savepoint's release decides nothing durable: only the caller's commit does.
-				if err := tx.Commit(ctx); err != nil {
-					return refusal(ctx, g, err, lookup)
-				}
-				return nil
-			}
-			err := commit(ctx, tx, g)
-			if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
-				return err
-			}
-			return refusal(ctx, g, err, lookup)
-		},
-	})
+// savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
+// release decides nothing durable, only the caller's commit does.
+type savepoint struct {
+	ctx context.Context
+	tx  pgx.Tx
+	g   *grant.Checked
+}
+
+func (t savepoint) Refused() error { return nil }
+func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
+
+func (t savepoint) Commit() error {
+	if err := t.tx.Commit(t.ctx); err != nil {
+		return refusal(t.ctx, t.g, err, nil)
+	}
+	return nil
 }

@@ -107,9 +107,11 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := s.check(g); err != nil {
+	c, err := s.check(g)
+	if err != nil {
 		return err
 	}
+	g = c
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
@@ -127,29 +129,41 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 }
 
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
-	begun := time.Now()
-	return fencetx.Run(g, func() error {
+	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g.(*grant.Checked), op: "commit", begun: time.Now()}
+	return fencetx.Run(t.g, t, func() error {
 		err := fn(tx)
-		if e := s.idleEnded(g, begun, err, false); e != nil {
+		if e := s.idleEnded(g, t.begun, err, false); e != nil {
 			return e
 		}
 		return err
-	}, fencetx.Ops{
-		Rollback: func() { _ = tx.Rollback() }, // after Commit, ErrTxDone
-		Commit: func() error {
-			err := tx.Commit()
-			if err == nil {
-				return nil
-			}
-			if e := s.idleEnded(g, begun, err, true); e != nil {
-				return e
-			}
-			if u := unknownOutcome("commit", g, err, true); u != nil {
-				return u
-			}
-			return s.commitErr(ctx, err)
-		},
 	})
+}
+
+// fencedTx is an open fenced *sql.Tx as the lifecycle ends it (fencetx.Tx).
+type fencedTx struct {
+	s     *Store
+	ctx   context.Context
+	tx    *sql.Tx
+	g     *grant.Checked
+	op    string    // what a lost COMMIT reply is reported as: "commit", or the write's name
+	begun time.Time // when the raise returned: a bound on how long it can have sat idle
+}
+
+func (t *fencedTx) Refused() error { return nil }          // the raise ran before fn
+func (t *fencedTx) Rollback()      { _ = t.tx.Rollback() } // after Commit, ErrTxDone
+
+func (t *fencedTx) Commit() error {
+	err := t.tx.Commit()
+	if err == nil {
+		return nil
+	}
+	if e := t.s.idleEnded(t.g, t.begun, err, true); e != nil {
+		return e
+	}
+	if u := unknownOutcome(t.op, t.g, err, true); u != nil {
+		return u
+	}
+	return t.s.commitErr(t.ctx, err)
 }
 
 func (s *Store) commitErr(ctx context.Context, err error) error {
@@ -162,12 +176,13 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 	return fmt.Errorf("sqlfence: commit: %w", err)
 }
 
-// check refuses a store or grant that cannot be used, before any I/O.
-func (s *Store) check(g fence.Grant) error {
+// check is the door of every fenced write: it refuses a store or grant that cannot
+// be used, before any I/O, and returns the grant checked and normalized once.
+func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
 	}
-	return fence.CheckGrant(g)
+	return grant.Check(g)
 }
 
 // probe checks the connection once per Store where the dialect needs it (MySQL).

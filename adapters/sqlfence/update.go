@@ -43,6 +43,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
+	g = st.g
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
