@@ -9,15 +9,15 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqlident"
-	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/internal/core/sqldialect"
 	"github.com/fencegate/fencegate/nolock"
 )
 
 // dialect is the handful of things that differ between the databases a Store speaks
 // to: identifier quoting, the fence-row upsert, the token-column upsert and how the
 // driver reports unique-key violations and lock contention. Everything else is one
-// code path. Its values are migrations.Dialect's:
+// code path. It is the one Dialect (migrations.Dialect, internal/core/sqldialect) with
+// this package's statements attached:
 //
 //   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
 //     github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
@@ -30,20 +30,17 @@ import (
 //   - migrations.Postgres is PostgreSQL 12 and later through a database/sql driver
 //     such as github.com/jackc/pgx/v5/stdlib; the pgxfence adapter does the same
 //     through pgx directly, with fewer round trips.
-type dialect migrations.Dialect
+type dialect struct{ sqldialect.Dialect }
 
 const (
-	dMySQL    = dialect(migrations.MySQL)
-	dSQLite   = dialect(migrations.SQLite)
-	dPostgres = dialect(migrations.Postgres)
+	dMySQL    = sqldialect.MySQL
+	dSQLite   = sqldialect.SQLite
+	dPostgres = sqldialect.Postgres
 )
 
-// String returns the dialect's name, as migrations.Dialect does.
-func (d dialect) String() string { return migrations.Dialect(d).String() }
-
 func (d dialect) check() error {
-	if d != dMySQL && d != dSQLite && d != dPostgres {
-		return fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
+	if d.Dialect != dMySQL && d.Dialect != dSQLite && d.Dialect != dPostgres {
+		return fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d.Dialect), fence.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -52,7 +49,7 @@ func (d dialect) check() error {
 // ... for PostgreSQL. The only quoted text such a statement holds is double-quoted
 // identifiers (values are always arguments), and a ? inside one is left alone.
 func (d dialect) rebind(q string) string {
-	if d != dPostgres || !strings.Contains(q, "?") {
+	if d.Dialect != dPostgres || !strings.Contains(q, "?") {
 		return q
 	}
 	var b strings.Builder
@@ -72,20 +69,20 @@ func (d dialect) rebind(q string) string {
 	return b.String()
 }
 
-// ident checks and quotes a column name (internal/core/sqlident: the limits and
+// ident checks and quotes a column name (internal/core/sqldialect: the limits and
 // the error, wrapping fence.ErrInvalidArgument, are the migrations generator's too).
 func (d dialect) ident(what, name string) (string, error) {
-	return sqlident.Ident(sqlident.Dialect(d), what, name)
+	return sqldialect.Ident(d.Dialect, what, name)
 }
 
 // table checks and quotes a table name; one dot separates a schema from the table.
-func (d dialect) table(name string) (string, error) { return sqlident.Table(sqlident.Dialect(d), name) }
+func (d dialect) table(name string) (string, error) { return sqldialect.Table(d.Dialect, name) }
 
 // bumpSQL raises an existing fence row whose token is not higher, locking it to
 // commit. Arguments: token, resource, token.
 func (d dialect) bumpSQL() string {
 	now := "CURRENT_TIMESTAMP"
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		now = "CURRENT_TIMESTAMP(6)"
 	}
 	return "UPDATE fence_tokens SET token = ?, updated_at = " + now + " WHERE resource = ? AND token <= ?"
@@ -100,7 +97,7 @@ func (d dialect) bumpSQL() string {
 // leaves the row as it was and hands the stored token back as LAST_INSERT_ID (the
 // table has no AUTO_INCREMENT column, so a raise reports 0), saving a lookup.
 func (d dialect) raiseSQL() string {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 			"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 			"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
@@ -112,7 +109,7 @@ func (d dialect) raiseSQL() string {
 // raised reads the result of raiseSQL: whether the raise was refused, and the stored
 // token when the dialect reports it without another query.
 func (d dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error) {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		id, err := res.LastInsertId()
 		return id > 0, fence.Token(id), err
 	}
@@ -132,7 +129,7 @@ func (d dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error
 // SQLite and PostgreSQL: ON CONFLICT on the key columns.
 func (d dialect) upsertTail(qtable string, keys, set []string, tok string) string {
 	var b strings.Builder
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		cond := tok + " <= VALUES(" + tok + ")"
 		for _, k := range keys {
 			cond += " AND " + k + " <=> VALUES(" + k + ")"
@@ -149,7 +146,7 @@ func (d dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 		fmt.Fprintf(&b, "%s = excluded.%s, ", c, c)
 	}
 	old := tok // SQLite: an unqualified name is the existing row
-	if d == dPostgres {
+	if d.Dialect == dPostgres {
 		old = qtable + "." + tok // PostgreSQL: ambiguous unless qualified
 	}
 	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, old, tok)
@@ -159,7 +156,7 @@ func (d dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 // upserted reads the result of an upsert: refused (or ambiguous, on MySQL) means
 // the caller must read the row back.
 func (d dialect) upserted(res sql.Result) (check bool, err error) {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		id, err := res.LastInsertId()
 		return id != 0, err
 	}

@@ -72,7 +72,7 @@ func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool
 		return nil
 	}
 	ended := false
-	switch s.d {
+	switch s.d.Dialect {
 	case dPostgres:
 		ended = sqlState(err) == "25P03"
 	case dMySQL:

@@ -30,7 +30,7 @@ const (
 // (dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
 // expiry, so clients with skewed clocks agree.
 func (d dialect) now() string {
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return "CURRENT_TIMESTAMP(6)"
 	case dPostgres:
@@ -46,7 +46,7 @@ func (d dialect) now() string {
 // ON CONFLICT DO NOTHING reports it as no row inserted.
 func (d dialect) claimKeySQL() string {
 	const cols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return cols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
 	case dPostgres:
@@ -62,7 +62,7 @@ func (d dialect) claimKeySQL() string {
 // with 40001 and Once started over.
 func (d dialect) readKeySQL() string {
 	q := "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		q += " LOCK IN SHARE MODE"
 	}
 	return d.rebind(q)
@@ -78,7 +78,7 @@ func (d dialect) storeKeySQL() string {
 
 // purgeKeysSQL deletes up to ? expired keys.
 func (d dialect) purgeKeysSQL() string {
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
 	case dPostgres:
@@ -92,7 +92,7 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 	switch {
 	case ttl <= 0:
 		return nil
-	case d == dSQLite:
+	case d.Dialect == dSQLite:
 		return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 	}
 	return ttl.Microseconds()
@@ -284,7 +284,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
 	if err != nil {
-		if s.d == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
+		if s.d.Dialect == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
 			return false, nil
 		}
 		return false, err

@@ -31,7 +31,7 @@ func WithTxOptions(o sql.TxOptions) Option {
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
-			if s.d == dSQLite {
+			if s.d.Dialect == dSQLite {
 				return optionErr("WithTxOptions", "isolation level %s: %s transactions are always serializable", o.Isolation, s.d)
 			}
 		default:
@@ -52,10 +52,10 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
 	}
-	if err := dialect(d).check(); err != nil {
+	if err := (dialect{d}).check(); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, d: dialect(d)}
+	s := &Store{db: db, d: dialect{d}}
 	for _, o := range opts {
 		if o == nil {
 			continue

@@ -115,10 +115,10 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	if s.d == dMySQL && s.fast(g) {
+	if s.d.Dialect == dMySQL && s.fast(g) {
 		return s.fencedFast(ctx, g, fn)
 	}
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		return s.fencedPinned(ctx, g, fn)
 	}
 	tx, err := s.beginFenced(ctx, s.db, g)
@@ -187,7 +187,7 @@ func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
 
 // probe checks the connection once per Store where the dialect needs it (MySQL).
 func (s *Store) probe(ctx context.Context) error {
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		return s.probeFoundRows(ctx)
 	}
 	return nil
@@ -230,7 +230,7 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
 	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
 	raiseArgs := []any{g.Resource(), int64(g.Token())}
-	if s.d == dPostgres {
+	if s.d.Dialect == dPostgres {
 		// The transaction's idle timeout rides on whichever raise runs: set_config
 		// is evaluated for the one row the bump matches, or once by the upsert.
 		bump += " AND set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL"

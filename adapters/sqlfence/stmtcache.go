@@ -30,7 +30,7 @@ type shape struct {
 // of a sqlfence/mysql pool at 16 workers (BENCHMARKS.md), at the price of one prepare per pooled
 // connection and shape, the first time. Not PostgreSQL: pgx's stdlib already keeps
 // statements prepared per connection by their text.
-func (d dialect) preparesTake() bool { return d == dSQLite || d == dMySQL }
+func (d dialect) preparesTake() bool { return d.Dialect == dSQLite || d.Dialect == dMySQL }
 
 // shapeCache is a Store's shapes (shapecache.Map, keyed by appendShapeKey) and the
 // statements prepared for them.
