@@ -15,8 +15,8 @@ import (
 // locks released and nothing of it committed, so the next holder's write waits about
 // one lease, not until the frozen process wakes. It is a FROM item of the raise
 // (raiseIdleSQL), whose one row the INSERT reads, so set_config runs in the raise
-// itself: no round trip and no statement of its own (a statement of its own in the
-// batch measured 5-10 % of a one-write transaction's rate on loopback). lock_timeout
+// itself: no round trip and no statement of its own (BENCHMARKS.md measures what one
+// costs). lock_timeout
 // and statement_timeout are left alone: a transaction that waits on a lock or runs a
 // long statement is working, not frozen.
 const idleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"

@@ -16,9 +16,9 @@ const staleMarker = "fencegate-stale:"
 // it to the token, and locks it to commit. When a higher token is stored, the CASE
 // casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
 // the transaction, so a statement behind it in the same batch never runs; refusal
-// reads the stored token from the message. It needs no function: next to fence_raise
-// (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10 x at 1 and
-// 16 workers (BENCHMARKS.md). When the row already holds the token (another
+// reads the stored token from the message. It needs no function, and is faster than
+// fence_raise (PL/pgSQL, migration 3) in the same batch (BENCHMARKS.md). When the row
+// already holds the token (another
 // transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
 // UPDATE locks the conflicting row even where its WHERE is false.
 const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict

@@ -85,8 +85,8 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	keyArgs := args[1 : len(args)-1]
 
 	for try := 1; ; try++ {
-		// The common case runs without the retry closure: a take costs ~25 µs on
-		// SQLite, where every allocation shows.
+		// The common case runs without the retry closure: on SQLite, where a take
+		// is cheap, every allocation shows.
 		left, took, err := s.take(ctx, sh, args)
 		if err != nil && busy(err) {
 			left, took, err = s.retryTake(ctx, sh, args)

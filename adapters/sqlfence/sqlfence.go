@@ -29,7 +29,7 @@
 // transaction it rolls back, and refuses a pool without the flag with an error
 // wrapping fence.ErrInvalidArgument that says so. It does not check
 // interpolateParams: without it the driver prepares and closes a server-side
-// statement for every call, which halves throughput. sqlfence/mysql's Open sets both.
+// statement for every call (BENCHMARKS.md). sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers, in one process or several, need WAL, a busy timeout
 // and BEGIN IMMEDIATE; sqlfence/sqlite's Open sets all three. When the begin of a fenced
