@@ -211,30 +211,13 @@ func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
 	return c, nil
 }
 
-// Fenced begins a transaction, raises g.Resource()'s row in fence_tokens to
-// g.Token() (creating it if absent), runs fn and commits. The fence row stays locked
-// until commit: a stale transaction racing a newer one waits, then is refused. ctx
-// governs every statement, the commit and the waits.
-//
-// On a pool or connection, BEGIN and the raise travel with fn's first statement
-// (see "The first statement" in the package doc): a refused raise stops that
-// statement, which returns the *fence.StaleError to fn, and Fenced returns it even if
-// fn swallows it. With WithFenceFirst they go in a round trip of their own before fn
-// runs. On a caller's pgx.Tx the fenced transaction is a savepoint of it, durable only
-// when the caller commits.
-//
-// It rolls back and returns: the grant errors of fence.CheckGrant; a
-// fence.ErrLost when g is a fence.Watched grant lost by the time fn returned
-// (COMMIT is then never sent); a *fence.StaleError carrying the stored token; fn's
-// error as it is (joined with the refusal when fn returned another error);
-// fence.ErrSchema without the migrations; fence.ErrIdleTimeout (wrapping the 25P03
-// *pgconn.PgError, whichever statement met it, fn's own included) when the server
-// ended the transaction idle past its timeout
-// (WithIdleTimeout): nothing was committed, stop, do not retry; fence.ErrBusy for a
-// serialization failure under REPEATABLE READ or SERIALIZABLE that is not a refusal
-// (always, inside a caller's pgx.Tx): retry the whole transaction. When the reply to
-// COMMIT is lost it returns fence.ErrCommitUnknown: the transaction may have
-// committed; it is never retried.
+// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
+// contract says (the fence package doc states it, with its errors). On a pool or
+// connection BEGIN and the raise travel with fn's first statement ("The first
+// statement" above; WithFenceFirst raises before fn runs); on a caller's pgx.Tx the
+// transaction is a savepoint of it, durable only when the caller commits. Besides the
+// contract's errors: fence.ErrBusy for a serialization failure that is not a refusal
+// (retry the whole transaction), fence.ErrSchema without the migrations.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {

@@ -80,28 +80,13 @@ type Store struct {
 	shapes shapeCache // Decrement's SQL per counter shape; see stmtcache.go
 }
 
-// Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
-// g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
-// higher), runs fn and commits. The fence row stays locked to commit, so a stale
-// transaction racing a newer one waits and is then refused. ctx governs the whole
-// transaction, including waits for locks.
-//
-// Errors: fence.ErrInvalidArgument (nil store or fn, the grant errors of
-// fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost also when the grant's Done channel closed by the time fn returned:
-// checked immediately before COMMIT, the transaction then rolls back),
-// fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
-// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrIdleTimeout
-// (wrapping the driver's error, whichever statement met it, fn's own included: the
-// server ended the transaction idle past its timeout, see WithIdleTimeout; nothing
-// was committed, stop, do not retry), fence.ErrBusy
-// (locked until ctx ended, or at commit: nothing was written), fn's own error as is
-// (after rollback), or the driver's error wrapped. If fn panics the transaction is
-// rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
-// broken or closed connection, a killed or terminated session, ctx ended while the
-// reply was awaited) it returns fence.ErrCommitUnknown
-// wrapping the driver's error: the transaction may have committed; it is never
-// retried, and database/sql discards the connection. SQLite commits in-process, so
-// its COMMIT errors are always the engine's answer, never ErrCommitUnknown.
+// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
+// contract says (the fence package doc states it, with its errors); the fence is
+// raised before fn runs. Besides the contract's errors: fence.ErrInvalidArgument for
+// a MySQL pool without clientFoundRows, fence.ErrSchema without the migrations,
+// fence.ErrBusy when the database stayed locked until ctx ended or refused the
+// commit (nothing was written). SQLite commits in-process, so its COMMIT errors are
+// the engine's answer, never fence.ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {
