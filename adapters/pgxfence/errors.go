@@ -9,8 +9,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -152,4 +154,81 @@ func literal(s string) string {
 	}
 	b.WriteByte('\'')
 	return b.String()
+}
+
+// replyLost reports whether err, from a COMMIT or from a single-row write sent
+// outside a transaction, leaves the outcome unknown: the statement was (or may have
+// been) sent and no answer of the server's decides it. An ERROR reply decides it
+// (nothing committed); a FATAL or PANIC one ends the session and may come after the
+// commit was recorded (a terminated backend waiting for synchronous replication
+// says so), so it does not. Errors pgx raises before sending anything (SafeToRetry,
+// a failed connect, a closed pool, ctx ended before the statement went out) decide
+// it too.
+func replyLost(err error) bool {
+	if err == nil {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == codeIdleTimeout {
+			// Ended while idle in the transaction: COMMIT had not arrived.
+			return false
+		}
+		sev := pgErr.SeverityUnlocalized
+		if sev == "" {
+			sev = pgErr.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	var connectErr *pgconn.ConnectError
+	switch {
+	case pgconn.SafeToRetry(err), errors.As(err, &connectErr),
+		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback),
+		errors.Is(err, puddle.ErrClosedPool),
+		// A pool returns ctx's own error, unwrapped, when ctx ends while it waits for
+		// a connection; pgconn wraps the one that ends a statement in flight.
+		err == context.Canceled, err == context.DeadlineExceeded:
+		return false
+	}
+	return true
+}
+
+// commit commits tx and returns fence.ErrCommitUnknown when COMMIT may have
+// been applied without its reply arriving. Besides replyLost: when the connection
+// dies while COMMIT's reply is awaited, pgx drops the read error and reports the
+// connection it then finds closed as "conn closed", an error it marks safe to retry
+// though COMMIT went out; a connection open just before COMMIT and closed by its end
+// is therefore unknown too.
+func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
+	open := !tx.Conn().IsClosed()
+	err := tx.Commit(ctx)
+	if err == nil {
+		return nil
+	}
+	if open && errors.Is(err, pgconn.ErrConnClosed) {
+		return grant.CommitUnknown(g, "commit", err)
+	}
+	if u := unknownOutcome("commit", g, err); u != nil {
+		return u
+	}
+	return err
+}
+
+// unknownOutcome returns fence.ErrCommitUnknown for err when its reply was lost,
+// or nil.
+func unknownOutcome(op string, g fence.Grant, err error) error {
+	if !replyLost(err) {
+		return nil
+	}
+	return grant.CommitUnknown(g, op, err)
+}
+
+// unknownOutcome is the package function for a single-row write, which on a caller's
+// pgx.Tx decides nothing durable: a lost reply there only ends the caller's
+// transaction, which then cannot commit.
+func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
+	if s.nested {
+		return nil
+	}
+	return unknownOutcome(op, g, err)
 }

@@ -2,21 +2,17 @@ package sqlfence
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/sqldialect"
-	"github.com/fencegate/fencegate/nolock"
 )
 
 // dialect is the handful of things that differ between the databases a Store speaks
-// to: identifier quoting, the fence-row upsert, the token-column upsert and how the
-// driver reports unique-key violations and lock contention. Everything else is one
-// code path. It is the one Dialect (migrations.Dialect, internal/core/sqldialect) with
+// to: identifier quoting, the fence-row upsert and the token-column upsert (how each
+// driver reports its errors is in errors.go). It is the one Dialect (migrations.Dialect, internal/core/sqldialect) with
 // this package's statements attached:
 //
 //   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
@@ -162,96 +158,4 @@ func (d dialect) upserted(res sql.Result) (check bool, err error) {
 	}
 	n, err := res.RowsAffected()
 	return n == 0, err
-}
-
-// The names in unique-key violation messages: PostgreSQL's constraint, SQLite's
-// columns ("UNIQUE constraint failed: t.a, t.b"), MySQL's index.
-var (
-	pgUniqueRE     = regexp.MustCompile(`unique constraint "((?:[^"]|"")*)"`)
-	sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
-	mysqlDupKeyRE  = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
-)
-
-// asDuplicate maps a unique-key violation to a *nolock.DuplicateError naming the
-// index (MySQL) or the columns (SQLite, whose message names no index), or returns nil
-// when err is not one.
-func asDuplicate(err error, table string) *nolock.DuplicateError {
-	if me, ok := asMySQL(err); ok && me.Number == 1062 {
-		name := ""
-		if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
-			// MySQL 8 says 'table.index', MariaDB 'index'.
-			name = strings.ReplaceAll(m[1], "''", "'")
-			name = strings.TrimPrefix(name, lastPart(table)+".")
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	if code, msg, ok := sqliteError(err); ok && (code == 2067 || code == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
-		name := ""
-		if m := sqliteUniqueRE.FindStringSubmatch(msg); m != nil {
-			name = m[1]
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	if sqlState(err) == "23505" {
-		name := ""
-		if m := pgUniqueRE.FindStringSubmatch(err.Error()); m != nil {
-			name = strings.ReplaceAll(m[1], `""`, `"`)
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	return nil
-}
-
-// sqlState returns the SQLSTATE of a PostgreSQL driver's error (pgx's *pgconn.PgError
-// and lib/pq's *pq.Error both have the method), or "".
-func sqlState(err error) string {
-	var e interface{ SQLState() string }
-	if errors.As(err, &e) {
-		return e.SQLState()
-	}
-	return ""
-}
-
-func lastPart(table string) string {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		return table[i+1:]
-	}
-	return table
-}
-
-// busy reports whether err means another writer held a lock and the whole
-// transaction may be tried again: SQLITE_BUSY and SQLITE_LOCKED (any extended
-// code), MySQL 1213 (deadlock, transaction rolled back) and 1205 (lock wait timeout),
-// PostgreSQL 40001 (serialization failure: under REPEATABLE READ or SERIALIZABLE a
-// newer transaction raised the fence row after this one's snapshot), 40P01
-// (deadlock) and 55P03 (lock not available).
-func busy(err error) bool {
-	switch sqlState(err) {
-	case "40001", "40P01", "55P03":
-		return true
-	}
-	if code, _, ok := sqliteError(err); ok {
-		c := code & 0xff
-		return c == 5 || c == 6
-	}
-	if me, ok := asMySQL(err); ok {
-		return me.Number == 1213 || me.Number == 1205
-	}
-	return false
-}
-
-// missingSchema reports whether err says the fence_tokens table does not exist.
-func missingSchema(err error) bool { return missingTable(err, "fence_tokens") }
-
-// missingTable reports whether err says the table does not exist (MySQL 1146, SQLite
-// "no such table", PostgreSQL 42P01).
-func missingTable(err error, table string) bool {
-	if sqlState(err) == "42P01" {
-		return strings.Contains(err.Error(), table)
-	}
-	if me, ok := asMySQL(err); ok {
-		return me.Number == 1146 && strings.Contains(me.Message, table)
-	}
-	_, msg, ok := sqliteError(err)
-	return ok && strings.Contains(msg, "no such table: "+table)
 }
