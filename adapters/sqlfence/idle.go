@@ -1,13 +1,10 @@
 package sqlfence
 
 import (
-	"context"
-	"database/sql"
 	"database/sql/driver"
 	"errors"
 	"fmt"
 	"io"
-	"math"
 	"strconv"
 	"strings"
 	"time"
@@ -88,33 +85,4 @@ func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool
 		return nil
 	}
 	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
-}
-
-// fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
-// whose session idle timeout is set before BEGIN and restored after.
-func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("sqlfence: get a connection: %w", err)
-	}
-	defer conn.Close()
-	v := "wait_timeout"
-	if s.mariadb {
-		v = "idle_transaction_timeout"
-	}
-	secs := int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
-	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
-		return fmt.Errorf("sqlfence: set %s: %w", v, err)
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION "+v+" = DEFAULT"); err != nil {
-			// Never hand the pool a connection with a short timeout: discard it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	tx, err := s.beginFenced(ctx, conn, g)
-	if err != nil {
-		return err
-	}
-	return s.finish(ctx, tx, g, fn)
 }
