@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
@@ -13,12 +12,13 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/core/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
 // SQLSTATEs this package tells apart.
 const (
-	codeBadText       = "22P02" // raised on purpose by raiseSQL: see staleMarker
+	codeBadText       = "22P02" // raised on purpose by pgsql.RaiseSQL: see pgsql.StaleMarker
 	codeSerialization = "40001"
 	codeUnique        = "23505"
 	codeNoFunction    = "42883"
@@ -39,7 +39,7 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case codeBadText:
-			if seen, res, ok := markedStale(pgErr.Message); ok {
+			if seen, res, ok := pgsql.MarkedStale(pgErr.Message); ok {
 				if res == "" {
 					res = g.Resource()
 				}
@@ -77,33 +77,6 @@ func fnErr(g fence.Grant, err error) error {
 	return err
 }
 
-// markedStale reads the stored token from the error raiseSQL makes when it refuses:
-// invalid input syntax for type bigint: "fencegate-stale:41", or for a set
-// "fencegate-stale:41/res-a" naming the resource. Only the quoted value is taken,
-// since the words around it follow the server's lc_messages; the resource runs to the
-// last double quote (a resource may hold one itself).
-func markedStale(msg string) (fence.Token, string, bool) {
-	_, rest, ok := strings.Cut(msg, staleMarker)
-	if !ok {
-		return 0, "", false
-	}
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
-	seen, err := strconv.ParseInt(rest[:end], 10, 64)
-	if err != nil {
-		return 0, "", false
-	}
-	res := ""
-	if tail, ok := strings.CutPrefix(rest[end:], "/"); ok {
-		if q := strings.LastIndexByte(tail, '"'); q >= 0 {
-			res = tail[:q]
-		}
-	}
-	return fence.Token(seen), res, true
-}
-
 // storedToken reads the resource's stored token; 0 when it has none.
 func storedToken(ctx context.Context, q querier, resource string) (fence.Token, error) {
 	var t int64
@@ -131,29 +104,6 @@ func writeError(op, table string, err error) error {
 		}
 	}
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
-}
-
-// literal quotes a resource name as a PostgreSQL escape-string constant, for the one
-// place a value cannot be a parameter (the simple-protocol message that carries BEGIN
-// and the fence raise). In E'...' only the backslash and the single quote are special,
-// whatever standard_conforming_strings says; both are doubled. A resource has passed
-// fence.CheckResource (valid UTF-8, no NUL), and pgx always speaks UTF-8, so no byte
-// sequence can end the constant early.
-func literal(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 4)
-	b.WriteString("E'")
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\', '\'':
-			b.WriteByte(c)
-			b.WriteByte(c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
 }
 
 // replyLost reports whether err, from a COMMIT or from a single-row write sent

@@ -212,19 +212,12 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	if grant.Multi(g) {
 		return s.raiseSet(ctx, tx, g)
 	}
+	if s.d.Dialect == dPostgres {
+		return s.raisePostgres(ctx, tx, g)
+	}
 	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
 	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
 	raiseArgs := []any{g.Resource(), int64(g.Token())}
-	if s.d.Dialect == dPostgres {
-		// The transaction's idle timeout rides on whichever raise runs: set_config
-		// is evaluated for the one row the bump matches, or once by the upsert.
-		bump += " AND set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL"
-		bumpArgs = append(bumpArgs, s.idleMS(g))
-		raise = "INSERT INTO fence_tokens (resource, token) SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) " +
-			"WHERE set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL ON CONFLICT (resource) DO UPDATE " +
-			"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token <= excluded.token"
-		raiseArgs = append(raiseArgs, s.idleMS(g))
-	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(bump), bumpArgs...)
 	if err != nil {
 		return raiseErr(g, err)
