@@ -1,5 +1,6 @@
 // Package migrations creates and drops fencegate's own tables (fence_tokens and
-// idempotency_keys, and on PostgreSQL the fence_raise function pgxfence calls), and
+// idempotency_keys, and on PostgreSQL the fence_raise function, which the adapters no
+// longer call but earlier versions did), and
 // writes the migration that adds a token column to a table of the application's.
 //
 // The SQL lives in one folder per dialect (postgres, mysql, sqlite), embedded in the
