@@ -41,7 +41,7 @@ var (
 	// gets when it wakes.
 	ErrIdleTimeout = errors.New("fence: fenced transaction ended by the server: idle past its timeout")
 	// ErrSchema means the database lacks fencegate's tables (fence_tokens and, for
-	// idempotency keys, fence_keys): apply the migrations (migrations.Up).
+	// idempotency keys, idempotency_keys): apply the migrations (migrations.Up).
 	ErrSchema = errors.New("fence: fencegate schema missing, run migrations.Up")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")

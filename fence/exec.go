@@ -11,25 +11,10 @@ import (
 // transaction fenced for a grant. Tx is the adapter's transaction type (pgx.Tx,
 // *sql.Tx), so the function passed to Exec needs no casts.
 type Store[Tx any] interface {
-	// Fenced begins a transaction, raises the resource's stored high-water token to
+	// Fenced begins a transaction, raises the stored token of g's resources to
 	// g.Token() (refusing with a *StaleError if a higher one is stored), runs fn and
-	// commits. Any error from fn, and any refusal, rolls the whole transaction back;
-	// a refused transaction writes nothing. Once raised, the fence row stays locked
-	// until commit: a transaction with another token that reaches it meanwhile waits,
-	// and is then refused if its token is lower. When the fence is raised is the
-	// adapter's documented choice: before fn runs (sqlfence; pgxfence
-	// WithFenceFirst), or, by default in pgxfence, together with fn's first
-	// statement, which then never runs for a stale grant. In that default mode fn
-	// holds nothing before its first statement: work fn does outside the database
-	// before it runs even for a stale grant, and a stale transaction whose first
-	// statement reaches the fence row before a newer one's commits first (tokens
-	// still rise in commit order; the newer one then raises past it). When COMMIT was
-	// sent but its reply was lost (the connection broke or closed, the session was
-	// terminated, ctx ended mid-commit), Fenced returns ErrCommitUnknown, also
-	// wrapping the driver's error: the transaction may
-	// or may not have committed, and it is never retried. A Watched grant whose
-	// Done channel has closed by the time fn returns is not committed: Fenced rolls
-	// back and returns ErrLost.
+	// commits. The package doc states the whole contract: when the fence is raised,
+	// what is refused, and the errors.
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 

@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqlident"
+	"github.com/fencegate/fencegate/internal/core/sqldialect"
 )
 
 // Generated names the migration files GenerateTokenColumn wrote.
@@ -47,13 +47,13 @@ var migrationFile = regexp.MustCompile(`^([0-9]+)_(.*)\.(up|down)\.[^.]+$`)
 // too); ErrExists when dir already holds a migration adding the token column to the
 // table or a file of the same name; it never overwrites a file.
 func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
-	if err := d.check(); err != nil {
+	if err := check(d); err != nil {
 		return Generated{}, err
 	}
 	if dir == "" {
 		return Generated{}, fmt.Errorf("%w: empty migrations folder", fence.ErrInvalidArgument)
 	}
-	quoted, err := sqlident.Table(sqlident.Dialect(d), table)
+	quoted, err := sqldialect.Table(d, table)
 	if err != nil {
 		return Generated{}, err
 	}

@@ -1,5 +1,6 @@
 // Package migrations creates and drops fencegate's own tables (fence_tokens and
-// idempotency_keys, and on PostgreSQL the fence_raise function pgxfence calls), and
+// idempotency_keys, and on PostgreSQL the fence_raise function, which the adapters no
+// longer call but earlier versions did), and
 // writes the migration that adds a token column to a table of the application's.
 //
 // The SQL lives in one folder per dialect (postgres, mysql, sqlite), embedded in the
@@ -24,6 +25,7 @@ import (
 	"io/fs"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/sqldialect"
 )
 
 // Errors returned by this package besides fence.ErrInvalidArgument (a nil *sql.DB,
@@ -46,27 +48,15 @@ const migrationsTable = "fencegate_schema_migrations"
 // Dialect names a database for the whole library: it selects the SQL folder and how
 // the version is recorded here, and the SQL sqlfence and fencemark write. This
 // package imports no driver, so any user can name a dialect without linking one.
-type Dialect int
+// Its String is the folder name: "postgres", "mysql" or "sqlite".
+type Dialect = sqldialect.Dialect
 
 // The supported dialects. The zero Dialect is none of them.
 const (
-	Postgres Dialect = iota + 1 // PostgreSQL 12 and later (pgx v5)
-	MySQL                       // MySQL 8.0.16 and later, MariaDB 10.2 and later
-	SQLite                      // SQLite 3.35 and later (modernc.org/sqlite)
+	Postgres = sqldialect.Postgres // PostgreSQL 12 and later (pgx v5)
+	MySQL    = sqldialect.MySQL    // MySQL 8.0.16 and later, MariaDB 10.2 and later
+	SQLite   = sqldialect.SQLite   // SQLite 3.35 and later (modernc.org/sqlite)
 )
-
-// String returns the dialect's folder name: "postgres", "mysql" or "sqlite".
-func (d Dialect) String() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	case SQLite:
-		return "sqlite"
-	}
-	return fmt.Sprintf("Dialect(%d)", int(d))
-}
 
 // ParseDialect returns the Dialect named s ("postgres", "mysql" or "sqlite"; "pgx",
 // "postgresql", "mariadb" and "sqlite3" are accepted too), or for any other s an error wrapping
@@ -83,7 +73,7 @@ func ParseDialect(s string) (Dialect, error) {
 	return 0, fmt.Errorf("migrations: unknown dialect %q: want postgres, mysql or sqlite: %w", s, fence.ErrInvalidArgument)
 }
 
-func (d Dialect) check() error {
+func check(d Dialect) error {
 	if d < Postgres || d > SQLite {
 		return fmt.Errorf("migrations: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 	}
@@ -97,7 +87,7 @@ var sqlFiles embed.FS
 // themselves (with iofs.New(fsys, ".") and fencegate_schema_migrations as the
 // migrations table). An unknown d is an error wrapping fence.ErrInvalidArgument.
 func FS(d Dialect) (fs.FS, error) {
-	if err := d.check(); err != nil {
+	if err := check(d); err != nil {
 		return nil, err
 	}
 	return fs.Sub(sqlFiles, d.String())
@@ -133,7 +123,7 @@ func run(ctx context.Context, db *sql.DB, d Dialect, up bool) error {
 	if db == nil {
 		return fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
-	if err := d.check(); err != nil {
+	if err := check(d); err != nil {
 		return err
 	}
 	fsys, err := FS(d)

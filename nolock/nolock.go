@@ -4,6 +4,24 @@
 // request at most once (Result). The adapters' Stores (pgxfence, sqlfence)
 // implement them as Decrement, Insert and Once; this package holds their shared
 // types and errors.
+//
+// # Idempotency keys
+//
+// A Store's Once(ctx, key, fingerprint, fn) runs fn at most once per key, the way
+// payment APIs do. In one transaction it inserts the key with its fingerprint, runs
+// fn, stores fn's result on the key row and commits: fn's writes and the key commit
+// or roll back together. A later call with the same key and fingerprint returns the
+// stored result with Replayed = true and does not run fn; with another fingerprint
+// it returns ErrKeyReused, and nothing runs. A concurrent duplicate waits for the
+// first call's transaction, then replays its result, or runs fn itself if the first
+// rolled back. Keys never expire unless the Store has WithKeyTTL: then a key counts
+// as absent once its time-to-live has passed (the database's clock decides) and is
+// replaced, whatever its fingerprint. fn's error is returned as it is, after rolling
+// back fn's writes and the key, so that a retry runs fn again; if fn panics, the
+// transaction rolls back and the panic goes on. Bad input (a nil fn, an empty key or
+// one over MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
+// fingerprint over 255 characters) is fence.ErrInvalidArgument, before any I/O; a
+// missing idempotency_keys table is fence.ErrSchema.
 package nolock
 
 import (

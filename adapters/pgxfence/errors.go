@@ -4,20 +4,21 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
 	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/core/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
 // SQLSTATEs this package tells apart.
 const (
-	codeStale         = "FG001" // raised by fence_raise (migrations/postgres/3_create_fence_raise)
-	codeBadText       = "22P02" // raised on purpose by raiseSQL: see staleMarker
+	codeBadText       = "22P02" // raised on purpose by pgsql.RaiseSQL: see pgsql.StaleMarker
 	codeSerialization = "40001"
 	codeUnique        = "23505"
 	codeNoFunction    = "42883"
@@ -37,11 +38,8 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case codeStale:
-			seen, _ := strconv.ParseInt(pgErr.Detail, 10, 64)
-			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
 		case codeBadText:
-			if seen, res, ok := markedStale(pgErr.Message); ok {
+			if seen, res, ok := pgsql.MarkedStale(pgErr.Message); ok {
 				if res == "" {
 					res = g.Resource()
 				}
@@ -57,37 +55,26 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 		case codeNoFunction, codeNoTable:
 			return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 		case codeIdleTimeout:
-			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
+			return idleTimeout(g, err)
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
 }
 
-// markedStale reads the stored token from the error raiseSQL makes when it refuses:
-// invalid input syntax for type bigint: "fencegate-stale:41", or for a set
-// "fencegate-stale:41/res-a" naming the resource. Only the quoted value is taken,
-// since the words around it follow the server's lc_messages; the resource runs to the
-// last double quote (a resource may hold one itself).
-func markedStale(msg string) (fence.Token, string, bool) {
-	_, rest, ok := strings.Cut(msg, staleMarker)
-	if !ok {
-		return 0, "", false
+// idleTimeout returns fence.ErrIdleTimeout wrapping err.
+func idleTimeout(g fence.Grant, err error) error {
+	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
+}
+
+// fnErr is the error Fenced returns for fn's err: fence.ErrIdleTimeout wrapping it
+// when the server ended the transaction for idling (25P03, met by fn's own
+// statement), else err as it is.
+func fnErr(g fence.Grant, err error) error {
+	var pgErr *pgconn.PgError
+	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == codeIdleTimeout {
+		return idleTimeout(g, err)
 	}
-	end := 0
-	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
-		end++
-	}
-	seen, err := strconv.ParseInt(rest[:end], 10, 64)
-	if err != nil {
-		return 0, "", false
-	}
-	res := ""
-	if tail, ok := strings.CutPrefix(rest[end:], "/"); ok {
-		if q := strings.LastIndexByte(tail, '"'); q >= 0 {
-			res = tail[:q]
-		}
-	}
-	return fence.Token(seen), res, true
+	return err
 }
 
 // storedToken reads the resource's stored token; 0 when it has none.
@@ -119,25 +106,79 @@ func writeError(op, table string, err error) error {
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
 }
 
-// literal quotes a resource name as a PostgreSQL escape-string constant, for the one
-// place a value cannot be a parameter (the simple-protocol message that carries BEGIN
-// and the fence raise). In E'...' only the backslash and the single quote are special,
-// whatever standard_conforming_strings says; both are doubled. A resource has passed
-// fence.CheckResource (valid UTF-8, no NUL), and pgx always speaks UTF-8, so no byte
-// sequence can end the constant early.
-func literal(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 4)
-	b.WriteString("E'")
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\', '\'':
-			b.WriteByte(c)
-			b.WriteByte(c)
-		default:
-			b.WriteByte(c)
-		}
+// replyLost reports whether err, from a COMMIT or from a single-row write sent
+// outside a transaction, leaves the outcome unknown: the statement was (or may have
+// been) sent and no answer of the server's decides it. An ERROR reply decides it
+// (nothing committed); a FATAL or PANIC one ends the session and may come after the
+// commit was recorded (a terminated backend waiting for synchronous replication
+// says so), so it does not. Errors pgx raises before sending anything (SafeToRetry,
+// a failed connect, a closed pool, ctx ended before the statement went out) decide
+// it too.
+func replyLost(err error) bool {
+	if err == nil {
+		return false
 	}
-	b.WriteByte('\'')
-	return b.String()
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		if pgErr.Code == codeIdleTimeout {
+			// Ended while idle in the transaction: COMMIT had not arrived.
+			return false
+		}
+		sev := pgErr.SeverityUnlocalized
+		if sev == "" {
+			sev = pgErr.Severity
+		}
+		return sev == "FATAL" || sev == "PANIC"
+	}
+	var connectErr *pgconn.ConnectError
+	switch {
+	case pgconn.SafeToRetry(err), errors.As(err, &connectErr),
+		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback),
+		errors.Is(err, puddle.ErrClosedPool),
+		// A pool returns ctx's own error, unwrapped, when ctx ends while it waits for
+		// a connection; pgconn wraps the one that ends a statement in flight.
+		err == context.Canceled, err == context.DeadlineExceeded:
+		return false
+	}
+	return true
+}
+
+// commit commits tx and returns fence.ErrCommitUnknown when COMMIT may have
+// been applied without its reply arriving. Besides replyLost: when the connection
+// dies while COMMIT's reply is awaited, pgx drops the read error and reports the
+// connection it then finds closed as "conn closed", an error it marks safe to retry
+// though COMMIT went out; a connection open just before COMMIT and closed by its end
+// is therefore unknown too.
+func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
+	open := !tx.Conn().IsClosed()
+	err := tx.Commit(ctx)
+	if err == nil {
+		return nil
+	}
+	if open && errors.Is(err, pgconn.ErrConnClosed) {
+		return grant.CommitUnknown(g, "commit", err)
+	}
+	if u := unknownOutcome("commit", g, err); u != nil {
+		return u
+	}
+	return err
+}
+
+// unknownOutcome returns fence.ErrCommitUnknown for err when its reply was lost,
+// or nil.
+func unknownOutcome(op string, g fence.Grant, err error) error {
+	if !replyLost(err) {
+		return nil
+	}
+	return grant.CommitUnknown(g, op, err)
+}
+
+// unknownOutcome is the package function for a single-row write, which on a caller's
+// pgx.Tx decides nothing durable: a lost reply there only ends the caller's
+// transaction, which then cannot commit.
+func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
+	if s.nested {
+		return nil
+	}
+	return unknownOutcome(op, g, err)
 }

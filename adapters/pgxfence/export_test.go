@@ -2,6 +2,7 @@ package pgxfence
 
 import (
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/pgsql"
 	"github.com/fencegate/fencegate/internal/core/shapecache"
 )
 
@@ -13,7 +14,7 @@ var QuoteColumn = quoteColumn
 
 // RaiseSQL is the fence raise Fenced sends, for the benchmark that compares it with
 // the alternatives.
-const RaiseSQL = raiseSQL
+const RaiseSQL = pgsql.RaiseSQL
 
 // MaxShapes is how many single-row statements a Store keeps.
 const MaxShapes = shapecache.Max

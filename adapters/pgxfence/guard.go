@@ -4,10 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
+	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/core/sqldialect"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -41,11 +46,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if n <= 0 {
 		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
 	}
-	if c.Column == "" {
-		return 0, fmt.Errorf("fence: invalid identifier: empty counter column name: %w", fence.ErrInvalidArgument)
-	}
-	row := fence.Row{Table: c.Table, Key: c.Key, TokenColumn: c.Column}
-	q, err := s.statement('n', row, nil, func() (string, error) { return decrementSQL(row) })
+	q, err := s.counterStatement(c)
 	if err != nil {
 		return 0, err
 	}
@@ -66,14 +67,11 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			return 0, writeError("decrement", c.Table, err)
 		}
 		// Built only when needed: most takes succeed.
-		rw, _, err := checkRow(row, nil, false)
+		ct, err := checkCounter(c)
 		if err != nil {
 			return 0, err
 		}
-		var look stmt
-		look.sql.WriteString("SELECT " + rw.token + " FROM " + rw.table + " WHERE ")
-		rw.where(&look, rw.keyArgs(&look))
-		err = s.db.QueryRow(ctx, look.sql.String(), look.args...).Scan(&left)
+		err = s.db.QueryRow(ctx, "SELECT "+ct.col+" FROM "+ct.table+" WHERE "+ct.where(1), args[1:len(args)-1]...).Scan(&left)
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeKey(c.Key))
@@ -85,22 +83,76 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	}
 }
 
-// decrementSQL checks and quotes a counter, passed as a fence.Row whose token column
-// is the counter column (checkRow then refuses a counter that is also a key column),
-// and builds the guarded take. Its arguments: n, the key values, n. The amount goes
-// twice, as two parameters: one parameter used in both places measured ~9% slower
-// (BENCHMARKS.md, no-lock path).
-func decrementSQL(row fence.Row) (string, error) {
-	rw, _, err := checkRow(row, nil, false)
+// counter is a checked, quoted nolock.Counter: the table, the counter column and
+// the key columns.
+type counter struct {
+	table, col string
+	keys       []string
+}
+
+// checkCounter checks and quotes c's names, refusing a key column that is also the
+// counter column or named twice.
+func checkCounter(c nolock.Counter) (counter, error) {
+	var out counter
+	var err error
+	if out.col, err = sqldialect.Ident(sqldialect.Postgres, "counter column", c.Column); err != nil {
+		return counter{}, err
+	}
+	if out.table, err = quoteTable(c.Table); err != nil {
+		return counter{}, err
+	}
+	if len(c.Key) == 0 {
+		return counter{}, fmt.Errorf("%w: counter in %q has no key columns", fence.ErrInvalidArgument, c.Table)
+	}
+	seen := make([]string, 1, 1+len(c.Key))
+	seen[0] = c.Column
+	for _, k := range c.Key {
+		q, err := quoteColumn(k.Name)
+		if err != nil {
+			return counter{}, err
+		}
+		if slices.Contains(seen, k.Name) {
+			return counter{}, fmt.Errorf("%w: column %q named twice (key and counter columns must differ)", fence.ErrInvalidArgument, k.Name)
+		}
+		seen = append(seen, k.Name)
+		out.keys = append(out.keys, q)
+	}
+	return out, nil
+}
+
+// where is "k1 = $first AND k2 = $first+1 ...".
+func (c counter) where(first int) string {
+	var b strings.Builder
+	for i, k := range c.keys {
+		if i > 0 {
+			b.WriteString(" AND ")
+		}
+		b.WriteString(k + " = $" + strconv.Itoa(first+i))
+	}
+	return b.String()
+}
+
+// counterStatement returns the guarded take of c's shape, kept once built. Its
+// arguments: n, the key values, n (the amount twice, as two parameters: one used in
+// both places is slower, see BENCHMARKS.md's no-lock path).
+func (s *Store) counterStatement(c nolock.Counter) (string, error) {
+	var buf [256]byte
+	key := append(buf[:0], 'n')
+	key = shapecache.AppendName(shapecache.AppendName(key, c.Table), c.Column)
+	for _, k := range c.Key {
+		key = shapecache.AppendName(key, k.Name)
+	}
+	if q, ok := s.shapes.Load(key); ok {
+		return q, nil
+	}
+	ct, err := checkCounter(c)
 	if err != nil {
 		return "", err
 	}
-	col := rw.token
-	var up stmt
-	up.sql.WriteString("UPDATE " + rw.table + " SET " + col + " = " + col + " - " + up.arg(nil) + " WHERE ")
-	rw.where(&up, rw.keyArgs(&up))
-	up.sql.WriteString(" AND " + col + " >= " + up.arg(nil) + " RETURNING " + col)
-	return up.sql.String(), nil
+	q := "UPDATE " + ct.table + " SET " + ct.col + " = " + ct.col + " - $1 WHERE " + ct.where(2) +
+		" AND " + ct.col + " >= $" + strconv.Itoa(len(ct.keys)+2) + " RETURNING " + ct.col
+	q, _ = s.shapes.Store(string(key), q, nil)
+	return q, nil
 }
 
 // Insert inserts one row into table: one INSERT, the names quoted, the values sent

@@ -16,7 +16,8 @@ import (
 	"github.com/fencegate/fencegate/internal/delayproxy"
 )
 
-// BenchmarkFencedNet is BenchmarkFenced's update and tx pairs on loopback and through
+// BenchmarkFencedNet is BenchmarkFenced's update and tx pairs, and Update against
+// the least statement that writes both rows (update-vs-tworows), on loopback and through
 // internal/delayproxy at 250 µs each way (a 0.5 ms round trip, where round trips, not
 // the server's CPU, decide), at 16 and 64 workers.
 func BenchmarkFencedNet(b *testing.B) {
@@ -38,6 +39,12 @@ func BenchmarkFencedNet(b *testing.B) {
 				return s.Update(ctx, fence.NewGrant(res[w], fence.Token(i+1)),
 					fence.Row{Table: "bench", Key: []fence.Col{{Name: "id", Value: w}}}, fence.Col{Name: "val", Value: i})
 			}
+			// twoRows is the least statement that writes both the row and the
+			// resource's mark, with no check at all: the floor under any fenced Update.
+			twoRows := func(ctx context.Context, w, i int) error {
+				_, err := pool.Exec(ctx, twoRowSQL, i+1, res[w], i, w)
+				return err
+			}
 			beginFunc := func(ctx context.Context, w, i int) error {
 				return pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
 					_, err := tx.Exec(ctx, upd, i, w)
@@ -54,12 +61,20 @@ func BenchmarkFencedNet(b *testing.B) {
 			b.Run(fmt.Sprintf("%s/update/workers=%d", rtt, workers), func(b *testing.B) {
 				benchpair.Compare(b, next, plainUpdate, fencedUpdate)
 			})
+			b.Run(fmt.Sprintf("%s/update-vs-tworows/workers=%d", rtt, workers), func(b *testing.B) {
+				benchpair.Compare(b, next, twoRows, fencedUpdate)
+			})
 			b.Run(fmt.Sprintf("%s/tx/workers=%d", rtt, workers), func(b *testing.B) {
 				benchpair.Compare(b, next, beginFunc, fencedExec)
 			})
 		}
 	}
 }
+
+// twoRowSQL writes the resource's mark and the row in one statement, checking
+// nothing: Update's second baseline.
+const twoRowSQL = "WITH r AS (UPDATE fence_tokens SET token = $1 WHERE resource = $2 RETURNING 1) " +
+	"UPDATE bench SET val = $3 WHERE id = $4 AND EXISTS (SELECT 1 FROM r)"
 
 // proxiedPool returns a pool like pool whose connections go through a delaying proxy.
 func proxiedPool(b *testing.B, pool *pgxpool.Pool, workers int, oneWay time.Duration) *pgxpool.Pool {

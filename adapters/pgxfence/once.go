@@ -49,37 +49,13 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 	maxClaimTries = 3 // claim, drop an expired key, claim again (and once more for a race)
 )
 
-// Once runs fn at most once per idempotency key, the way payment APIs do: the first
-// call with key runs fn and stores its result in the same transaction as fn's
-// writes; a later call with the same key and fingerprint returns that result with
-// Replayed = true and does not run fn. A concurrent duplicate waits for the first
-// call's transaction and then replays its result, or runs fn itself if the first
-// rolled back. ctx governs the transaction and the wait. Keys never expire, unless
-// the Store has WithKeyTTL: then a key counts as absent once its time-to-live has
-// passed since it was stored (the database's clock decides), and a stored key that
-// has expired is replaced, whatever its fingerprint.
-//
-// In one transaction it first inserts the key with its fingerprint, then runs fn,
-// then stores fn's result on the key row and commits: fn's writes and the key
-// commit or roll back together. A concurrent call with the same key waits on the
-// first one's uncommitted key (PostgreSQL's unique-index wait) and then replays the
-// stored result, or, if the first rolled back, runs fn itself. A key already stored
-// is answered by one statement and a rollback; fn does not run.
-//
-// The transaction uses the Store's isolation level (WithTxOptions). Under
-// REPEATABLE READ and SERIALIZABLE a duplicate that waited gets a serialization
-// failure; Once then starts over with a new transaction, up to 10 times within ctx,
-// and replays. Deadlocks met before fn runs are retried the same way. On a Store
-// over a caller's pgx.Tx, Once is a savepoint in it and never retries.
-//
-// Errors: nolock.ErrKeyReused (the key is stored with another fingerprint; nothing
-// ran), fence.ErrInvalidArgument (nil store or fn, an empty key or one over
-// nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
-// fingerprint over 255 characters), fn's own error as is after rolling back fn's
-// writes and the key (so that a retry runs fn again), fence.ErrBusy when a
-// serialization failure hit fn's work or the commit (run the call again), fence.ErrSchema
-// when idempotency_keys is missing, or the driver's error wrapped. If fn panics, the
-// transaction is rolled back and the panic goes on.
+// Once runs fn at most once per idempotency key, as nolock's package doc says. A
+// duplicate waits on the first call's uncommitted key (PostgreSQL's unique-index
+// wait). A serialization failure (REPEATABLE READ, SERIALIZABLE) or a deadlock met
+// before fn runs starts the call over in a new transaction, up to 10 times within
+// ctx; one that hit fn's work or the commit returns fence.ErrBusy (run the call
+// again). On a Store over a caller's pgx.Tx, Once is a savepoint in it and never
+// retries. Other failures wrap the driver's error.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (nolock.Result, error) {
 	if s == nil || s.db == nil {
 		return nolock.Result{}, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)

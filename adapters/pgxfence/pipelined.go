@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
@@ -29,26 +30,36 @@ func WithFenceFirst() Option {
 
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
-func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) error {
-	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
-	return fencetx.Run(g, func() error { return fn(t) }, fencetx.Ops{
-		Rollback: func() { t.rollback(ctx) },
-		Refused:  func() error { return t.refused },
-		Commit: func() error {
-			if t.tx == nil {
-				// fn sent nothing: the fence is raised all the same, so that the
-				// stored token moves up to the grant's.
-				if err := t.begin(ctx); err != nil {
-					return err
-				}
-			}
-			err := commit(ctx, t.tx, g)
-			if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
-				return err
-			}
-			return refusal(ctx, g, err, conn)
-		},
-	})
+func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) error {
+	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
+}
+
+// runLazy runs fn on t and commits it (fencetx owns the lifecycle); with
+// WithFenceFirst t's transaction has begun already.
+func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
+	return fencetx.Run(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
+}
+
+// lazyRun is a lazyTx as the lifecycle ends it (fencetx.Tx).
+type lazyRun struct{ t *lazyTx }
+
+func (r lazyRun) Refused() error { return r.t.refused }
+func (r lazyRun) Rollback()      { r.t.rollback(r.t.ctx) }
+
+func (r lazyRun) Commit() error {
+	t, ctx := r.t, r.t.ctx
+	if t.tx == nil {
+		// fn sent nothing: the fence is raised all the same, so that the stored
+		// token moves up to the grant's.
+		if err := t.begin(ctx); err != nil {
+			return err
+		}
+	}
+	err := commit(ctx, t.tx, t.g)
+	if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
+		return err
+	}
+	return refusal(ctx, t.g, err, t.conn)
 }
 
 // lazyTx is the pgx.Tx that a pipelined Fenced hands fn. Its transaction begins with
@@ -61,7 +72,7 @@ type lazyTx struct {
 	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
 	s       *Store
 	conn    *pgx.Conn
-	g       fence.Grant
+	g       *grant.Checked
 	tx      pgx.Tx // nil until the transaction is begun
 	refused error  // the fence's refusal, or a failure to begin
 }
@@ -209,7 +220,19 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	return t.tx.Exec(ctx, sql, args...)
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	return tag, t.ended(err)
+}
+
+// ended remembers an error of fn's statement that says the server ended the
+// transaction for idling, so that Fenced returns fence.ErrIdleTimeout even if fn
+// swallows it (COMMIT would then meet only a closed connection).
+func (t *lazyTx) ended(err error) error {
+	if e := fnErr(t.g, err); e != err {
+		t.refused = e
+		return e
+	}
+	return err
 }
 
 // Query runs sql in the transaction; as the first statement of fn, in the same round

@@ -1,63 +1,19 @@
 package pgxfence
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/core/pgsql"
 )
 
-// staleMarker starts the text raiseSQL casts to bigint when it refuses.
-const staleMarker = "fencegate-stale:"
-
-// raiseSQL raises the fence in one statement of the extended protocol (prepared once
-// per connection by pgx's statement cache): it inserts the resource's row or raises
-// it to the token, and locks it to commit. When a higher token is stored, the CASE
-// casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
-// the transaction, so a statement behind it in the same batch never runs; refusal
-// reads the stored token from the message. It needs no function: next to fence_raise
-// (PL/pgSQL, migration 3) in the same pipelined batch it measured 1.05-1.10 x at 1 and
-// 16 workers (BENCHMARKS.md). When the row already holds the token (another
-// transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
-// UPDATE locks the conflicting row even where its WHERE is false.
-const raiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
-
-// raiseConflict is the raise's ON CONFLICT clause, shared by its forms.
-const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
-	"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token)::bigint END, " +
-	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
-
-// raiseIdleSQL is raiseSQL that also bounds the transaction's idle time ($3, see
-// idleFrom): the form a pipelined Fenced sends, one statement fewer in its batch.
-const raiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
-	idleFrom + " " + raiseConflict
-
-// raiseSetSQL is raiseSQL for a fence.Set grant: one statement raises every resource's
-// row, inserting the missing ones, in byte order of the resource names (the order
-// grant.Resources gives), so that transactions over overlapping sets lock their rows
-// in one order. A refusal names the resource whose stored token is higher:
-// 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
-// (a varchar[]) and the token; fenceFirstSQL writes them as literals. from is
-// prepended to the FROM list (idleFrom, or nothing).
-func raiseSetSQL(resources, token, from string) string {
-	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
-		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
-		"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
-		"THEN EXCLUDED.token ELSE ('" + staleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
-		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
-}
-
-// raiseSetParams and raiseSetIdleParams are raiseSetSQL for the extended protocol,
-// the second also bounding the idle time ($3).
-var (
-	raiseSetParams     = raiseSetSQL("$1", "$2", "")
-	raiseSetIdleParams = raiseSetSQL("$1", "$2", idleFrom+", ")
-)
-
-// raiseFor returns the fence raise of g and its arguments: raiseSQL for one resource,
-// raiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
-// milliseconds, see idleFrom) the raise also sets it.
+// raiseFor returns the fence raise of g and its arguments: pgsql.RaiseSQL for one resource,
+// pgsql.RaiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
+// milliseconds, see pgsql.IdleFrom) the raise also sets it.
 func raiseFor(g fence.Grant, idleMS string) (string, []any) {
 	args := []any{g.Resource(), int64(g.Token())}
 	if grant.Multi(g) {
@@ -65,25 +21,46 @@ func raiseFor(g fence.Grant, idleMS string) (string, []any) {
 	}
 	switch {
 	case idleMS == "" && grant.Multi(g):
-		return raiseSetParams, args
+		return pgsql.RaiseSetParams, args
 	case idleMS == "":
-		return raiseSQL, args
+		return pgsql.RaiseSQL, args
 	case grant.Multi(g):
-		return raiseSetIdleParams, append(args, idleMS)
+		return pgsql.RaiseSetIdleParams, append(args, idleMS)
 	}
-	return raiseIdleSQL, append(args, idleMS)
+	return pgsql.RaiseIdleSQL, append(args, idleMS)
 }
 
 // fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
-// literal), for the message that carries BEGIN and the raise.
+// literal), for the message that carries BEGIN and the raise: the set form, which
+// for one resource is pgsql.RaiseSQL's, so that every refusal PostgreSQL sends is the one
+// pgsql.StaleMarker encoding.
 func fenceFirstSQL(g fence.Grant) string {
-	if !grant.Multi(g) {
-		return "SELECT fence_raise(" + literal(g.Resource()) + ", " + strconv.FormatInt(int64(g.Token()), 10) + ")"
-	}
 	res := grant.Resources(g)
 	lits := make([]string, len(res))
 	for i, r := range res {
-		lits[i] = literal(r)
+		lits[i] = pgsql.Literal(r)
 	}
-	return raiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
+	return pgsql.RaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
+}
+
+// WithIdleTimeout sets how long a fenced transaction begun on a pool or connection
+// may sit idle on the server (between statements, or before COMMIT) before the server
+// ends it: idle_in_transaction_session_timeout, set for that transaction only. The
+// default is the grant's lease when it implements fence.Leased, else
+// 10 s (the lock service's default lease). A d under a millisecond is
+// refused (fence.ErrInvalidArgument). Fenced transactions that are savepoints of a caller's pgx.Tx
+// set nothing: the caller's transaction is the caller's to bound.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		if d < time.Millisecond {
+			return optionErr(fmt.Sprintf("WithIdleTimeout(%v)", d), "want at least 1ms")
+		}
+		s.idle = d
+		return nil
+	}
+}
+
+// idleMS is the idle timeout of g's transactions in milliseconds, as text.
+func (s *Store) idleMS(g fence.Grant) string {
+	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }

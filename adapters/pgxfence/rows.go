@@ -29,9 +29,11 @@ import (
 // fence.ErrCommitUnknown when the statement's reply was lost.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
-	if err := s.checkSingle(g); err != nil {
+	c, err := s.checkSingle(g)
+	if err != nil {
 		return err
 	}
+	g = c
 	args := shapeArgs([]any{g.Resource(), int64(g.Token())}, set, r.Key)
 	// The fence row is raised by a plain UPDATE where it exists, else (or when the
 	// write was refused) by the upsert, which also inserts it.
@@ -170,9 +172,11 @@ func fenceCTE(st *stmt, res, tok, cond string) {
 // is allowed: the row is then just its key and token).
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
-	if err := s.checkSingle(g); err != nil {
+	c, err := s.checkSingle(g)
+	if err != nil {
 		return err
 	}
+	g = c
 	q, err := s.statement('p', r, set, func() (string, error) { return upsertSQL(r, set) })
 	if err != nil {
 		return err
@@ -244,9 +248,11 @@ func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 // (nothing is deleted), and the input errors of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe("delete", &err)
-	if err := s.checkSingle(g); err != nil {
+	c, err := s.checkSingle(g)
+	if err != nil {
 		return err
 	}
+	g = c
 	q, err := s.statement('d', r, nil, func() (string, error) { return deleteSQL(r) })
 	if err != nil {
 		return err

@@ -8,9 +8,8 @@ import (
 // A Store keeps the SQL of its single-row writes and guarded takes by shape (the
 // operation, the table, the token or counter column, the key and set column names, in
 // order; shapecache.Map). A write of a kept shape skips checking and quoting its names
-// and building its statement: on a pool at 16 workers, where the client shares the CPU
-// with PostgreSQL, that client-side work cost Update 5-10 % of its throughput next to
-// the same statement written by hand (BENCHMARKS.md).
+// and building its statement, client-side work that shows next to the same statement
+// written by hand (BENCHMARKS.md).
 
 // shapeKey appends the shape of a write to buf.
 func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {

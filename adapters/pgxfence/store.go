@@ -192,71 +192,58 @@ func optionErr(option, format string, args ...any) error {
 }
 
 // checkSingle is check for a single-row write: a fence.Set grant is refused.
-func (s *Store) checkSingle(g fence.Grant) error {
-	if err := s.check(g); err != nil {
-		return err
+func (s *Store) checkSingle(g fence.Grant) (*grant.Checked, error) {
+	if s == nil || s.db == nil {
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return grant.CheckSingle(g)
+	return grant.CheckOne(g)
 }
 
-func (s *Store) check(g fence.Grant) error {
-	if err := fence.CheckGrant(g); err != nil {
-		return err
+// check is the door of every fenced write: the grant checked and normalized once.
+func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
+	c, err := grant.Check(g)
+	if err != nil {
+		return nil, err
 	}
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return nil
+	return c, nil
 }
 
-// Fenced begins a transaction, raises g.Resource()'s row in fence_tokens to
-// g.Token() (creating it if absent), runs fn and commits. The fence row stays locked
-// until commit: a stale transaction racing a newer one waits, then is refused. ctx
-// governs every statement, the commit and the waits.
-//
-// On a pool or connection, BEGIN and the raise travel with fn's first statement
-// (see "The first statement" in the package doc): a refused raise stops that
-// statement, which returns the *fence.StaleError to fn, and Fenced returns it even if
-// fn swallows it. With WithFenceFirst they go in a round trip of their own before fn
-// runs. On a caller's pgx.Tx the fenced transaction is a savepoint of it, durable only
-// when the caller commits.
-//
-// It rolls back and returns: the grant errors of fence.CheckGrant; a
-// fence.ErrLost when g is a fence.Watched grant lost by the time fn returned
-// (COMMIT is then never sent); a *fence.StaleError carrying the stored token; fn's
-// error as it is (joined with the refusal when fn returned another error);
-// fence.ErrSchema without the migrations; fence.ErrIdleTimeout (wrapping the 25P03
-// *pgconn.PgError) when the server ended the transaction idle past its timeout
-// (WithIdleTimeout): nothing was committed, stop, do not retry; fence.ErrBusy for a
-// serialization failure under REPEATABLE READ or SERIALIZABLE that is not a refusal
-// (always, inside a caller's pgx.Tx): retry the whole transaction. When the reply to
-// COMMIT is lost it returns fence.ErrCommitUnknown: the transaction may have
-// committed; it is never retried.
+// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
+// contract says (the fence package doc states it, with its errors). On a pool or
+// connection BEGIN and the raise travel with fn's first statement ("The first
+// statement" above; WithFenceFirst raises before fn runs); on a caller's pgx.Tx the
+// transaction is a savepoint of it, durable only when the caller commits. Besides the
+// contract's errors: fence.ErrBusy for a serialization failure that is not a refusal
+// (retry the whole transaction), fence.ErrSchema without the migrations.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := s.check(g); err != nil {
+	c, err := s.check(g)
+	if err != nil {
 		return err
 	}
 	switch db := s.db.(type) {
 	case *pgxpool.Pool:
-		c, err := db.Acquire(ctx)
+		conn, err := db.Acquire(ctx)
 		if err != nil {
 			return fmt.Errorf("pgxfence: acquire a connection: %w", err)
 		}
-		defer c.Release()
-		return s.fencedConn(ctx, c.Conn(), g, fn)
+		defer conn.Release()
+		return s.fencedConn(ctx, conn.Conn(), c, fn)
 	case *pgxpool.Conn:
-		return s.fencedConn(ctx, db.Conn(), g, fn)
+		return s.fencedConn(ctx, db.Conn(), c, fn)
 	case *pgx.Conn:
-		return s.fencedConn(ctx, db, g, fn)
+		return s.fencedConn(ctx, db, c, fn)
 	}
-	return s.fencedNested(ctx, g, fn)
+	return s.fencedNested(ctx, c, fn)
 }
 
-func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) (err error) {
 	if conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
@@ -278,10 +265,10 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g fence.Grant, f
 		}
 		return refusal(ctx, g, err, conn)
 	}
-	return s.run(ctx, tx, g, fn, conn)
+	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
 }
 
-func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) error {
+func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.Tx) error) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
@@ -293,27 +280,43 @@ func (s *Store) fencedNested(ctx context.Context, g fence.Grant, fn func(pgx.Tx)
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return s.run(ctx, tx, g, fn, nil)
+	return fencetx.Run(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
-// run calls fn inside tx, then commits (fencetx owns the lifecycle); it rolls back
-// on an error, a panic or a grant lost by the time fn returns.
-func (s *Store) run(ctx context.Context, tx pgx.Tx, g fence.Grant, fn func(pgx.Tx) error, lookup querier) error {
-	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
-		Rollback: func() { _ = tx.Rollback(ctx) }, // after a failed commit, ErrTxClosed
-		Commit: func() error {
-			if s.nested {
-				// A savepoint's release decides nothing durable: only the caller's commit does.
-				if err := tx.Commit(ctx); err != nil {
-					return refusal(ctx, g, err, lookup)
-				}
-				return nil
-			}
-			err := commit(ctx, tx, g)
-			if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
-				return err
-			}
-			return refusal(ctx, g, err, lookup)
-		},
-	})
+// savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
+// release decides nothing durable, only the caller's commit does.
+type savepoint struct {
+	ctx context.Context
+	tx  pgx.Tx
+	g   *grant.Checked
+}
+
+func (t savepoint) Refused() error { return nil }
+func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
+
+func (t savepoint) Commit() error {
+	if err := t.tx.Commit(t.ctx); err != nil {
+		return refusal(t.ctx, t.g, err, nil)
+	}
+	return nil
+}
+
+// WithObserver makes the Store report the result of every fenced write
+// (Fenced, Update, Upsert, Delete) to obs, with adapter "pgxfence": the lockmetrics
+// package counts them, and an observer of the program's own can log the refusals
+// (errors.Is fence.ErrStale or fence.ErrLost; a *fence.StaleError names the
+// resource, the token presented and the one stored). A nil obs, the default,
+// reports nothing.
+func WithObserver(obs fence.WriteObserver) Option {
+	return func(s *Store) error {
+		s.obs = obs
+		return nil
+	}
+}
+
+// observe reports a fenced write's result; deferred by each fenced method.
+func (s *Store) observe(op string, errp *error) {
+	if s != nil && s.obs != nil {
+		s.obs.FencedWrite("pgxfence", op, *errp)
+	}
 }

@@ -34,7 +34,8 @@
 // A plain DELETE would erase the key's memory of its token, and a stale holder's PUT
 // (If-None-Match: * on an absent key) would bring the object back. Delete instead
 // leaves a tombstone: a small object with the deleting token and the metadata
-// fence-tombstone: true. Head and Get treat it as fence.ErrNotFound, and only a
+// fence-tombstone: true. Head and Get treat it as fence.ErrNotFound (Get under a
+// grant older than the delete's returns a *fence.StaleError instead), and only a
 // Put with a token at least as high writes over it. Readers that do not go through
 // this package see the tombstone as a small object; list keys through the package's
 // readers, or filter on that metadata, where that matters.

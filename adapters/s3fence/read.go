@@ -27,8 +27,8 @@ type Object struct {
 // missing key does. With a nil g, Get reads for any reader, holding a lock or not.
 // With a grant, for a read-modify-write under it, Get returns fence.ErrLost
 // once a Watched grant's lock is lost, and refuses, after one GET and with the body
-// closed, an object whose token is higher than g's (*fence.StaleError: a newer
-// holder wrote; whatever this one computes is stale). It returns
+// closed, an object or tombstone whose token is higher than g's (*fence.StaleError:
+// a newer holder wrote or deleted it; whatever this one computes is stale). It returns
 // fence.ErrInvalidArgument for a nil in, an empty Bucket or Key or a typed-nil g,
 // and fence.CheckGrant's errors, before any request, and ErrBadMetadata for
 // unreadable token metadata. Other failures wrap the client's error.

@@ -134,7 +134,20 @@ func TestStore_Delete_tombstone(t *testing.T) {
 	if _, err := e.store.Get(t.Context(), nil, &s3.GetObjectInput{Bucket: aws.String(e.bucket), Key: aws.String("state")}); !errors.Is(err, fence.ErrNotFound) {
 		t.Fatalf("Get(nil grant, deleted) = %v", err)
 	}
+	get := func(g fence.Grant) error {
+		_, err := e.store.Get(t.Context(), g, &s3.GetObjectInput{Bucket: aws.String(e.bucket), Key: aws.String("state")})
+		return err
+	}
+	// Under a grant at least as new as the delete's, the key is not found; under an
+	// older one, the reader learns its grant is stale (a newer holder deleted), as
+	// its Put would.
+	if err := get(fence.NewGrant("res", 6)); !errors.Is(err, fence.ErrNotFound) || errors.Is(err, fence.ErrStale) {
+		t.Fatalf("Get(grant 6, deleted at 6) = %v, want fence.ErrNotFound", err)
+	}
 	var se *fence.StaleError
+	if err := get(fence.NewGrant("res", 5)); !errors.As(err, &se) || se.Seen != 6 {
+		t.Fatalf("Get(grant 5, deleted at 6) = %v, want a *fence.StaleError with 6 seen", err)
+	}
 	if _, err := e.store.Put(t.Context(), fence.NewGrant("res", 5), e.input("state", "stale v5")); !errors.As(err, &se) || se.Seen != 6 {
 		t.Fatalf("stale recreate = %v, want refused with 6 seen", err)
 	}

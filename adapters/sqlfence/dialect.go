@@ -2,22 +2,18 @@ package sqlfence
 
 import (
 	"database/sql"
-	"errors"
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqlident"
-	"github.com/fencegate/fencegate/migrations"
-	"github.com/fencegate/fencegate/nolock"
+	"github.com/fencegate/fencegate/internal/core/sqldialect"
 )
 
 // dialect is the handful of things that differ between the databases a Store speaks
-// to: identifier quoting, the fence-row upsert, the token-column upsert and how the
-// driver reports unique-key violations and lock contention. Everything else is one
-// code path. Its values are migrations.Dialect's:
+// to: identifier quoting, the fence-row upsert and the token-column upsert (how each
+// driver reports its errors is in errors.go). It is the one Dialect (migrations.Dialect, internal/core/sqldialect) with
+// this package's statements attached:
 //
 //   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
 //     github.com/go-sql-driver/mysql. Upserts use VALUES(col) in ON DUPLICATE KEY
@@ -30,20 +26,17 @@ import (
 //   - migrations.Postgres is PostgreSQL 12 and later through a database/sql driver
 //     such as github.com/jackc/pgx/v5/stdlib; the pgxfence adapter does the same
 //     through pgx directly, with fewer round trips.
-type dialect migrations.Dialect
+type dialect struct{ sqldialect.Dialect }
 
 const (
-	dMySQL    = dialect(migrations.MySQL)
-	dSQLite   = dialect(migrations.SQLite)
-	dPostgres = dialect(migrations.Postgres)
+	dMySQL    = sqldialect.MySQL
+	dSQLite   = sqldialect.SQLite
+	dPostgres = sqldialect.Postgres
 )
 
-// String returns the dialect's name, as migrations.Dialect does.
-func (d dialect) String() string { return migrations.Dialect(d).String() }
-
 func (d dialect) check() error {
-	if d != dMySQL && d != dSQLite && d != dPostgres {
-		return fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
+	if d.Dialect != dMySQL && d.Dialect != dSQLite && d.Dialect != dPostgres {
+		return fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d.Dialect), fence.ErrInvalidArgument)
 	}
 	return nil
 }
@@ -52,7 +45,7 @@ func (d dialect) check() error {
 // ... for PostgreSQL. The only quoted text such a statement holds is double-quoted
 // identifiers (values are always arguments), and a ? inside one is left alone.
 func (d dialect) rebind(q string) string {
-	if d != dPostgres || !strings.Contains(q, "?") {
+	if d.Dialect != dPostgres || !strings.Contains(q, "?") {
 		return q
 	}
 	var b strings.Builder
@@ -72,20 +65,20 @@ func (d dialect) rebind(q string) string {
 	return b.String()
 }
 
-// ident checks and quotes a column name (internal/core/sqlident: the limits and
+// ident checks and quotes a column name (internal/core/sqldialect: the limits and
 // the error, wrapping fence.ErrInvalidArgument, are the migrations generator's too).
 func (d dialect) ident(what, name string) (string, error) {
-	return sqlident.Ident(sqlident.Dialect(d), what, name)
+	return sqldialect.Ident(d.Dialect, what, name)
 }
 
 // table checks and quotes a table name; one dot separates a schema from the table.
-func (d dialect) table(name string) (string, error) { return sqlident.Table(sqlident.Dialect(d), name) }
+func (d dialect) table(name string) (string, error) { return sqldialect.Table(d.Dialect, name) }
 
 // bumpSQL raises an existing fence row whose token is not higher, locking it to
 // commit. Arguments: token, resource, token.
 func (d dialect) bumpSQL() string {
 	now := "CURRENT_TIMESTAMP"
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		now = "CURRENT_TIMESTAMP(6)"
 	}
 	return "UPDATE fence_tokens SET token = ?, updated_at = " + now + " WHERE resource = ? AND token <= ?"
@@ -100,7 +93,7 @@ func (d dialect) bumpSQL() string {
 // leaves the row as it was and hands the stored token back as LAST_INSERT_ID (the
 // table has no AUTO_INCREMENT column, so a raise reports 0), saving a lookup.
 func (d dialect) raiseSQL() string {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		return "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 			"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 			"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
@@ -112,7 +105,7 @@ func (d dialect) raiseSQL() string {
 // raised reads the result of raiseSQL: whether the raise was refused, and the stored
 // token when the dialect reports it without another query.
 func (d dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error) {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		id, err := res.LastInsertId()
 		return id > 0, fence.Token(id), err
 	}
@@ -132,7 +125,7 @@ func (d dialect) raised(res sql.Result) (stale bool, seen fence.Token, err error
 // SQLite and PostgreSQL: ON CONFLICT on the key columns.
 func (d dialect) upsertTail(qtable string, keys, set []string, tok string) string {
 	var b strings.Builder
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		cond := tok + " <= VALUES(" + tok + ")"
 		for _, k := range keys {
 			cond += " AND " + k + " <=> VALUES(" + k + ")"
@@ -149,7 +142,7 @@ func (d dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 		fmt.Fprintf(&b, "%s = excluded.%s, ", c, c)
 	}
 	old := tok // SQLite: an unqualified name is the existing row
-	if d == dPostgres {
+	if d.Dialect == dPostgres {
 		old = qtable + "." + tok // PostgreSQL: ambiguous unless qualified
 	}
 	fmt.Fprintf(&b, "%s = excluded.%s WHERE %s <= excluded.%s", tok, tok, old, tok)
@@ -159,102 +152,10 @@ func (d dialect) upsertTail(qtable string, keys, set []string, tok string) strin
 // upserted reads the result of an upsert: refused (or ambiguous, on MySQL) means
 // the caller must read the row back.
 func (d dialect) upserted(res sql.Result) (check bool, err error) {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		id, err := res.LastInsertId()
 		return id != 0, err
 	}
 	n, err := res.RowsAffected()
 	return n == 0, err
-}
-
-// The names in unique-key violation messages: PostgreSQL's constraint, SQLite's
-// columns ("UNIQUE constraint failed: t.a, t.b"), MySQL's index.
-var (
-	pgUniqueRE     = regexp.MustCompile(`unique constraint "((?:[^"]|"")*)"`)
-	sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
-	mysqlDupKeyRE  = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
-)
-
-// asDuplicate maps a unique-key violation to a *nolock.DuplicateError naming the
-// index (MySQL) or the columns (SQLite, whose message names no index), or returns nil
-// when err is not one.
-func asDuplicate(err error, table string) *nolock.DuplicateError {
-	if me, ok := asMySQL(err); ok && me.Number == 1062 {
-		name := ""
-		if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
-			// MySQL 8 says 'table.index', MariaDB 'index'.
-			name = strings.ReplaceAll(m[1], "''", "'")
-			name = strings.TrimPrefix(name, lastPart(table)+".")
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	if code, msg, ok := sqliteError(err); ok && (code == 2067 || code == 1555) { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
-		name := ""
-		if m := sqliteUniqueRE.FindStringSubmatch(msg); m != nil {
-			name = m[1]
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	if sqlState(err) == "23505" {
-		name := ""
-		if m := pgUniqueRE.FindStringSubmatch(err.Error()); m != nil {
-			name = strings.ReplaceAll(m[1], `""`, `"`)
-		}
-		return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
-	}
-	return nil
-}
-
-// sqlState returns the SQLSTATE of a PostgreSQL driver's error (pgx's *pgconn.PgError
-// and lib/pq's *pq.Error both have the method), or "".
-func sqlState(err error) string {
-	var e interface{ SQLState() string }
-	if errors.As(err, &e) {
-		return e.SQLState()
-	}
-	return ""
-}
-
-func lastPart(table string) string {
-	if i := strings.LastIndexByte(table, '.'); i >= 0 {
-		return table[i+1:]
-	}
-	return table
-}
-
-// busy reports whether err means another writer held a lock and the whole
-// transaction may be tried again: SQLITE_BUSY and SQLITE_LOCKED (any extended
-// code), MySQL 1213 (deadlock, transaction rolled back) and 1205 (lock wait timeout),
-// PostgreSQL 40001 (serialization failure: under REPEATABLE READ or SERIALIZABLE a
-// newer transaction raised the fence row after this one's snapshot), 40P01
-// (deadlock) and 55P03 (lock not available).
-func busy(err error) bool {
-	switch sqlState(err) {
-	case "40001", "40P01", "55P03":
-		return true
-	}
-	if code, _, ok := sqliteError(err); ok {
-		c := code & 0xff
-		return c == 5 || c == 6
-	}
-	if me, ok := asMySQL(err); ok {
-		return me.Number == 1213 || me.Number == 1205
-	}
-	return false
-}
-
-// missingSchema reports whether err says the fence_tokens table does not exist.
-func missingSchema(err error) bool { return missingTable(err, "fence_tokens") }
-
-// missingTable reports whether err says the table does not exist (MySQL 1146, SQLite
-// "no such table", PostgreSQL 42P01).
-func missingTable(err error, table string) bool {
-	if sqlState(err) == "42P01" {
-		return strings.Contains(err.Error(), table)
-	}
-	if me, ok := asMySQL(err); ok {
-		return me.Number == 1146 && strings.Contains(me.Message, table)
-	}
-	_, msg, ok := sqliteError(err)
-	return ok && strings.Contains(msg, "no such table: "+table)
 }

@@ -35,7 +35,7 @@ func (s *Store) usable() error {
 // BENCHMARKS.md). The column must be an integer >= 0 after the take, which the guard
 // ensures.
 func (d dialect) decrementSQL(table, col, where string) string {
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
 	}
 	return d.rebind("UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col)
@@ -85,8 +85,8 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	keyArgs := args[1 : len(args)-1]
 
 	for try := 1; ; try++ {
-		// The common case runs without the retry closure: a take costs ~25 µs on
-		// SQLite, where every allocation shows.
+		// The common case runs without the retry closure: on SQLite, where a take
+		// is cheap, every allocation shows.
 		left, took, err := s.take(ctx, sh, args)
 		if err != nil && busy(err) {
 			left, took, err = s.retryTake(ctx, sh, args)
@@ -170,7 +170,7 @@ func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64,
 
 // take runs the guarded decrement of sh once: took is false when it changed no row.
 func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		var res sql.Result
 		if sh.stmt != nil {
 			res, err = sh.stmt.ExecContext(ctx, args...)

@@ -1,12 +1,12 @@
 package sqlfence
 
 import (
-	"context"
-	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
-	"math"
+	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -53,31 +53,36 @@ func (s *Store) idleMS(g fence.Grant) string {
 	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }
 
-// fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
-// whose session idle timeout is set before BEGIN and restored after.
-func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("sqlfence: get a connection: %w", err)
+// idleEnded returns fence.ErrIdleTimeout wrapping err when err, from fn (commit
+// false) or from COMMIT, says that the server ended the fenced transaction begun at
+// begun for sitting idle past its timeout; otherwise nil.
+//
+// PostgreSQL says so (SQLSTATE 25P03), and so does MySQL 8.0.24 and later (error
+// 4031). MariaDB's idle_transaction_timeout and older MySQL's wait_timeout close the
+// connection without a word, so there the sign is a connection that broke in a
+// transaction open at least its idle timeout: a statement that found it closed
+// (driver.ErrBadConn: nothing was sent, COMMIT included), or, for fn's statements,
+// one that lost its reply (nothing commits without COMMIT). A COMMIT whose reply was
+// lost stays fence.ErrCommitUnknown: it may have arrived in time.
+func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool) error {
+	if err == nil || errors.Is(err, fence.ErrIdleTimeout) {
+		return nil
 	}
-	defer conn.Close()
-	v := "wait_timeout"
-	if s.mariadb {
-		v = "idle_transaction_timeout"
-	}
-	secs := int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
-	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
-		return fmt.Errorf("sqlfence: set %s: %w", v, err)
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION "+v+" = DEFAULT"); err != nil {
-			// Never hand the pool a connection with a short timeout: discard it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
+	ended := false
+	switch s.d.Dialect {
+	case dPostgres:
+		ended = sqlState(err) == "25P03"
+	case dMySQL:
+		if me, ok := asMySQL(err); ok {
+			ended = me.Number == 4031 // ER_CLIENT_INTERACTION_TIMEOUT
+			break
 		}
-	}()
-	tx, err := s.beginFenced(ctx, conn, g)
-	if err != nil {
-		return err
+		broken := errors.Is(err, driver.ErrBadConn) ||
+			!commit && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.HasSuffix(err.Error(), "invalid connection"))
+		ended = broken && time.Since(begun) >= grant.IdleTimeout(g, s.idle)
 	}
-	return s.finish(ctx, tx, g, fn)
+	if !ended {
+		return nil
+	}
+	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }

@@ -30,7 +30,7 @@ const (
 // (dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
 // expiry, so clients with skewed clocks agree.
 func (d dialect) now() string {
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return "CURRENT_TIMESTAMP(6)"
 	case dPostgres:
@@ -46,7 +46,7 @@ func (d dialect) now() string {
 // ON CONFLICT DO NOTHING reports it as no row inserted.
 func (d dialect) claimKeySQL() string {
 	const cols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return cols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
 	case dPostgres:
@@ -62,7 +62,7 @@ func (d dialect) claimKeySQL() string {
 // with 40001 and Once started over.
 func (d dialect) readKeySQL() string {
 	q := "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		q += " LOCK IN SHARE MODE"
 	}
 	return d.rebind(q)
@@ -78,7 +78,7 @@ func (d dialect) storeKeySQL() string {
 
 // purgeKeysSQL deletes up to ? expired keys.
 func (d dialect) purgeKeysSQL() string {
-	switch d {
+	switch d.Dialect {
 	case dMySQL:
 		return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
 	case dPostgres:
@@ -92,43 +92,19 @@ func (d dialect) ttlArg(ttl time.Duration) any {
 	switch {
 	case ttl <= 0:
 		return nil
-	case d == dSQLite:
+	case d.Dialect == dSQLite:
 		return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 	}
 	return ttl.Microseconds()
 }
 
-// Once runs fn at most once per idempotency key, the way payment APIs do: the first
-// call with key runs fn and stores its result in the same transaction as fn's
-// writes; a later call with the same key and fingerprint returns that result with
-// Replayed = true and does not run fn. ctx governs the transaction and the wait.
-// Keys never expire, unless the Store has WithKeyTTL: then a key counts as absent
-// once its time-to-live has passed since it was stored (the database's clock
-// decides), and a stored key that has expired is replaced, whatever its fingerprint.
-//
-// In one transaction (the Store's isolation level, see WithTxOptions) it first
-// inserts the key with its fingerprint, then runs fn, then stores fn's result on the
-// key row and commits: fn's writes and the key commit or roll back together. A
-// concurrent call with the same key waits for the first one: on InnoDB and
-// PostgreSQL its insert waits on the uncommitted key, on SQLite its BEGIN IMMEDIATE
-// waits for the write lock. It then replays the stored result, or, if the first
-// rolled back, runs fn itself. A key already stored costs the insert that finds it,
-// a read and a rollback; fn does not run.
-//
-// A deadlock or lock wait timeout (MySQL 1213, 1205; PostgreSQL 40P01, 55P03), a
-// serialization failure (PostgreSQL 40001: under REPEATABLE READ a duplicate that
-// waited gets one) or a busy SQLite met before fn runs starts the call over in a new
-// transaction, up to 10 times within ctx; InnoDB reports such a deadlock when a key's
-// first holder rolls back while several duplicates wait on it.
-//
-// Errors: nolock.ErrKeyReused (the key is stored with another fingerprint; nothing
-// ran), fence.ErrInvalidArgument (nil store, db or fn, an empty key or one over
-// nolock.MaxKeyLen bytes, a key or fingerprint that is not UTF-8 or holds a NUL, a
-// fingerprint over 255 characters, an unknown dialect), fn's own error as is after
-// rolling back fn's writes and the key, fence.ErrBusy when the database stayed locked (no
-// retry is left, or the lock was met after fn ran: nothing was written, run the call
-// again), or the driver's error wrapped. If fn panics, the transaction is rolled back
-// and the panic goes on.
+// Once runs fn at most once per idempotency key, as nolock's package doc says, in a
+// transaction at the Store's isolation level (WithTxOptions). A duplicate waits on
+// the first call's uncommitted key (InnoDB, PostgreSQL) or for SQLite's write lock.
+// A deadlock or lock wait timeout, a serialization failure or a busy SQLite met
+// before fn runs starts the call over, up to 10 times within ctx; fence.ErrBusy when
+// no retry is left or the lock was met after fn ran (nothing was written: run the
+// call again). Other failures wrap the driver's error.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (nolock.Result, error) {
 	if err := s.usable(); err != nil {
 		return nolock.Result{}, err
@@ -284,7 +260,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
 	if err != nil {
-		if s.d == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
+		if s.d.Dialect == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
 			return false, nil
 		}
 		return false, err

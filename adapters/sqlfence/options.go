@@ -31,7 +31,7 @@ func WithTxOptions(o sql.TxOptions) Option {
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
-			if s.d == dSQLite {
+			if s.d.Dialect == dSQLite {
 				return optionErr("WithTxOptions", "isolation level %s: %s transactions are always serializable", o.Isolation, s.d)
 			}
 		default:
@@ -52,10 +52,10 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
 	}
-	if err := dialect(d).check(); err != nil {
+	if err := (dialect{d}).check(); err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, d: dialect(d)}
+	s := &Store{db: db, d: dialect{d}}
 	for _, o := range opts {
 		if o == nil {
 			continue
@@ -84,4 +84,24 @@ func WithKeyTTL(d time.Duration) Option {
 // optionErr is the error of an option that cannot be used, naming it.
 func optionErr(option, format string, args ...any) error {
 	return fmt.Errorf("sqlfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
+}
+
+// WithObserver makes the Store report the result of every fenced write
+// (Fenced, Update, Upsert, Delete) to obs, with adapter "sqlfence": the lockmetrics
+// package counts them, and an observer of the program's own can log the refusals
+// (errors.Is fence.ErrStale or fence.ErrLost; a *fence.StaleError names the
+// resource, the token presented and the one stored). A nil obs, the default,
+// reports nothing.
+func WithObserver(obs fence.WriteObserver) Option {
+	return func(s *Store) error {
+		s.obs = obs
+		return nil
+	}
+}
+
+// observe reports a fenced write's result; deferred by each fenced method.
+func (s *Store) observe(op string, errp *error) {
+	if s != nil && s.obs != nil {
+		s.obs.FencedWrite("sqlfence", op, *errp)
+	}
 }

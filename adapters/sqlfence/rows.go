@@ -6,8 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/core/fencetx"
 	"github.com/fencegate/fencegate/internal/core/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
@@ -24,18 +26,20 @@ type rowStmt struct {
 	set     []string
 	setArgs []any
 	tok     string // quoted token column
+	g       *grant.Checked
 }
 
 // prepare checks the store, grant, row and columns, without I/O.
 func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet bool) (*rowStmt, error) {
-	if err := s.check(g); err != nil {
+	c, err := s.check(g)
+	if err != nil {
 		return nil, err
 	}
-	if err := grant.CheckSingle(g); err != nil {
+	c, err = grant.CheckOne(c)
+	if err != nil {
 		return nil, err
 	}
-	st := &rowStmt{table: r.Table}
-	var err error
+	st := &rowStmt{table: r.Table, g: c}
 	if st.qtable, err = s.d.table(r.Table); err != nil {
 		return nil, err
 	}
@@ -119,6 +123,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
+	g = st.g
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
@@ -170,6 +175,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err != nil {
 		return err
 	}
+	g = st.g
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
@@ -201,25 +207,21 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // tries the whole transaction again while the database is busy (every statement in
 // it is the Store's own).
 func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*sql.Tx) error) error {
+	c, err := grant.Check(g)
+	if err != nil {
+		return err
+	}
 	return s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
 			return fmt.Errorf("sqlfence: begin: %w", err)
 		}
-		defer tx.Rollback() // after Commit, a no-op
-		if err := s.raise(ctx, tx, g); err != nil {
+		if err := s.raise(ctx, tx, c); err != nil {
+			_ = tx.Rollback()
 			return err
 		}
-		if err := fn(tx); err != nil {
-			return err
-		}
-		if err := tx.Commit(); err != nil {
-			if u := unknownOutcome(op, g, err, true); u != nil {
-				return u
-			}
-			return err
-		}
-		return nil
+		t := &fencedTx{s: s, ctx: ctx, tx: tx, g: c, op: op, begun: time.Now()}
+		return fencetx.Run(c, t, func() error { return fn(tx) })
 	})
 }
 

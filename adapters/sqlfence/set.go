@@ -31,7 +31,7 @@ func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 		b.WriteString("(?, ?)")
 		args = append(args, r, tok)
 	}
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		b.WriteString(" ON DUPLICATE KEY UPDATE updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 			"token = GREATEST(token, VALUES(token))")
 	} else {
@@ -42,7 +42,7 @@ func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	if err != nil {
 		return raiseErr(g, err)
 	}
-	if s.d != dMySQL {
+	if s.d.Dialect != dMySQL {
 		if n, err := r.RowsAffected(); err == nil && n == int64(len(res)) {
 			return nil
 		}

@@ -29,7 +29,7 @@
 // transaction it rolls back, and refuses a pool without the flag with an error
 // wrapping fence.ErrInvalidArgument that says so. It does not check
 // interpolateParams: without it the driver prepares and closes a server-side
-// statement for every call, which halves throughput. sqlfence/mysql's Open sets both.
+// statement for every call (BENCHMARKS.md). sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers, in one process or several, need WAL, a busy timeout
 // and BEGIN IMMEDIATE; sqlfence/sqlite's Open sets all three. When the begin of a fenced
@@ -80,40 +80,30 @@ type Store struct {
 	shapes shapeCache // Decrement's SQL per counter shape; see stmtcache.go
 }
 
-// Fenced begins a transaction, raises the fence_tokens row of g.Resource() to
-// g.Token() (refusing with a *fence.StaleError carrying the stored token if it is
-// higher), runs fn and commits. The fence row stays locked to commit, so a stale
-// transaction racing a newer one waits and is then refused. ctx governs the whole
-// transaction, including waits for locks.
-//
-// Errors: fence.ErrInvalidArgument (nil store or fn, the grant errors of
-// fence.CheckGrant), fence.ErrLost (all before any I/O; ErrLost also when the grant's Done channel closed by the time fn returned:
-// checked immediately before COMMIT, the transaction then rolls back),
-// fence.ErrInvalidArgument also for a MySQL pool without clientFoundRows,
-// fence.ErrSchema (no fence_tokens), *fence.StaleError, fence.ErrBusy
-// (locked until ctx ended, or at commit: nothing was written), fn's own error as is
-// (after rollback), or the driver's error wrapped. If fn panics the transaction is
-// rolled back and the panic goes on. When COMMIT was sent and its reply was lost (a
-// broken or closed connection, a killed or terminated session, ctx ended while the
-// reply was awaited) it returns fence.ErrCommitUnknown
-// wrapping the driver's error: the transaction may have committed; it is never
-// retried, and database/sql discards the connection. SQLite commits in-process, so
-// its COMMIT errors are always the engine's answer, never ErrCommitUnknown.
+// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
+// contract says (the fence package doc states it, with its errors); the fence is
+// raised before fn runs. Besides the contract's errors: fence.ErrInvalidArgument for
+// a MySQL pool without clientFoundRows, fence.ErrSchema without the migrations,
+// fence.ErrBusy when the database stayed locked until ctx ended or refused the
+// commit (nothing was written). SQLite commits in-process, so its COMMIT errors are
+// the engine's answer, never fence.ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := s.check(g); err != nil {
+	c, err := s.check(g)
+	if err != nil {
 		return err
 	}
+	g = c
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	if s.d == dMySQL && s.fast(g) {
+	if s.d.Dialect == dMySQL && s.fast(g) {
 		return s.fencedFast(ctx, g, fn)
 	}
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		return s.fencedPinned(ctx, g, fn)
 	}
 	tx, err := s.beginFenced(ctx, s.db, g)
@@ -124,19 +114,41 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 }
 
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
-	return fencetx.Run(g, func() error { return fn(tx) }, fencetx.Ops{
-		Rollback: func() { _ = tx.Rollback() }, // after Commit, ErrTxDone
-		Commit: func() error {
-			err := tx.Commit()
-			if err == nil {
-				return nil
-			}
-			if u := unknownOutcome("commit", g, err, true); u != nil {
-				return u
-			}
-			return s.commitErr(ctx, err)
-		},
+	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g.(*grant.Checked), op: "commit", begun: time.Now()}
+	return fencetx.Run(t.g, t, func() error {
+		err := fn(tx)
+		if e := s.idleEnded(g, t.begun, err, false); e != nil {
+			return e
+		}
+		return err
 	})
+}
+
+// fencedTx is an open fenced *sql.Tx as the lifecycle ends it (fencetx.Tx).
+type fencedTx struct {
+	s     *Store
+	ctx   context.Context
+	tx    *sql.Tx
+	g     *grant.Checked
+	op    string    // what a lost COMMIT reply is reported as: "commit", or the write's name
+	begun time.Time // when the raise returned: a bound on how long it can have sat idle
+}
+
+func (t *fencedTx) Refused() error { return nil }          // the raise ran before fn
+func (t *fencedTx) Rollback()      { _ = t.tx.Rollback() } // after Commit, ErrTxDone
+
+func (t *fencedTx) Commit() error {
+	err := t.tx.Commit()
+	if err == nil {
+		return nil
+	}
+	if e := t.s.idleEnded(t.g, t.begun, err, true); e != nil {
+		return e
+	}
+	if u := unknownOutcome(t.op, t.g, err, true); u != nil {
+		return u
+	}
+	return t.s.commitErr(t.ctx, err)
 }
 
 func (s *Store) commitErr(ctx context.Context, err error) error {
@@ -149,17 +161,18 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 	return fmt.Errorf("sqlfence: commit: %w", err)
 }
 
-// check refuses a store or grant that cannot be used, before any I/O.
-func (s *Store) check(g fence.Grant) error {
+// check is the door of every fenced write: it refuses a store or grant that cannot
+// be used, before any I/O, and returns the grant checked and normalized once.
+func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
 	if s == nil || s.db == nil {
-		return fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
+		return nil, fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
 	}
-	return fence.CheckGrant(g)
+	return grant.Check(g)
 }
 
 // probe checks the connection once per Store where the dialect needs it (MySQL).
 func (s *Store) probe(ctx context.Context) error {
-	if s.d == dMySQL {
+	if s.d.Dialect == dMySQL {
 		return s.probeFoundRows(ctx)
 	}
 	return nil
@@ -199,19 +212,12 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	if grant.Multi(g) {
 		return s.raiseSet(ctx, tx, g)
 	}
+	if s.d.Dialect == dPostgres {
+		return s.raisePostgres(ctx, tx, g)
+	}
 	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
 	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
 	raiseArgs := []any{g.Resource(), int64(g.Token())}
-	if s.d == dPostgres {
-		// The transaction's idle timeout rides on whichever raise runs: set_config
-		// is evaluated for the one row the bump matches, or once by the upsert.
-		bump += " AND set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL"
-		bumpArgs = append(bumpArgs, s.idleMS(g))
-		raise = "INSERT INTO fence_tokens (resource, token) SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) " +
-			"WHERE set_config('idle_in_transaction_session_timeout', ?, true) IS NOT NULL ON CONFLICT (resource) DO UPDATE " +
-			"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token <= excluded.token"
-		raiseArgs = append(raiseArgs, s.idleMS(g))
-	}
 	res, err := tx.ExecContext(ctx, s.d.rebind(bump), bumpArgs...)
 	if err != nil {
 		return raiseErr(g, err)

@@ -25,12 +25,11 @@ type shape struct {
 }
 
 // preparesTake reports whether Decrement runs its take as a prepared statement. SQLite:
-// modernc parses every statement text anew, about a quarter of a take. MySQL: a
-// prepared statement runs in the binary protocol, measured 1.2 x the interpolated text
-// of a sqlfence/mysql pool at 16 workers (BENCHMARKS.md), at the price of one prepare per pooled
-// connection and shape, the first time. Not PostgreSQL: pgx's stdlib already keeps
+// modernc parses every statement text anew. MySQL: a prepared statement runs in the
+// binary protocol, faster than the interpolated text of a sqlfence/mysql pool
+// (BENCHMARKS.md), at the price of one prepare per pooled connection and shape. Not PostgreSQL: pgx's stdlib already keeps
 // statements prepared per connection by their text.
-func (d dialect) preparesTake() bool { return d == dSQLite || d == dMySQL }
+func (d dialect) preparesTake() bool { return d.Dialect == dSQLite || d.Dialect == dMySQL }
 
 // shapeCache is a Store's shapes (shapecache.Map, keyed by appendShapeKey) and the
 // statements prepared for them.

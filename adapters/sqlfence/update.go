@@ -43,10 +43,11 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
+	g = st.g
 	if err := s.probe(ctx); err != nil {
 		return err
 	}
-	if s.d == dSQLite {
+	if s.d.Dialect == dSQLite {
 		err = s.txUpdate(ctx, g, st)
 	} else {
 		err = s.updateOne(ctx, g, st)
@@ -62,7 +63,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // which also inserts it, only when that wrote nothing.
 func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error {
 	bumps := []bool{false}
-	if s.d == dPostgres {
+	if s.d.Dialect == dPostgres {
 		bumps = []bool{true, false}
 	}
 	for _, bump := range bumps {
@@ -77,7 +78,7 @@ func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error
 		return err
 	case found && fenceTok > g.Token():
 		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fenceTok}
-	case !found && s.d == dMySQL:
+	case !found && s.d.Dialect == dMySQL:
 		// The join needs the fence row: the resource's first write goes in a
 		// transaction that inserts it, as SQLite's do.
 		return s.txUpdate(ctx, g, st)
@@ -174,7 +175,7 @@ func (st *rowStmt) fencedUpdate(d dialect, g fence.Grant, bump bool) (string, []
 	tok := int64(g.Token())
 	args := make([]any, 0, 2*len(st.keyArgs)+len(st.setArgs)+5)
 	var b strings.Builder
-	if d == dMySQL {
+	if d.Dialect == dMySQL {
 		// Every column is qualified: the caller's table may have columns named like
 		// fence_tokens' own.
 		const t = "fencegate_t."

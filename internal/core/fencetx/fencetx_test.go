@@ -6,7 +6,34 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/core/fencetx"
+	"github.com/fencegate/fencegate/internal/core/grant"
 )
+
+// tx records what Run asked of it.
+type tx struct {
+	refused               error
+	committed, rolledBack bool
+	commit                func()
+}
+
+func (t *tx) Refused() error { return t.refused }
+func (t *tx) Commit() error {
+	if t.commit != nil {
+		t.commit()
+	}
+	t.committed = true
+	return nil
+}
+func (t *tx) Rollback() { t.rolledBack = true }
+
+func checked(t *testing.T, g fence.Grant) *grant.Checked {
+	t.Helper()
+	c, err := grant.Check(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
 
 type watched struct {
 	fence.Grant
@@ -35,15 +62,31 @@ func TestRun_outcomes(t *testing.T) {
 		{"swallowed refusal", live, nil, stale, fence.ErrStale, false},
 		{"refusal and fn error", live, boom, stale, boom, false},
 		{"lost before commit", watched{fence.NewGrant("r", 1), closed}, nil, nil, fence.ErrLost, false},
+		{"lost while fn ran", live, nil, nil, fence.ErrLost, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			committed, rolledBack := false, false
-			err := fencetx.Run(tt.g, func() error { return tt.fnErr }, fencetx.Ops{
-				Commit:   func() error { committed = true; return nil },
-				Rollback: func() { rolledBack = true },
-				Refused:  func() error { return tt.refused },
-			})
+			h := &tx{refused: tt.refused}
+			var c *grant.Checked
+			if tt.name == "lost while fn ran" {
+				done := make(chan struct{})
+				c = checked(t, watched{fence.NewGrant("r", 1), done})
+				err := fencetx.Run(c, h, func() error { close(done); return nil })
+				if !errors.Is(err, fence.ErrLost) || h.committed || !h.rolledBack {
+					t.Fatalf("Run() = %v, committed = %v, rolled back = %v", err, h.committed, h.rolledBack)
+				}
+				return
+			}
+			if tt.name == "lost before commit" {
+				// fence.CheckGrant refuses it at the door, before any I/O.
+				if _, err := grant.Check(tt.g); !errors.Is(err, fence.ErrLost) {
+					t.Fatalf("Check() = %v, want ErrLost", err)
+				}
+				return
+			}
+			c = checked(t, tt.g)
+			err := fencetx.Run(c, h, func() error { return tt.fnErr })
+			committed, rolledBack := h.committed, h.rolledBack
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("Run() = %v, want %v", err, tt.want)
 			}
@@ -64,8 +107,7 @@ func TestRun_panicRollsBack(t *testing.T) {
 			t.Fatalf("panic recovered: rolled back = %v", rolledBack)
 		}
 	}()
-	_ = fencetx.Run(fence.NewGrant("r", 1), func() error { panic("boom") }, fencetx.Ops{
-		Commit:   func() error { t.Fatal("committed after a panic"); return nil },
-		Rollback: func() { rolledBack = true },
-	})
+	h := &tx{commit: func() { t.Fatal("committed after a panic") }}
+	defer func() { rolledBack = h.rolledBack }()
+	_ = fencetx.Run(checked(t, fence.NewGrant("r", 1)), h, func() error { panic("boom") })
 }

@@ -11,6 +11,44 @@ import (
 	"github.com/fencegate/fencegate/internal/core/nilness"
 )
 
+// Checked is a grant checked and normalized once, at an adapter's door: its resources
+// sorted and each once, its token, lease and Done channel read once. It implements
+// fence.Grant, fence.Set, fence.Leased and fence.Watched, so every layer below the
+// door takes it where it took the caller's grant, and the helpers of this package
+// read its fields instead of asking (and sorting) again.
+type Checked struct {
+	resource  string
+	resources []string // sorted, distinct
+	token     fence.Token
+	lease     time.Duration   // 0: the grant is not fence.Leased
+	done      <-chan struct{} // nil: the grant is not fence.Watched
+}
+
+// Check is fence.CheckGrant, then the normalized grant. A *Checked is returned as it
+// is: a door that calls another door checks once.
+func Check(g fence.Grant) (*Checked, error) {
+	if c, ok := g.(*Checked); ok && c != nil {
+		return c, nil
+	}
+	if err := fence.CheckGrant(g); err != nil {
+		return nil, err
+	}
+	c := &Checked{resource: g.Resource(), resources: sortedResources(g), token: g.Token()}
+	if l, ok := g.(fence.Leased); ok {
+		c.lease = l.Lease()
+	}
+	if w, ok := g.(fence.Watched); ok {
+		c.done = w.Done()
+	}
+	return c, nil
+}
+
+func (c *Checked) Resource() string      { return c.resource }
+func (c *Checked) Token() fence.Token    { return c.token }
+func (c *Checked) Resources() []string   { return c.resources }
+func (c *Checked) Lease() time.Duration  { return c.lease }
+func (c *Checked) Done() <-chan struct{} { return c.done }
+
 // DefaultIdleTimeout is how long a fenced transaction may sit idle on the server
 // (no statement running) before the server ends it, when neither the Store's option
 // nor the grant (fence.Leased) says: the lock service's default lease.
@@ -21,7 +59,9 @@ const DefaultIdleTimeout = 10 * time.Second
 // else DefaultIdleTimeout. It is never under a millisecond, the servers' unit.
 func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
 	d := override
-	if d <= 0 {
+	if c, ok := g.(*Checked); ok && d <= 0 {
+		d = c.lease
+	} else if d <= 0 {
 		if l, ok := g.(fence.Leased); ok && !nilness.IsNil(g) {
 			d = l.Lease()
 		}
@@ -38,6 +78,14 @@ func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
 // fenced transaction whose grant is known lost by the time fn returns rolls back
 // instead of committing, and before every request of a write that makes several.
 func CheckLost(g fence.Grant) error {
+	if c, ok := g.(*Checked); ok {
+		select {
+		case <-c.done: // a nil channel never is
+			return Lost(c.resource, c.token)
+		default:
+			return nil
+		}
+	}
 	w, ok := g.(fence.Watched)
 	if !ok || nilness.IsNil(g) {
 		return nil
@@ -72,15 +120,20 @@ func CommitUnknown(g fence.Grant, op string, err error) error {
 // than one resource, rather than fence one resource of the set. A Set of one
 // resource is that resource's grant.
 func CheckSingle(g fence.Grant) error {
-	if err := fence.CheckGrant(g); err != nil {
-		return err
+	_, err := CheckOne(g)
+	return err
+}
+
+// CheckOne is Check for a write that fences one resource (see CheckSingle).
+func CheckOne(g fence.Grant) (*Checked, error) {
+	c, err := Check(g)
+	if err != nil {
+		return nil, err
 	}
-	if set, ok := g.(fence.Set); ok {
-		if res := Resources(set); len(res) > 1 {
-			return fmt.Errorf("%w: grant %q covers %d resources: a single-resource write fences one; write a grant set's resources in a fenced transaction", fence.ErrInvalidArgument, g.Resource(), len(res))
-		}
+	if len(c.resources) > 1 {
+		return nil, fmt.Errorf("%w: grant %q covers %d resources: a single-resource write fences one; write a grant set's resources in a fenced transaction", fence.ErrInvalidArgument, g.Resource(), len(c.resources))
 	}
-	return nil
+	return c, nil
 }
 
 // Resources returns the resources g fences, sorted (byte order) and each once: a
@@ -88,6 +141,13 @@ func CheckSingle(g fence.Grant) error {
 // order, so that two transactions over overlapping sets lock their fence rows in the
 // same order.
 func Resources(g fence.Grant) []string {
+	if c, ok := g.(*Checked); ok {
+		return c.resources
+	}
+	return sortedResources(g)
+}
+
+func sortedResources(g fence.Grant) []string {
 	set, ok := g.(fence.Set)
 	if !ok {
 		return []string{g.Resource()}
@@ -101,6 +161,9 @@ func Resources(g fence.Grant) []string {
 // more. Every *lockclient.Lock is a fence.Set; one on a single name takes the
 // single-resource path (one raise of g.Resource()).
 func Multi(g fence.Grant) bool {
+	if c, ok := g.(*Checked); ok {
+		return len(c.resources) > 1
+	}
 	set, ok := g.(fence.Set)
 	if !ok {
 		return false

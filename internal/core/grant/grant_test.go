@@ -127,3 +127,46 @@ func TestIdleTimeout(t *testing.T) {
 		}
 	}
 }
+
+// watchedSet is a fence.Set that is also fence.Watched.
+type watchedSet struct {
+	set
+	done chan struct{}
+}
+
+func (w watchedSet) Done() <-chan struct{} { return w.done }
+
+// TestCheck: the grant is checked once and normalized (resources sorted and each
+// once, lease and Done read once); a *Checked passes through untouched, and the
+// helpers read it without asking again.
+func TestCheck(t *testing.T) {
+	done := make(chan struct{})
+	g := watchedSet{set{fence.NewGrant("b", 4), []string{"c", "a", "c"}}, done}
+	c, err := grant.Check(g)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Resource() != "b" || c.Token() != 4 || !slices.Equal(c.Resources(), []string{"a", "c"}) || c.Lease() != 0 {
+		t.Fatalf("Check() = %q %d %q %v", c.Resource(), c.Token(), c.Resources(), c.Lease())
+	}
+	if again, err := grant.Check(c); err != nil || again != c {
+		t.Fatalf("Check(*Checked) = %p, %v; want the same value", again, err)
+	}
+	if !grant.Multi(c) || grant.CheckLost(c) != nil || grant.IdleTimeout(c, 0) != grant.DefaultIdleTimeout {
+		t.Fatal("helpers misread a live *Checked")
+	}
+	close(done)
+	if err := grant.CheckLost(c); !errors.Is(err, fence.ErrLost) {
+		t.Fatalf("CheckLost(lost *Checked) = %v", err)
+	}
+	if _, err := grant.Check(nil); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("Check(nil) = %v", err)
+	}
+	l, err := grant.Check(leased{fence.NewGrant("a", 1), 2 * time.Second})
+	if err != nil || l.Lease() != 2*time.Second || grant.IdleTimeout(l, 0) != 2*time.Second || grant.Multi(l) {
+		t.Fatalf("Check(leased) = %v, %v", l, err)
+	}
+	if _, err := grant.CheckOne(c); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("CheckOne(set of two) = %v", err)
+	}
+}

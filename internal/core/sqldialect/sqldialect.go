@@ -1,5 +1,7 @@
-// Package sqlident checks and quotes SQL identifiers, the one implementation the
-// migrations generator and sqlfence share, with one set of limits per dialect.
+// Package sqldialect names the SQL databases fencegate speaks to (Dialect, the one
+// such type: migrations.Dialect is it) and checks and quotes identifiers for each,
+// the one implementation the migrations generator, pgxfence and sqlfence share, with
+// one set of limits per dialect.
 //
 // A name is refused with an error wrapping fence.ErrInvalidArgument, naming the
 // name, when it is empty, not UTF-8, contains a NUL byte or is longer than the
@@ -11,7 +13,7 @@
 //   - MySQL/MariaDB: 64 characters (it refuses longer ones);
 //   - SQLite: none of its own; 128 characters, a bound that keeps statements and
 //     generated file names short.
-package sqlident
+package sqldialect
 
 import (
 	"fmt"
@@ -21,17 +23,30 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Dialect selects the quoting and the limit. Its values are migrations.Dialect's
-// (this package cannot import migrations, which imports it); a test checks they
-// match.
+// Dialect names a database for the whole library: it selects the SQL folder of the
+// migrations, the quoting and limits here, and the SQL the adapters write. The zero
+// Dialect is none of them.
 type Dialect int
 
-// The dialects, numbered as migrations.Dialect numbers them.
+// The supported dialects.
 const (
-	Postgres Dialect = iota + 1
-	MySQL
-	SQLite
+	Postgres Dialect = iota + 1 // PostgreSQL 12 and later (pgx v5)
+	MySQL                       // MySQL 8.0.16 and later, MariaDB 10.2 and later
+	SQLite                      // SQLite 3.35 and later (modernc.org/sqlite)
 )
+
+// String returns the dialect's folder name: "postgres", "mysql" or "sqlite".
+func (d Dialect) String() string {
+	switch d {
+	case Postgres:
+		return "postgres"
+	case MySQL:
+		return "mysql"
+	case SQLite:
+		return "sqlite"
+	}
+	return fmt.Sprintf("Dialect(%d)", int(d))
+}
 
 // limit returns the length of name as the dialect counts it, the dialect's limit and
 // how the limit reads in an error.
@@ -43,16 +58,6 @@ func (d Dialect) limit(name string) (n, limit int, unit string) {
 		return utf8.RuneCountInString(name), 64, "64 characters"
 	}
 	return utf8.RuneCountInString(name), 128, "128 characters"
-}
-
-func (d Dialect) name() string {
-	switch d {
-	case Postgres:
-		return "postgres"
-	case MySQL:
-		return "mysql"
-	}
-	return "sqlite"
 }
 
 // Quote quotes name without checking it: MySQL with backticks, PostgreSQL and
@@ -77,7 +82,7 @@ func Ident(d Dialect, what, name string) (string, error) {
 		return "", fmt.Errorf("fence: invalid identifier: %s name %q contains a NUL byte: %w", what, name, fence.ErrInvalidArgument)
 	}
 	if n, limit, unit := d.limit(name); n > limit {
-		return "", fmt.Errorf("fence: invalid identifier: %s name %q is longer than %s's %s: %w", what, name, d.name(), unit, fence.ErrInvalidArgument)
+		return "", fmt.Errorf("fence: invalid identifier: %s name %q is longer than %s's %s: %w", what, name, d.String(), unit, fence.ErrInvalidArgument)
 	}
 	return Quote(d, name), nil
 }
