@@ -86,7 +86,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	}
 	reply, w, err := s.run(ctx, s.tx, keys, args)
 	if err != nil {
-		err = s.failed(g, "fenced transaction", "", err)
+		err = s.failed(g, "fenced transaction", err)
 		fail(cmds, err)
 		return err
 	}

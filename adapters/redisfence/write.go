@@ -97,7 +97,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	tok := strconv.FormatInt(int64(g.Token()), 10)
 	reply, w, err := s.run(ctx, s.write, []string{mark, key}, append([]any{tok}, args...))
 	if err != nil {
-		return s.failed(g, op, key, err)
+		return s.failed(g, op+" "+key, err)
 	}
 	r, ok := reply.([]any)
 	if !ok || len(r) == 0 {
@@ -116,11 +116,11 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 // failed classifies the error of a fenced write's script: a reply from Redis
 // (the script did not run, or failed before writing), a command never sent, or
 // else an outcome that cannot be known.
-func (s *Store) failed(g fence.Grant, op, key string, err error) error {
+func (s *Store) failed(g fence.Grant, what string, err error) error {
 	if serverError(err) || unsent(err) {
-		return fmt.Errorf("redisfence: %s %s: %w", op, key, err)
+		return fmt.Errorf("redisfence: %s: %w", what, err)
 	}
-	return grant.CommitUnknown(g, op+" "+key, err)
+	return grant.CommitUnknown(g, what, err)
 }
 
 // checkValue refuses a value go-redis cannot send: nil, a typed nil, or a type it
