@@ -1,3 +1,5 @@
+//go:build !unix
+
 package redisfence_test
 
 const childEnv = "REDISFENCE_TEST_CHILD"
