@@ -15,25 +15,21 @@ import (
 // field deleted:KEY per data key deleted through the Store (its tombstone) the
 // deleting token.
 
-// lessLua compares two decimal tokens without leading zeros exactly (Lua's numbers
-// are doubles, exact only to 2^53): by length, then bytewise.
-const lessLua = `
-local function less(a, b)
-	if #a ~= #b then return #a < #b end
-	return a < b
-end
-`
+// The scripts compare decimal tokens without leading zeros exactly (Lua's numbers
+// are doubles, exact only to 2^53): by length, then bytewise. The comparison is
+// written out inline, since a function made on every call costs server time.
 
 // writeLua is every single-key fenced write: KEYS[1] the mark, KEYS[2] the data key,
 // ARGV[1] the token, ARGV[2] the form (set, hset, del), the rest the form's
-// arguments. It reads the mark first (a mark of the wrong type fails here, before
-// any write), refuses a lower token with {0, mark}, writes the data (a data key of
-// the wrong type fails here, with nothing written), then raises the mark. It
-// returns {1}.
-const writeLua = lessLua + `
+// arguments. It reads the mark and the key's tombstone in one HMGET (a mark of the
+// wrong type fails here, before any write), refuses a lower token with {0, mark},
+// writes the data (a data key of the wrong type fails here, with nothing written),
+// clears or sets the tombstone, then raises the mark. It returns 1.
+const writeLua = `
 local t = ARGV[1]
-local m = redis.call('HGET', KEYS[1], 'token') or '0'
-if less(t, m) then return {0, m} end
+local f = redis.call('HMGET', KEYS[1], 'token', 'deleted:' .. KEYS[2])
+local m = f[1] or '0'
+if #t < #m or (#t == #m and t < m) then return {0, m} end
 local form = ARGV[2]
 if form == 'set' then
 	if ARGV[4] == '' then
@@ -43,16 +39,15 @@ if form == 'set' then
 	else
 		redis.call('SET', KEYS[2], ARGV[3], 'PX', ARGV[4])
 	end
-	redis.call('HDEL', KEYS[1], 'deleted:' .. KEYS[2])
 elseif form == 'hset' then
 	redis.call('HSET', KEYS[2], unpack(ARGV, 3))
-	redis.call('HDEL', KEYS[1], 'deleted:' .. KEYS[2])
 elseif form == 'del' then
 	redis.call('DEL', KEYS[2])
 	redis.call('HSET', KEYS[1], 'deleted:' .. KEYS[2], t)
 end
-if less(m, t) then redis.call('HSET', KEYS[1], 'token', t) end
-return {1}
+if f[2] and form ~= 'del' then redis.call('HDEL', KEYS[1], 'deleted:' .. KEYS[2]) end
+if #m < #t or (#m == #t and m < t) then redis.call('HSET', KEYS[1], 'token', t) end
+return 1
 `
 
 // txLua is a fenced transaction: KEYS[1..n] the marks, sorted, then the data keys;
@@ -62,20 +57,21 @@ return {1}
 // the marks are raised, the data keys' tombstones cleared, and the commands run in
 // order, each with redis.pcall, as EXEC runs a MULTI's: a command that fails does
 // not stop the others. It returns {1, replies}.
-const txLua = lessLua + `
+const txLua = `
 local t = ARGV[1]
 local n = tonumber(ARGV[2])
 local marks = {}
 for i = 1, n do
 	local m = redis.call('HGET', KEYS[i], 'token') or '0'
-	if less(t, m) then return {0, i, m} end
+	if #t < #m or (#t == #m and t < m) then return {0, i, m} end
 	marks[i] = m
 end
 for i = 1, n do
-	if less(marks[i], t) then redis.call('HSET', KEYS[i], 'token', t) end
-end
-for k = n + 1, #KEYS do
-	for i = 1, n do redis.call('HDEL', KEYS[i], 'deleted:' .. KEYS[k]) end
+	local m = marks[i]
+	if #m < #t or (#m == #t and m < t) then redis.call('HSET', KEYS[i], 'token', t) end
+	if redis.call('HLEN', KEYS[i]) > 1 then
+		for k = n + 1, #KEYS do redis.call('HDEL', KEYS[i], 'deleted:' .. KEYS[k]) end
+	end
 end
 local out = {}
 local p = 4

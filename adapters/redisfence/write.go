@@ -99,18 +99,17 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	if err != nil {
 		return s.failed(g, op+" "+key, err)
 	}
-	r, ok := reply.([]any)
-	if !ok || len(r) == 0 {
-		return fmt.Errorf("redisfence: %s %s: unexpected reply %v", op, key, reply)
+	if reply == int64(1) {
+		return w.check(s)
 	}
-	if r[0] == int64(0) && len(r) == 2 {
+	if r, ok := reply.([]any); ok && len(r) == 2 && r[0] == int64(0) {
 		seen, err := parseToken(r[1])
 		if err != nil {
 			return err
 		}
 		return stale(res, g.Token(), seen)
 	}
-	return w.check(s)
+	return fmt.Errorf("redisfence: %s %s: unexpected reply %v", op, key, reply)
 }
 
 // failed classifies the error of a fenced write's script: a reply from Redis
