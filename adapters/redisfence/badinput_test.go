@@ -121,3 +121,28 @@ func TestNew_badInput(t *testing.T) {
 		t.Fatalf("New with a nil option and observer = %v, %v", s, err)
 	}
 }
+
+// TestStore_badMark checks that a mark holding something the Store did not write
+// refuses writes and reads, leaving the data as it was.
+func TestStore_badMark(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res, wrongType := e.res("garbled"), e.res("string")
+	k := e.key(res, "k")
+	if err := e.raw.HSet(ctx, redisfence.MarkKey(res), "token", "12abc").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.raw.Set(ctx, redisfence.MarkKey(wrongType), "x", 0).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.store.Get(ctx, fence.NewGrant(res, 99), k); !errors.Is(err, redisfence.ErrBadMark) {
+		t.Fatalf("Get under a garbled mark = %v, want ErrBadMark", err)
+	}
+	err := e.store.Set(ctx, fence.NewGrant(wrongType, 1), e.key(wrongType, "k"), "v", 0)
+	if err == nil || !strings.Contains(err.Error(), "WRONGTYPE") || errors.Is(err, fence.ErrCommitUnknown) {
+		t.Fatalf("Set under a mark of the wrong type = %v, want WRONGTYPE", err)
+	}
+	if _, found := e.get(t, e.key(wrongType, "k")); found {
+		t.Fatal("a write under a mark of the wrong type wrote")
+	}
+}

@@ -21,9 +21,10 @@ var (
 	// reply). The write stands on the primary; a failover before the replicas
 	// catch up can lose it, mark and data together.
 	ErrNotReplicated = errors.New("redisfence: write not acknowledged by enough replicas")
-	// ErrBadMark means a resource's mark key holds something the Store did not
-	// write (not a hash, or a token that is not a positive decimal integer). The
-	// write is refused: the mark cannot be compared.
+	// ErrBadMark means a resource's mark holds a token that is not a decimal
+	// integer (something other than the Store wrote it): the token cannot be
+	// compared. A mark key holding another type than a hash fails every write
+	// with Redis's WRONGTYPE error, before anything is written.
 	ErrBadMark = errors.New("redisfence: unreadable fence mark")
 )
 

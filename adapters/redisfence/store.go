@@ -2,6 +2,7 @@ package redisfence
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 	"time"
 
@@ -132,7 +133,8 @@ func parseToken(v any) (fence.Token, error) {
 	var n int64
 	switch v := v.(type) {
 	case string:
-		if _, err := fmt.Sscan(v, &n); err != nil || n < 0 {
+		var err error
+		if n, err = strconv.ParseInt(v, 10, 64); err != nil || n < 0 {
 			return 0, fmt.Errorf("%w: token %q", ErrBadMark, v)
 		}
 	case int64:
