@@ -71,7 +71,9 @@ func TestWithWaitReplicas(t *testing.T) {
 		write func() error
 	}{
 		{"Set", func() error { return e.store.Set(ctx, fence.NewGrant(res, 3), k, "replicated", 0) }},
-		{"HSet", func() error { return e.store.HSet(ctx, fence.NewGrant(res, 4), e.key(res, "h"), map[string]any{"f": 4}) }},
+		{"HSet", func() error {
+			return e.store.HSet(ctx, fence.NewGrant(res, 4), e.key(res, "h"), map[string]any{"f": 4})
+		}},
 		{"Fenced", func() error {
 			return e.store.Fenced(ctx, fence.NewGrant(res, 5), func(tx redis.Pipeliner) error {
 				tx.Incr(ctx, e.key(res, "n"))
