@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/redis/go-redis/v9"
 
@@ -343,5 +344,44 @@ func TestStore_Fenced_replies(t *testing.T) {
 	}
 	if v, _ := e.get(t, k); v != "v" || e.mark(t, res) != 4 {
 		t.Fatalf("k = %q, mark %d: a transaction that was not sent wrote", v, e.mark(t, res))
+	}
+}
+
+// TestStore_Set_expiration checks Set's expiry as SET's: a duration sets the key's
+// time to live (PX), redis.KeepTTL keeps it, 0 removes it; the mark never expires.
+func TestStore_Set_expiration(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.res("r")
+	k := e.key(res, "k")
+	g := fence.NewGrant(res, 1)
+	ttl := func() time.Duration {
+		t.Helper()
+		d, err := e.raw.PTTL(ctx, k).Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	steps := []struct {
+		name     string
+		exp      time.Duration
+		min, max time.Duration // the TTL wanted after the write; -1: none
+	}{
+		{"an hour", time.Hour, 59 * time.Minute, time.Hour},
+		{"KeepTTL", redis.KeepTTL, 59 * time.Minute, time.Hour},
+		{"none", 0, -1, -1},
+		{"1500ms", 1500 * time.Millisecond, time.Millisecond, 1500 * time.Millisecond},
+	}
+	for _, s := range steps {
+		if err := e.store.Set(ctx, g, k, s.name, s.exp); err != nil {
+			t.Fatalf("Set(%s): %v", s.name, err)
+		}
+		if d := ttl(); d < s.min || d > s.max {
+			t.Fatalf("after Set(%s) the key's TTL is %v, want %v to %v", s.name, d, s.min, s.max)
+		}
+	}
+	if d, err := e.raw.PTTL(ctx, redisfence.MarkKey(res)).Result(); err != nil || d != -1 {
+		t.Fatalf("the mark's TTL is %v (%v), want none", d, err)
 	}
 }
