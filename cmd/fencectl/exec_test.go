@@ -7,10 +7,12 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -233,5 +235,58 @@ func TestRun_watch(t *testing.T) {
 	}
 	if code, _, _ := fencectl(t, "-endpoints", eps, "watch", "a/b"); code != 2 {
 		t.Fatalf("watch of a bad name: status %d, want 2", code)
+	}
+}
+
+// asFencectlEnv makes the test binary run as fencectl (TestMain), for tests
+// that signal the fencectl process itself.
+const asFencectlEnv = "FENCECTL_TEST_AS_FENCECTL"
+
+// TestRun_exec_frozen freezes the fencectl process itself (SIGSTOP) past its
+// lease while its command runs: the lock passes on; when fencectl wakes it
+// notices the loss, stops the command with SIGTERM and exits 76. (While
+// fencectl is frozen, its command runs on: its writes fenced with
+// FENCEGATE_TOKEN are what the database refuses once the successor wrote.)
+func TestRun_exec_frozen(t *testing.T) {
+	srv := locktest.Start(t)
+	lc, err := lockclient.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	var out, errOut syncBuffer
+	cmd := exec.Command(os.Args[0], "-endpoints", strings.Join(srv.Endpoints(), ","), "exec", "-ttl", "2s", "-grace", "5s", "job", "--",
+		"sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
+	cmd.Env = append(os.Environ(), asFencectlEnv+"=1")
+	cmd.Stdout, cmd.Stderr = &out, &errOut
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Signal(syscall.SIGCONT); cmd.Process.Kill(); cmd.Wait() })
+	held := waitHolder(t, lc, "job", 0)
+	for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), "started"); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("command did not start: %q %q", out.String(), errOut.String())
+		}
+	}
+	cmd.Process.Signal(syscall.SIGSTOP)
+	next, err := lc.Acquire(t.Context(), "job") // once fencectl's lease ran out
+	if err != nil {
+		t.Fatal(err)
+	}
+	if next.Token() <= held.Token {
+		t.Fatalf("token %d after fencectl's %d", next.Token(), held.Token)
+	}
+	cmd.Process.Signal(syscall.SIGCONT)
+	err = cmd.Wait()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitLost {
+		t.Fatalf("fencectl exec: %v, want exit status %d; stderr %q", err, exitLost, errOut.String())
+	}
+	if !strings.Contains(out.String(), "got TERM") || !strings.Contains(errOut.String(), "lost") {
+		t.Fatalf("output %q, stderr %q; want the command stopped by SIGTERM and the loss told", out.String(), errOut.String())
+	}
+	if info, err := lc.Holder(t.Context(), "job"); err != nil || info.Token != next.Token() {
+		t.Fatalf("Holder after fencectl exited = %+v, %v; want the successor's token %d", info, err, next.Token())
 	}
 }

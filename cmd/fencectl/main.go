@@ -41,7 +41,9 @@
 // 10s), and the status is 76. -ttl (default 10s) is the session lease: how long a
 // frozen or cut-off fencectl keeps the lock. An interrupt or SIGTERM is passed on
 // to COMMAND the same way, then the lock is released. Status 1 means fencectl
-// failed before COMMAND ran (etcd unreachable).
+// failed before COMMAND ran (etcd unreachable). A fencectl that is itself frozen
+// past its lease cannot stop COMMAND until it wakes: COMMAND's writes fenced with
+// FENCEGATE_TOKEN are what the database refuses once a successor wrote.
 package main
 
 import (
