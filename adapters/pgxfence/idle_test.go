@@ -100,9 +100,8 @@ func TestStore_Fenced_frozenHolder(t *testing.T) {
 				t.Fatalf("the successor's write after %v: %v", waited, err)
 			}
 			t.Logf("the successor wrote after %v (lease %v)", waited, childLease)
-			if waited > childLease+10*time.Second {
-				t.Fatalf("the successor waited %v for a holder frozen with a %v lease", waited, childLease)
-			}
+			// The holder is still frozen: the successor got its row lock only because the
+			// server ended the idle transaction, so its write landing is the proof, not a time.
 			result := child.Resume(t)
 			if !strings.Contains(result, "idle-timeout=true") {
 				t.Fatalf("the resumed holder's Fenced: %q, want ErrIdleTimeout", result)
