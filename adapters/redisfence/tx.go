@@ -54,10 +54,11 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if fn == nil {
 		return invalid("nil function")
 	}
-	if err := fence.CheckGrant(g); err != nil {
+	c, err := grant.Check(g) // checked and its resources sorted once, here
+	if err != nil {
 		return err
 	}
-	resources := grant.Resources(g)
+	g, resources := c, c.Resources()
 	marks := make([]string, len(resources))
 	for i, r := range resources {
 		marks[i] = MarkKey(r)
