@@ -5,6 +5,19 @@
 // implement them as Decrement, Insert and Once; this package holds their shared
 // types and errors.
 //
+// # Guarded decrements and unique inserts
+//
+// A Store's Decrement(ctx, c, n) takes n from c.Column of the one row c.Key picks
+// (a primary key or unique index), only if at least n is left, and returns what is
+// left after the take. When it takes nothing it reads the row once: less than n left
+// returns what is left with ErrInsufficient, a missing row fence.ErrNotFound, and
+// enough left (the counter was raised meanwhile) tries again, a few times at most.
+// Insert(ctx, table, cols...) inserts one row; a unique-key violation is a
+// *DuplicateError. Before any I/O both refuse with fence.ErrInvalidArgument an n <=
+// 0, no key or no column, a column named twice, and an empty, overlong or
+// NUL-holding table or column name (other names are quoted, never refused). Other
+// database errors are wrapped.
+//
 // # Idempotency keys
 //
 // A Store's Once(ctx, key, fingerprint, fn) runs fn at most once per key, the way

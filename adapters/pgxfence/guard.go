@@ -22,23 +22,10 @@ import (
 // work, never correctness.
 const maxDecrementLooks = 3
 
-// Decrement takes n from c.Column of the row c.Key picks, only if at least n is left,
-// and returns what is left after the take. It is one statement, needing no lock and
-// no transaction; PostgreSQL settles concurrent takers on the row lock:
-//
-//	UPDATE t SET col = col - $n WHERE key = $k AND col >= $n RETURNING col
-//
-// When it changes no row it reads the row once: if less than n is left it returns
-// what is left, having taken nothing, with nolock.ErrInsufficient; a missing row is
-// fence.ErrNotFound. If
-// that read finds enough left (the counter was raised meanwhile) it tries again, a
-// few times at most. The key must pick at most one row (a primary key or unique
-// index), and the column must be an integer (or numeric with no fraction).
-//
-// Other errors, before any I/O: fence.ErrInvalidArgument for n <= 0, no key, a
-// column named twice, or an empty, overlong or NUL-holding table or column name
-// (other names are quoted, never refused). Database errors are
-// wrapped.
+// Decrement is nolock's guarded take (see nolock.Counter) in one statement, no lock
+// and no transaction: UPDATE t SET col = col - $n WHERE key = $k AND col >= $n
+// RETURNING col. PostgreSQL settles concurrent takers on the row lock. The column
+// must be an integer (or numeric with no fraction).
 func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if s == nil || s.db == nil {
 		return 0, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -155,14 +142,9 @@ func (s *Store) counterStatement(c nolock.Counter) (string, error) {
 	return q, nil
 }
 
-// Insert inserts one row into table: one INSERT, the names quoted, the values sent
-// as parameters. A unique-key violation returns a *nolock.DuplicateError
-// (errors.Is nolock.ErrDuplicate) naming the table and the constraint PostgreSQL
-// named, wrapping the *pgconn.PgError.
-//
-// Other errors, before any I/O: fence.ErrInvalidArgument for no columns, a column
-// named twice or an unusable table or column name.
-// Database errors are wrapped.
+// Insert is nolock's unique-key insert: one INSERT, names quoted, values as
+// parameters. A *nolock.DuplicateError names the constraint PostgreSQL named and
+// wraps the *pgconn.PgError.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)

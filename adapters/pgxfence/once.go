@@ -102,14 +102,10 @@ func WithKeyTTL(d time.Duration) Option {
 	}
 }
 
-// PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys
-// stored without WithKeyTTL never expire) and returns how many it deleted. It deletes in
-// batches of 1,000, each its own statement, skipping keys another transaction has
-// locked, until none is left or ctx ends; a purge that ctx cut short has deleted what
-// it reports. Schedule it as often as the table's growth calls for.
-//
-// Errors: fence.ErrInvalidArgument for a nil Store, fence.ErrSchema when
-// idempotency_keys is missing, or the driver's error wrapped.
+// PurgeExpiredKeys deletes the expired idempotency keys (see WithKeyTTL) in
+// batches of 1,000 statements, skipping keys another transaction has locked, and
+// returns how many it deleted, also when ctx cut it short. Errors:
+// fence.ErrInvalidArgument for a nil Store, fence.ErrSchema, or the driver's.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if s == nil || s.db == nil {
 		return 0, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)

@@ -156,11 +156,9 @@ func WithTxOptions(o pgx.TxOptions) Option {
 	}
 }
 
-// New returns a Store writing through db, with the server's default isolation level
-// unless an option says otherwise. It does no I/O. It returns an error wrapping
-// fence.ErrInvalidArgument, and a nil Store, for a nil db (a typed nil, such as a
-// failed pgxpool.New's pool, included), a db of no supported type (see DB) and an
-// option that cannot be used (the error names it). A nil Option is ignored.
+// New returns a Store writing through db; it does no I/O. A nil or typed-nil db, a db
+// of no supported type (see DB) and an unusable option (named in the error) are
+// fence.ErrInvalidArgument. A nil Option is ignored.
 func New(db DB, opts ...Option) (*Store, error) {
 	if nilness.IsNil(db) {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -301,12 +299,8 @@ func (t savepoint) Commit() error {
 	return nil
 }
 
-// WithObserver makes the Store report the result of every fenced write
-// (Fenced, Update, Upsert, Delete) to obs, with adapter "pgxfence": the lockmetrics
-// package counts them, and an observer of the program's own can log the refusals
-// (errors.Is fence.ErrStale or fence.ErrLost; a *fence.StaleError names the
-// resource, the token presented and the one stored). A nil obs, the default,
-// reports nothing.
+// WithObserver reports the result of every fenced write (Fenced, Update, Upsert,
+// Delete) to obs as adapter "pgxfence" (lockmetrics counts them). nil: none.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
 		s.obs = obs
