@@ -3,8 +3,6 @@ package fence
 import (
 	"context"
 	"fmt"
-
-	"github.com/fencegate/fencegate/internal/core/nilness"
 )
 
 // Store is what an adapter gives Exec: a database that can run a function inside a
@@ -29,7 +27,7 @@ type Store[Tx any] interface {
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
-	if nilness.IsNil(s) {
+	if isNil(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	}
 	if fn == nil {

@@ -2,8 +2,7 @@ package fence
 
 import (
 	"fmt"
-
-	"github.com/fencegate/fencegate/internal/core/nilness"
+	"reflect"
 )
 
 // Token is a fencing token: a number that only goes up across the grants of one
@@ -68,7 +67,7 @@ const maxResourceLen = 200
 // with no resources, or a token <= 0; and ErrLost when g is a Watched
 // grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
-	if nilness.IsNil(g) {
+	if isNil(g) {
 		return errNilGrant
 	}
 	if err := CheckResource(g.Resource()); err != nil {
@@ -95,7 +94,7 @@ func CheckGrant(g Grant) error {
 // closed, and nil otherwise.
 func checkLost(g Grant) error {
 	w, ok := g.(Watched)
-	if !ok || nilness.IsNil(g) {
+	if !ok || isNil(g) {
 		return nil
 	}
 	if d := w.Done(); d != nil {
@@ -106,4 +105,17 @@ func checkLost(g Grant) error {
 		}
 	}
 	return nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, map, slice, channel or
+// function: a typed nil whose methods would dereference it.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
 }

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/delayproxy"
+	"github.com/fencegate/fencegate/internal/tests/delayproxy"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"

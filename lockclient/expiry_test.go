@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
@@ -147,8 +147,8 @@ func TestLock_Lease(t *testing.T) {
 			if got := l.Lease(); got != tt.want {
 				t.Fatalf("Lease() = %v, want %v", got, tt.want)
 			}
-			if got := grant.IdleTimeout(l, 0); got != tt.want {
-				t.Fatalf("grant.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
+			if got := engine.IdleTimeout(l, 0); got != tt.want {
+				t.Fatalf("engine.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
 			}
 		})
 	}

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/benchpair"
+	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )

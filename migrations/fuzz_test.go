@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/quotetest"
+	"github.com/fencegate/fencegate/internal/tests/quotetest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

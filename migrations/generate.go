@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqldialect"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // Generated names the migration files GenerateTokenColumn wrote.
@@ -53,7 +53,7 @@ func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	if dir == "" {
 		return Generated{}, fmt.Errorf("%w: empty migrations folder", fence.ErrInvalidArgument)
 	}
-	quoted, err := sqldialect.Table(d, table)
+	quoted, err := engine.QuoteTable(d, table)
 	if err != nil {
 		return Generated{}, err
 	}

@@ -20,8 +20,8 @@ import (
 	_ "modernc.org/sqlite"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/mysqltest"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/tests/mysqltest"
+	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

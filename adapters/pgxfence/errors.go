@@ -11,14 +11,13 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
-	"github.com/fencegate/fencegate/internal/core/pgsql"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
 // SQLSTATEs this package tells apart.
 const (
-	codeBadText       = "22P02" // raised on purpose by pgsql.RaiseSQL: see pgsql.StaleMarker
+	codeBadText       = "22P02" // raised on purpose by engine.PGRaiseSQL: see engine.PGStaleMarker
 	codeSerialization = "40001"
 	codeUnique        = "23505"
 	codeNoFunction    = "42883"
@@ -39,7 +38,7 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
 		case codeBadText:
-			if seen, res, ok := pgsql.MarkedStale(pgErr.Message); ok {
+			if seen, res, ok := engine.PGMarkedStale(pgErr.Message); ok {
 				if res == "" {
 					res = g.Resource()
 				}
@@ -156,7 +155,7 @@ func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 		return nil
 	}
 	if open && errors.Is(err, pgconn.ErrConnClosed) {
-		return grant.CommitUnknown(g, "commit", err)
+		return engine.CommitUnknown(g, "commit", err)
 	}
 	if u := unknownOutcome("commit", g, err); u != nil {
 		return u
@@ -170,7 +169,7 @@ func unknownOutcome(op string, g fence.Grant, err error) error {
 	if !replyLost(err) {
 		return nil
 	}
-	return grant.CommitUnknown(g, op, err)
+	return engine.CommitUnknown(g, op, err)
 }
 
 // unknownOutcome is the package function for a single-row write, which on a caller's

@@ -2,8 +2,7 @@ package pgxfence
 
 import (
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/pgsql"
-	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // QuoteTable exposes the table quoting every builder uses, for the fuzz test.
@@ -14,10 +13,10 @@ var QuoteColumn = quoteColumn
 
 // RaiseSQL is the fence raise Fenced sends, for the benchmark that compares it with
 // the alternatives.
-const RaiseSQL = pgsql.RaiseSQL
+const RaiseSQL = engine.PGRaiseSQL
 
 // MaxShapes is how many single-row statements a Store keeps.
-const MaxShapes = shapecache.Max
+const MaxShapes = engine.MaxShapes
 
 // UpdateSQL builds Update's statement: bump raises the fence row with a plain UPDATE,
 // else with the upsert; for the benchmark that compares the two.

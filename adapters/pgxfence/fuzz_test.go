@@ -7,8 +7,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
-	"github.com/fencegate/fencegate/internal/fencetest"
-	"github.com/fencegate/fencegate/internal/quotetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/quotetest"
 )
 
 var hostileNames = []string{

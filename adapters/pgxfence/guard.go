@@ -11,8 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/shapecache"
-	"github.com/fencegate/fencegate/internal/core/sqldialect"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -82,7 +81,7 @@ type counter struct {
 func checkCounter(c nolock.Counter) (counter, error) {
 	var out counter
 	var err error
-	if out.col, err = sqldialect.Ident(sqldialect.Postgres, "counter column", c.Column); err != nil {
+	if out.col, err = engine.CheckIdent(engine.Postgres, "counter column", c.Column); err != nil {
 		return counter{}, err
 	}
 	if out.table, err = quoteTable(c.Table); err != nil {
@@ -125,9 +124,9 @@ func (c counter) where(first int) string {
 func (s *Store) counterStatement(c nolock.Counter) (string, error) {
 	var buf [256]byte
 	key := append(buf[:0], 'n')
-	key = shapecache.AppendName(shapecache.AppendName(key, c.Table), c.Column)
+	key = engine.AppendShapeName(engine.AppendShapeName(key, c.Table), c.Column)
 	for _, k := range c.Key {
-		key = shapecache.AppendName(key, k.Name)
+		key = engine.AppendShapeName(key, k.Name)
 	}
 	if q, ok := s.shapes.Load(key); ok {
 		return q, nil

@@ -7,7 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqldialect"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // stmt is a single-row write being built: the SQL and its parameters.
@@ -49,14 +49,14 @@ type row struct {
 }
 
 // quoteTable checks and quotes "table" or "schema.table" with the one PostgreSQL
-// quoting fencegate has (internal/core/sqldialect, shared with sqlfence and the
+// quoting fencegate has (internal/engine, shared with sqlfence and the
 // migrations generator): double quotes, embedded ones doubled, 63 bytes at most per
 // name, as pgx.Identifier would quote it.
-func quoteTable(name string) (string, error) { return sqldialect.Table(sqldialect.Postgres, name) }
+func quoteTable(name string) (string, error) { return engine.QuoteTable(engine.Postgres, name) }
 
 // quoteColumn checks and quotes a column name.
 func quoteColumn(name string) (string, error) {
-	return sqldialect.Ident(sqldialect.Postgres, "column", name)
+	return engine.CheckIdent(engine.Postgres, "column", name)
 }
 
 // checkRow validates r and the columns to set, and quotes every name. Key, set and
@@ -78,14 +78,14 @@ func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error)
 	if tokenCol == "" {
 		tokenCol = fence.DefaultTokenColumn
 	}
-	if out.token, err = sqldialect.Ident(sqldialect.Postgres, "token column", tokenCol); err != nil {
+	if out.token, err = engine.CheckIdent(engine.Postgres, "token column", tokenCol); err != nil {
 		return row{}, nil, err
 	}
 	// A handful of columns: a linear scan beats a map.
 	seen := make([]string, 1, 1+len(r.Key)+len(set))
 	seen[0] = tokenCol
 	use := func(kind, name string) (string, error) {
-		q, err := sqldialect.Ident(sqldialect.Postgres, kind+" column", name)
+		q, err := engine.CheckIdent(engine.Postgres, kind+" column", name)
 		if err != nil {
 			return "", err
 		}

@@ -15,7 +15,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/testserver"
+	"github.com/fencegate/fencegate/internal/tests/testserver"
 )
 
 // The frozen holder runs as this test binary re-executed with these variables set.
@@ -126,7 +126,7 @@ type idleSet struct {
 func (s idleSet) Resources() []string { return s.res }
 
 // TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the
-// option's, else the grant's lease, else grant.DefaultIdleTimeout, in both raise
+// option's, else the grant's lease, else engine.DefaultIdleTimeout, in both raise
 // modes and for a fence.Set; and that a timeout under a millisecond is refused.
 func TestStore_WithIdleTimeout(t *testing.T) {
 	pool := newPool(t)

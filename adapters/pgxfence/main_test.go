@@ -15,7 +15,7 @@ import (
 	"github.com/jackc/pgx/v5/stdlib"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -9,7 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/benchpair"
+	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/nolock"
 )
 

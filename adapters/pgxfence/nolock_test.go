@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 	"github.com/fencegate/fencegate/nolock"
 )
 

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/idemkey"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -63,7 +63,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	if fn == nil {
 		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := idemkey.Check(key, fingerprint); err != nil {
+	if err := engine.CheckIdemKey(key, fingerprint); err != nil {
 		return nolock.Result{}, err
 	}
 	var micros *int64
@@ -94,7 +94,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 // fence.ErrInvalidArgument.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error {
-		if err := idemkey.CheckTTL(d); err != nil {
+		if err := engine.CheckKeyTTL(d); err != nil {
 			return fmt.Errorf("pgxfence: %w", err)
 		}
 		s.keyTTL = d

@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/fencetx"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
@@ -30,17 +29,17 @@ func WithFenceFirst() Option {
 
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
 // the transaction with fn's first statement.
-func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) error {
+func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) error {
 	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
 }
 
 // runLazy runs fn on t and commits it (fencetx owns the lifecycle); with
 // WithFenceFirst t's transaction has begun already.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
-	return fencetx.Run(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
+	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
 }
 
-// lazyRun is a lazyTx as the lifecycle ends it (fencetx.Tx).
+// lazyRun is a lazyTx as the lifecycle ends it (engine.Tx).
 type lazyRun struct{ t *lazyTx }
 
 func (r lazyRun) Refused() error { return r.t.refused }
@@ -72,7 +71,7 @@ type lazyTx struct {
 	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
 	s       *Store
 	conn    *pgx.Conn
-	g       *grant.Checked
+	g       *engine.Checked
 	tx      pgx.Tx // nil until the transaction is begun
 	refused error  // the fence's refusal, or a failure to begin
 }

@@ -7,40 +7,39 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
-	"github.com/fencegate/fencegate/internal/core/pgsql"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// raiseFor returns the fence raise of g and its arguments: pgsql.RaiseSQL for one resource,
-// pgsql.RaiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
-// milliseconds, see pgsql.IdleFrom) the raise also sets it.
+// raiseFor returns the fence raise of g and its arguments: engine.PGRaiseSQL for one resource,
+// engine.PGRaiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
+// milliseconds, see engine.PGIdleFrom) the raise also sets it.
 func raiseFor(g fence.Grant, idleMS string) (string, []any) {
 	args := []any{g.Resource(), int64(g.Token())}
-	if grant.Multi(g) {
-		args[0] = grant.Resources(g)
+	if engine.Multi(g) {
+		args[0] = engine.Resources(g)
 	}
 	switch {
-	case idleMS == "" && grant.Multi(g):
-		return pgsql.RaiseSetParams, args
+	case idleMS == "" && engine.Multi(g):
+		return engine.PGRaiseSetParams, args
 	case idleMS == "":
-		return pgsql.RaiseSQL, args
-	case grant.Multi(g):
-		return pgsql.RaiseSetIdleParams, append(args, idleMS)
+		return engine.PGRaiseSQL, args
+	case engine.Multi(g):
+		return engine.PGRaiseSetIdleParams, append(args, idleMS)
 	}
-	return pgsql.RaiseIdleSQL, append(args, idleMS)
+	return engine.PGRaiseIdleSQL, append(args, idleMS)
 }
 
 // fenceFirstSQL is the simple-protocol raise of g, with its values as literals (see
 // literal), for the message that carries BEGIN and the raise: the set form, which
-// for one resource is pgsql.RaiseSQL's, so that every refusal PostgreSQL sends is the one
-// pgsql.StaleMarker encoding.
+// for one resource is engine.PGRaiseSQL's, so that every refusal PostgreSQL sends is the one
+// engine.PGStaleMarker encoding.
 func fenceFirstSQL(g fence.Grant) string {
-	res := grant.Resources(g)
+	res := engine.Resources(g)
 	lits := make([]string, len(res))
 	for i, r := range res {
-		lits[i] = pgsql.Literal(r)
+		lits[i] = engine.PGLiteral(r)
 	}
-	return pgsql.RaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
+	return engine.PGRaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
 }
 
 // WithIdleTimeout sets how long a fenced transaction begun on a pool or connection
@@ -62,5 +61,5 @@ func WithIdleTimeout(d time.Duration) Option {
 
 // idleMS is the idle timeout of g's transactions in milliseconds, as text.
 func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
+	return strconv.FormatInt(engine.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }

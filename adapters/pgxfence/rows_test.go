@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 	"github.com/fencegate/fencegate/nolock"
 )
 

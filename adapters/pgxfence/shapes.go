@@ -2,26 +2,26 @@ package pgxfence
 
 import (
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // A Store keeps the SQL of its single-row writes and guarded takes by shape (the
 // operation, the table, the token or counter column, the key and set column names, in
-// order; shapecache.Map). A write of a kept shape skips checking and quoting its names
+// order; engine.ShapeMap). A write of a kept shape skips checking and quoting its names
 // and building its statement, client-side work that shows next to the same statement
 // written by hand (BENCHMARKS.md).
 
 // shapeKey appends the shape of a write to buf.
 func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
 	buf = append(buf, op)
-	buf = shapecache.AppendName(buf, r.Table)
-	buf = shapecache.AppendName(buf, r.TokenColumn)
-	buf = shapecache.AppendLen(buf, len(r.Key))
+	buf = engine.AppendShapeName(buf, r.Table)
+	buf = engine.AppendShapeName(buf, r.TokenColumn)
+	buf = engine.AppendShapeLen(buf, len(r.Key))
 	for _, k := range r.Key {
-		buf = shapecache.AppendName(buf, k.Name)
+		buf = engine.AppendShapeName(buf, k.Name)
 	}
 	for _, c := range set {
-		buf = shapecache.AppendName(buf, c.Name)
+		buf = engine.AppendShapeName(buf, c.Name)
 	}
 	return buf
 }

@@ -70,10 +70,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/fencetx"
-	"github.com/fencegate/fencegate/internal/core/grant"
-	"github.com/fencegate/fencegate/internal/core/nilness"
-	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // DB is what a Store writes through, one of two kinds, told apart by type and never
@@ -97,10 +94,10 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	idle       time.Duration          // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
-	shapes     shapecache.Map[string] // SQL by shape (shapes.go)
-	obs        fence.WriteObserver    // write results; nil: none
-	keyTTL     time.Duration          // WithKeyTTL; 0: idempotency keys never expire
+	idle       time.Duration           // WithIdleTimeout; 0: the grant's lease or engine.DefaultIdleTimeout
+	shapes     engine.ShapeMap[string] // SQL by shape (shapes.go)
+	obs        fence.WriteObserver     // write results; nil: none
+	keyTTL     time.Duration           // WithKeyTTL; 0: idempotency keys never expire
 }
 
 var (
@@ -160,7 +157,7 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // of no supported type (see DB) and an unusable option (named in the error) are
 // fence.ErrInvalidArgument. A nil Option is ignored.
 func New(db DB, opts ...Option) (*Store, error) {
-	if nilness.IsNil(db) {
+	if engine.IsNil(db) {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
 	s := &Store{db: db, beginSQL: "BEGIN"}
@@ -190,16 +187,16 @@ func optionErr(option, format string, args ...any) error {
 }
 
 // checkSingle is check for a single-row write: a fence.Set grant is refused.
-func (s *Store) checkSingle(g fence.Grant) (*grant.Checked, error) {
+func (s *Store) checkSingle(g fence.Grant) (*engine.Checked, error) {
 	if s == nil || s.db == nil {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	return grant.CheckOne(g)
+	return engine.CheckOne(g)
 }
 
 // check is the door of every fenced write: the grant checked and normalized once.
-func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
-	c, err := grant.Check(g)
+func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
+	c, err := engine.Check(g)
 	if err != nil {
 		return nil, err
 	}
@@ -241,7 +238,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error
 	return s.fencedNested(ctx, c, fn)
 }
 
-func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) (err error) {
 	if conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
@@ -266,7 +263,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked
 	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
 }
 
-func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.Tx) error) error {
+func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx.Tx) error) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
@@ -278,7 +275,7 @@ func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return fencetx.Run(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
+	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
 // savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
@@ -286,7 +283,7 @@ func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.
 type savepoint struct {
 	ctx context.Context
 	tx  pgx.Tx
-	g   *grant.Checked
+	g   *engine.Checked
 }
 
 func (t savepoint) Refused() error { return nil }

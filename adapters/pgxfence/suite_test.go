@@ -6,7 +6,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 )
 
 // TestSuite runs the adapter-independent suite (GC-pause timeline, 50-writer race,

@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 )
 
 // terminateWhen polls until a backend of this database other than pool's own runs a

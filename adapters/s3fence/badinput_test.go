@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/s3fence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 )
 
 func TestNew_badInput(t *testing.T) {

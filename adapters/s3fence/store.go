@@ -10,7 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // API is the part of *s3.Client a Store uses.
@@ -141,7 +141,7 @@ func checkGrant(g fence.Grant) error {
 	if isNil(g) {
 		return invalid("nil grant")
 	}
-	return grant.CheckSingle(g)
+	return engine.CheckSingle(g)
 }
 
 func checkObject(s *Store, bucket, key string) error {

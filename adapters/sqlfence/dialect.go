@@ -7,12 +7,12 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/sqldialect"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // dialect is the handful of things that differ between the databases a Store speaks
 // to: identifier quoting, the fence-row upsert and the token-column upsert (how each
-// driver reports its errors is in errors.go). It is the one Dialect (migrations.Dialect, internal/core/sqldialect) with
+// driver reports its errors is in errors.go). It is the one Dialect (migrations.Dialect, internal/engine) with
 // this package's statements attached:
 //
 //   - migrations.MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
@@ -26,12 +26,12 @@ import (
 //   - migrations.Postgres is PostgreSQL 12 and later through a database/sql driver
 //     such as github.com/jackc/pgx/v5/stdlib; the pgxfence adapter does the same
 //     through pgx directly, with fewer round trips.
-type dialect struct{ sqldialect.Dialect }
+type dialect struct{ engine.Dialect }
 
 const (
-	dMySQL    = sqldialect.MySQL
-	dSQLite   = sqldialect.SQLite
-	dPostgres = sqldialect.Postgres
+	dMySQL    = engine.MySQL
+	dSQLite   = engine.SQLite
+	dPostgres = engine.Postgres
 )
 
 func (d dialect) check() error {
@@ -65,14 +65,14 @@ func (d dialect) rebind(q string) string {
 	return b.String()
 }
 
-// ident checks and quotes a column name (internal/core/sqldialect: the limits and
+// ident checks and quotes a column name (internal/engine: the limits and
 // the error, wrapping fence.ErrInvalidArgument, are the migrations generator's too).
 func (d dialect) ident(what, name string) (string, error) {
-	return sqldialect.Ident(d.Dialect, what, name)
+	return engine.CheckIdent(d.Dialect, what, name)
 }
 
 // table checks and quotes a table name; one dot separates a schema from the table.
-func (d dialect) table(name string) (string, error) { return sqldialect.Table(d.Dialect, name) }
+func (d dialect) table(name string) (string, error) { return engine.QuoteTable(d.Dialect, name) }
 
 // bumpSQL raises an existing fence row whose token is not higher, locking it to
 // commit. Arguments: token, resource, token.

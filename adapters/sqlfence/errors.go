@@ -10,7 +10,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -132,7 +132,7 @@ func unknownOutcome(op string, g fence.Grant, err error, commit bool) error {
 	if !replyLost(err, commit) {
 		return nil
 	}
-	return grant.CommitUnknown(g, op, err)
+	return engine.CommitUnknown(g, op, err)
 }
 
 // The names in unique-key violation messages: PostgreSQL's constraint, SQLite's

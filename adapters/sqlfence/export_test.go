@@ -1,7 +1,7 @@
 package sqlfence
 
 import (
-	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -14,7 +14,7 @@ func QuoteColumn(d migrations.Dialect, name string) (string, error) {
 }
 
 // MaxShapes is how many counter shapes a Store keeps built, for the test past it.
-const MaxShapes = shapecache.Max
+const MaxShapes = engine.MaxShapes
 
 // Dialect returns the store's dialect, for tests that build SQL of their own.
 func (s *Store) Dialect() migrations.Dialect { return s.d.Dialect }

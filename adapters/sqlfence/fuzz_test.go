@@ -5,8 +5,8 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
-	"github.com/fencegate/fencegate/internal/fencetest"
-	"github.com/fencegate/fencegate/internal/quotetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/quotetest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // WithIdleTimeout sets how long a fenced transaction may sit idle on the server
@@ -50,7 +50,7 @@ func WithIdleTimeout(d time.Duration) Option {
 // idleMS is the idle timeout of g's transactions in milliseconds, as text
 // (PostgreSQL).
 func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(grant.IdleTimeout(g, s.idle).Milliseconds(), 10)
+	return strconv.FormatInt(engine.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }
 
 // idleEnded returns fence.ErrIdleTimeout wrapping err when err, from fn (commit
@@ -79,7 +79,7 @@ func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool
 		}
 		broken := errors.Is(err, driver.ErrBadConn) ||
 			!commit && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.HasSuffix(err.Error(), "invalid connection"))
-		ended = broken && time.Since(begun) >= grant.IdleTimeout(g, s.idle)
+		ended = broken && time.Since(begun) >= engine.IdleTimeout(g, s.idle)
 	}
 	if !ended {
 		return nil

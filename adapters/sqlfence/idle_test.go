@@ -14,7 +14,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/testserver"
+	"github.com/fencegate/fencegate/internal/tests/testserver"
 	"github.com/fencegate/fencegate/migrations"
 )
 

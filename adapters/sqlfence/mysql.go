@@ -12,7 +12,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/internal/fastbegin"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // On MariaDB a fenced transaction through a pool opened by sqlfence/mysql costs the
@@ -64,7 +64,7 @@ func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
 // fast reports whether Fenced can take the one-statement begin: MariaDB, a pool
 // opened by sqlfence/mysql, the server's default transaction options, a single grant.
 func (s *Store) fast(g fence.Grant) bool {
-	if grant.Multi(g) || !s.mariadb || s.txOpts != nil {
+	if engine.Multi(g) || !s.mariadb || s.txOpts != nil {
 		return false
 	}
 	_, ok := s.db.Driver().(fastbegin.Driver)
@@ -100,7 +100,7 @@ func (s *Store) fencedFast(ctx context.Context, g fence.Grant, fn func(*sql.Tx) 
 }
 
 func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
+	return int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
 }
 
 // fastBeginErr turns the compound's refusal into a *fence.StaleError.
@@ -186,7 +186,7 @@ func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx
 	if s.mariadb {
 		v = "idle_transaction_timeout"
 	}
-	secs := int64(math.Ceil(grant.IdleTimeout(g, s.idle).Seconds()))
+	secs := int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
 	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
 		return fmt.Errorf("sqlfence: set %s: %w", v, err)
 	}

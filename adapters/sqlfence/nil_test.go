@@ -7,7 +7,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
 )

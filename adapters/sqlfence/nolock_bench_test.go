@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/benchpair"
+	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
 )

@@ -16,7 +16,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/idemkey"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -112,7 +112,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 	if fn == nil {
 		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := idemkey.Check(key, fingerprint); err != nil {
+	if err := engine.CheckIdemKey(key, fingerprint); err != nil {
 		return nolock.Result{}, err
 	}
 	wait := time.Millisecond

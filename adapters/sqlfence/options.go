@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/idemkey"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -73,7 +73,7 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 // fence.ErrInvalidArgument.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error {
-		if err := idemkey.CheckTTL(d); err != nil {
+		if err := engine.CheckKeyTTL(d); err != nil {
 			return fmt.Errorf("sqlfence: %w", err)
 		}
 		s.keyTTL = d

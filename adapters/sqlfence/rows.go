@@ -9,8 +9,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/fencetx"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -26,7 +25,7 @@ type rowStmt struct {
 	set     []string
 	setArgs []any
 	tok     string // quoted token column
-	g       *grant.Checked
+	g       *engine.Checked
 }
 
 // prepare checks the store, grant, row and columns, without I/O.
@@ -35,7 +34,7 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err != nil {
 		return nil, err
 	}
-	c, err = grant.CheckOne(c)
+	c, err = engine.CheckOne(c)
 	if err != nil {
 		return nil, err
 	}
@@ -207,7 +206,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // tries the whole transaction again while the database is busy (every statement in
 // it is the Store's own).
 func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*sql.Tx) error) error {
-	c, err := grant.Check(g)
+	c, err := engine.Check(g)
 	if err != nil {
 		return err
 	}
@@ -221,7 +220,7 @@ func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*
 			return err
 		}
 		t := &fencedTx{s: s, ctx: ctx, tx: tx, g: c, op: op, begun: time.Now()}
-		return fencetx.Run(c, t, func() error { return fn(tx) })
+		return engine.RunTx(c, t, func() error { return fn(tx) })
 	})
 }
 

@@ -8,18 +8,18 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // raiseSet raises the fence row of every resource of a fence.Set grant inside tx, in
-// sorted order (grant.Resources), with one multi-row upsert that never lowers a row
+// sorted order (engine.Resources), with one multi-row upsert that never lowers a row
 // and so locks every row in that order, then refuses the whole set with a
 // *fence.StaleError naming the first resource that holds a higher token. PostgreSQL
 // and SQLite report how many rows the upsert raised, so the lookup runs only when one
 // was not; MySQL counts a row left as it was as found (clientFoundRows), so it always
 // looks: two statements for a set of any size.
 func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	res := grant.Resources(g)
+	res := engine.Resources(g)
 	tok := int64(g.Token())
 	var b strings.Builder
 	b.WriteString("INSERT INTO fence_tokens (resource, token) VALUES ")

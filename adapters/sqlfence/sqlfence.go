@@ -50,8 +50,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/core/fencetx"
-	"github.com/fencegate/fencegate/internal/core/grant"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 var (
@@ -65,7 +64,7 @@ type Store struct {
 	db     *sql.DB
 	d      dialect
 	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
-	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or grant.DefaultIdleTimeout
+	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or engine.DefaultIdleTimeout
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
 	// set by the connection check, before probeOK.
 	mariadb bool
@@ -114,8 +113,8 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 }
 
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
-	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g.(*grant.Checked), op: "commit", begun: time.Now()}
-	return fencetx.Run(t.g, t, func() error {
+	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g.(*engine.Checked), op: "commit", begun: time.Now()}
+	return engine.RunTx(t.g, t, func() error {
 		err := fn(tx)
 		if e := s.idleEnded(g, t.begun, err, false); e != nil {
 			return e
@@ -124,12 +123,12 @@ func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*
 	})
 }
 
-// fencedTx is an open fenced *sql.Tx as the lifecycle ends it (fencetx.Tx).
+// fencedTx is an open fenced *sql.Tx as the lifecycle ends it (engine.Tx).
 type fencedTx struct {
 	s     *Store
 	ctx   context.Context
 	tx    *sql.Tx
-	g     *grant.Checked
+	g     *engine.Checked
 	op    string    // what a lost COMMIT reply is reported as: "commit", or the write's name
 	begun time.Time // when the raise returned: a bound on how long it can have sat idle
 }
@@ -163,11 +162,11 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 
 // check is the door of every fenced write: it refuses a store or grant that cannot
 // be used, before any I/O, and returns the grant checked and normalized once.
-func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
+func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
 	if s == nil || s.db == nil {
 		return nil, fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
 	}
-	return grant.Check(g)
+	return engine.Check(g)
 }
 
 // probe checks the connection once per Store where the dialect needs it (MySQL).
@@ -209,7 +208,7 @@ func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*s
 // tries the insert first). Zero rows matched means no row yet or a higher token: then
 // the upsert of dialect.raiseSQL inserts the row or reports the stored token.
 func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
-	if grant.Multi(g) {
+	if engine.Multi(g) {
 		return s.raiseSet(ctx, tx, g)
 	}
 	if s.d.Dialect == dPostgres {

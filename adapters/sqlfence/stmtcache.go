@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/fencegate/fencegate/internal/core/shapecache"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -31,14 +31,14 @@ type shape struct {
 // statements prepared per connection by their text.
 func (d dialect) preparesTake() bool { return d.Dialect == dSQLite || d.Dialect == dMySQL }
 
-// shapeCache is a Store's shapes (shapecache.Map, keyed by appendShapeKey) and the
+// shapeCache is a Store's shapes (engine.ShapeMap, keyed by appendShapeKey) and the
 // statements prepared for them.
 //
 // Statements are closed by a cleanup once the Store is unreachable, or with their
 // connections by db.Close; a take on a closed *sql.DB fails with database/sql's
 // "sql: database is closed", prepared or not. Store has no Close of its own.
 type shapeCache struct {
-	m     shapecache.Map[*shape]
+	m     engine.ShapeMap[*shape]
 	mu    sync.Mutex // guards stmts
 	stmts *stmtList  // nil until the first statement is prepared
 }
@@ -61,12 +61,12 @@ func (l *stmtList) close() {
 }
 
 // appendShapeKey appends c's shape to buf: the table, the counter column and the key
-// columns, each by shapecache.AppendName.
+// columns, each by engine.AppendShapeName.
 func appendShapeKey(buf []byte, c nolock.Counter) []byte {
-	buf = shapecache.AppendName(buf, c.Table)
-	buf = shapecache.AppendName(buf, c.Column)
+	buf = engine.AppendShapeName(buf, c.Table)
+	buf = engine.AppendShapeName(buf, c.Column)
 	for _, k := range c.Key {
-		buf = shapecache.AppendName(buf, k.Name)
+		buf = engine.AppendShapeName(buf, k.Name)
 	}
 	return buf
 }

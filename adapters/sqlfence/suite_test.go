@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
-	"github.com/fencegate/fencegate/internal/fencetest"
+	"github.com/fencegate/fencegate/internal/tests/fencetest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -11,8 +11,8 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/mysqltest"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/tests/mysqltest"
+	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

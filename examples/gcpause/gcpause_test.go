@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/exampletest"
-	"github.com/fencegate/fencegate/internal/mysqltest"
-	"github.com/fencegate/fencegate/internal/pgtest"
+	"github.com/fencegate/fencegate/internal/tests/exampletest"
+	"github.com/fencegate/fencegate/internal/tests/mysqltest"
+	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 

@@ -8,7 +8,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/adapters/s3fence/s3test"
-	"github.com/fencegate/fencegate/internal/exampletest"
+	"github.com/fencegate/fencegate/internal/tests/exampletest"
 )
 
 // example is the program under test, built once and run as a user runs it.

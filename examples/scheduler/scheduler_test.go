@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/exampletest"
+	"github.com/fencegate/fencegate/internal/tests/exampletest"
 )
 
 // example is the program under test, built once and run as a user runs it.

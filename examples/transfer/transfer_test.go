@@ -9,7 +9,7 @@ import (
 
 	_ "modernc.org/sqlite" // database/sql driver "sqlite", to read the file back
 
-	"github.com/fencegate/fencegate/internal/exampletest"
+	"github.com/fencegate/fencegate/internal/tests/exampletest"
 )
 
 // example is the program under test, built once per test binary and run as a user

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/testserver"
+	"github.com/fencegate/fencegate/internal/tests/testserver"
 )
 
 // startTimeout bounds how long a redis-server may take to accept connections.

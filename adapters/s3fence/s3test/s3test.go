@@ -43,7 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fencegate/fencegate/internal/testserver"
+	"github.com/fencegate/fencegate/internal/tests/testserver"
 )
 
 // clientTimeout bounds every request of the clients this package makes.

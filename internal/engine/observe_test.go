@@ -1,0 +1,25 @@
+package engine_test
+
+import (
+	"errors"
+	"fmt"
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/engine"
+)
+
+// TestResult pins the label values lockmetrics exports.
+func TestResult(t *testing.T) {
+	for err, want := range map[error]string{
+		nil: "accepted",
+		fmt.Errorf("x: %w", &fence.StaleError{Resource: "r", Presented: 1, Seen: 2}): "stale",
+		engine.Lost("r", 1): "lost",
+		engine.CommitUnknown(fence.NewGrant("r", 1), "commit", errors.New("eof")): "commit_unknown",
+		errors.New("boom"): "error",
+	} {
+		if got := engine.WriteResult(err); got != want {
+			t.Errorf("WriteResult(%v) = %q, want %q", err, got, want)
+		}
+	}
+}

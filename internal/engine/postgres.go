@@ -1,0 +1,117 @@
+package engine
+
+import (
+	"strconv"
+	"strings"
+
+	"github.com/fencegate/fencegate/fence"
+)
+
+// PGStaleMarker starts the text PGRaiseSQL casts to bigint when it refuses.
+const PGStaleMarker = "fencegate-stale:"
+
+// PGRaiseSQL raises the fence in one statement of the extended protocol (prepared once
+// per connection by pgx's statement cache): it inserts the resource's row or raises
+// it to the token, and locks it to commit. When a higher token is stored, the CASE
+// casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
+// the transaction, so a statement behind it in the same batch never runs; refusal
+// reads the stored token from the message. It needs no function, and is faster than
+// fence_raise (PL/pgSQL, migration 3) in the same batch (BENCHMARKS.md). When the row
+// already holds the token (another
+// transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
+// UPDATE locks the conflicting row even where its WHERE is false.
+const PGRaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
+
+// raiseConflict is the raise's ON CONFLICT clause, shared by its forms.
+const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
+	"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token)::bigint END, " +
+	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
+
+// PGRaiseIdleSQL is PGRaiseSQL that also bounds the transaction's idle time ($3, see
+// PGIdleFrom): the form a pipelined Fenced sends, one statement fewer in its batch.
+const PGRaiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
+	PGIdleFrom + " " + raiseConflict
+
+// PGRaiseSetSQL is PGRaiseSQL for a fence.Set grant: one statement raises every resource's
+// row, inserting the missing ones, in byte order of the resource names (the order
+// Resources gives), so that transactions over overlapping sets lock their rows
+// in one order. A refusal names the resource whose stored token is higher:
+// 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
+// (a varchar[]) and the token; fenceFirstSQL writes them as literals. from is
+// prepended to the FROM list (PGIdleFrom, or nothing).
+func PGRaiseSetSQL(resources, token, from string) string {
+	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
+		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
+		"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
+		"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
+		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
+}
+
+// PGRaiseSetParams and PGRaiseSetIdleParams are PGRaiseSetSQL for the extended protocol,
+// the second also bounding the idle time ($3).
+var (
+	PGRaiseSetParams     = PGRaiseSetSQL("$1", "$2", "")
+	PGRaiseSetIdleParams = PGRaiseSetSQL("$1", "$2", PGIdleFrom+", ")
+)
+
+// PGIdleFrom bounds how long the fenced transaction may sit idle on the server, for this
+// transaction only (is_local): a client that stops inside fn (a frozen process)
+// holding the fence row is ended by PostgreSQL after that long (FATAL 25P03), its
+// locks released and nothing of it committed, so the next holder's write waits about
+// one lease, not until the frozen process wakes. It is a FROM item of the raise
+// (PGRaiseIdleSQL), whose one row the INSERT reads, so set_config runs in the raise
+// itself: no round trip and no statement of its own (BENCHMARKS.md measures what one
+// costs). lock_timeout
+// and statement_timeout are left alone: a transaction that waits on a lock or runs a
+// long statement is working, not frozen.
+const PGIdleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"
+
+// PGMarkedStale reads the stored token from the error PGRaiseSQL makes when it refuses:
+// invalid input syntax for type bigint: "fencegate-stale:41", or for a set
+// "fencegate-stale:41/res-a" naming the resource. Only the quoted value is taken,
+// since the words around it follow the server's lc_messages; the resource runs to the
+// last double quote (a resource may hold one itself).
+func PGMarkedStale(msg string) (fence.Token, string, bool) {
+	_, rest, ok := strings.Cut(msg, PGStaleMarker)
+	if !ok {
+		return 0, "", false
+	}
+	end := 0
+	for end < len(rest) && rest[end] >= '0' && rest[end] <= '9' {
+		end++
+	}
+	seen, err := strconv.ParseInt(rest[:end], 10, 64)
+	if err != nil {
+		return 0, "", false
+	}
+	res := ""
+	if tail, ok := strings.CutPrefix(rest[end:], "/"); ok {
+		if q := strings.LastIndexByte(tail, '"'); q >= 0 {
+			res = tail[:q]
+		}
+	}
+	return fence.Token(seen), res, true
+}
+
+// literal quotes a resource name as a PostgreSQL escape-string constant, for the one
+// place a value cannot be a parameter (the simple-protocol message that carries BEGIN
+// and the fence raise). In E'...' only the backslash and the single quote are special,
+// whatever standard_conforming_strings says; both are doubled. A resource has passed
+// fence.CheckResource (valid UTF-8, no NUL), and pgx always speaks UTF-8, so no byte
+// sequence can end the constant early.
+func PGLiteral(s string) string {
+	var b strings.Builder
+	b.Grow(len(s) + 4)
+	b.WriteString("E'")
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case '\\', '\'':
+			b.WriteByte(c)
+			b.WriteByte(c)
+		default:
+			b.WriteByte(c)
+		}
+	}
+	b.WriteByte('\'')
+	return b.String()
+}

@@ -1,0 +1,38 @@
+package engine_test
+
+import (
+	"testing"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/engine"
+)
+
+// TestMarkedStale reads the stored token (and, for a set, the resource) from the
+// refusal the raise makes, whatever words the server's lc_messages puts around it.
+func TestMarkedStale(t *testing.T) {
+	tests := []struct {
+		msg  string
+		seen fence.Token
+		res  string
+		ok   bool
+	}{
+		{`invalid input syntax for type bigint: "fencegate-stale:41"`, 41, "", true},
+		{`ungültige Eingabesyntax für Typ bigint: »fencegate-stale:7«`, 7, "", true},
+		{`invalid input syntax for type bigint: "fencegate-stale:9/res-"a""`, 9, `res-"a"`, true},
+		{`invalid input syntax for type bigint: "abc"`, 0, "", false},
+		{`invalid input syntax for type bigint: "fencegate-stale:"`, 0, "", false},
+	}
+	for _, tt := range tests {
+		seen, res, ok := engine.PGMarkedStale(tt.msg)
+		if seen != tt.seen || res != tt.res || ok != tt.ok {
+			t.Errorf("PGMarkedStale(%q) = %d, %q, %v; want %d, %q, %v", tt.msg, seen, res, ok, tt.seen, tt.res, tt.ok)
+		}
+	}
+}
+
+// TestLiteral doubles the two characters an escape-string constant treats specially.
+func TestLiteral(t *testing.T) {
+	if got := engine.PGLiteral(`a'b\c`); got != `E'a''b\\c'` {
+		t.Fatalf("PGLiteral = %s", got)
+	}
+}

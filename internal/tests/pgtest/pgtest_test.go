@@ -1,0 +1,100 @@
+package pgtest_test
+
+import (
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/fencegate/fencegate/internal/tests/pgtest"
+)
+
+var postgres = pgtest.New()
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := postgres.Close(); err != nil {
+		println(err.Error())
+	}
+	os.Exit(code)
+}
+
+// TestServer_DSN_freshDatabases checks that each DSN names its own empty database, so
+// a table made by one test is invisible to the next.
+func TestServer_DSN_freshDatabases(t *testing.T) {
+	ctx := t.Context()
+	first, second := postgres.DSN(t), postgres.DSN(t)
+	if first == second {
+		t.Fatalf("two calls returned the same DSN %q", first)
+	}
+	a, err := pgx.Connect(ctx, first)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close(ctx)
+	if _, err := a.Exec(ctx, "CREATE TABLE only_here (id int)"); err != nil {
+		t.Fatal(err)
+	}
+	b, err := pgx.Connect(ctx, second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close(ctx)
+	var n int
+	if err := b.QueryRow(ctx, "SELECT count(*) FROM pg_tables WHERE tablename = 'only_here'").Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatal("a table created in one test database is visible in another")
+	}
+	var v int
+	if err := a.QueryRow(ctx, "SHOW server_version_num").Scan(new(string)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.QueryRow(ctx, "SELECT current_setting('server_version_num')::int").Scan(&v); err != nil || v < 120000 {
+		t.Fatalf("server_version_num = %d, %v; want PostgreSQL 12 or later", v, err)
+	}
+}
+
+// TestServer_DSN_envOverride uses a running server named by FENCEGATE_POSTGRES_DSN
+// and leaves it running on Close.
+func TestServer_DSN_envOverride(t *testing.T) {
+	ctx := t.Context()
+	own := postgres.DSN(t)
+	t.Setenv(pgtest.EnvDSN, own)
+	s := pgtest.New()
+	t.Run("database", func(t *testing.T) { // its cleanup drops the database before Close
+		other := s.DSN(t)
+		ou, _ := url.Parse(own)
+		du, _ := url.Parse(other)
+		if ou.Host != du.Host || ou.Path == du.Path {
+			t.Fatalf("override gave %q for server %q; want a new database on the same server", other, own)
+		}
+	})
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, own)
+	if err != nil {
+		t.Fatalf("the overriding server is gone after Close: %v", err)
+	}
+	conn.Close(ctx)
+}
+
+// TestServer_DSN_skipsWithoutServer checks the skip (CI unset) when the override
+// names no usable server.
+func TestServer_DSN_skipsWithoutServer(t *testing.T) {
+	t.Setenv("CI", "")
+	t.Setenv(pgtest.EnvDSN, "mysql://not-postgres")
+	s := pgtest.New()
+	defer s.Close()
+	var skipped bool
+	t.Run("inner", func(t *testing.T) {
+		defer func() { skipped = t.Skipped() }()
+		s.DSN(t)
+	})
+	if !skipped {
+		t.Fatal("DSN did not skip without a server")
+	}
+}
