@@ -67,8 +67,8 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 		return nolock.Result{}, err
 	}
 	var micros *int64
-	if s.keyTTL > 0 {
-		m := s.keyTTL.Microseconds()
+	if s.set.KeyTTL > 0 {
+		m := s.set.KeyTTL.Microseconds()
 		micros = &m
 	}
 	wait := time.Millisecond
@@ -94,11 +94,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 // fence.ErrInvalidArgument.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error {
-		if err := engine.CheckKeyTTL(d); err != nil {
-			return fmt.Errorf("pgxfence: %w", err)
-		}
-		s.keyTTL = d
-		return nil
+		return s.set.SetKeyTTL("pgxfence", d)
 	}
 }
 

@@ -1,7 +1,6 @@
 package pgxfence
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 	"time"
@@ -51,15 +50,6 @@ func fenceFirstSQL(g fence.Grant) string {
 // set nothing: the caller's transaction is the caller's to bound.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
-		if d < time.Millisecond {
-			return optionErr(fmt.Sprintf("WithIdleTimeout(%v)", d), "want at least 1ms")
-		}
-		s.idle = d
-		return nil
+		return s.set.SetIdleTimeout("pgxfence", d)
 	}
-}
-
-// idleMS is the idle timeout of g's transactions in milliseconds, as text.
-func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(engine.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }

@@ -63,7 +63,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -94,10 +93,8 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	idle       time.Duration           // WithIdleTimeout; 0: the grant's lease or engine.DefaultIdleTimeout
 	shapes     engine.ShapeMap[string] // SQL by shape (shapes.go)
-	obs        fence.WriteObserver     // write results; nil: none
-	keyTTL     time.Duration           // WithKeyTTL; 0: idempotency keys never expire
+	set        engine.Settings         // WithIdleTimeout, WithObserver, WithKeyTTL
 }
 
 var (
@@ -248,7 +245,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.idleMS(g) + "; " + fenceFirstSQL(g)
+	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + fenceFirstSQL(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		// A refused raise leaves the transaction open and aborted; pgx hands back
@@ -300,14 +297,14 @@ func (t savepoint) Commit() error {
 // Delete) to obs as adapter "pgxfence" (lockmetrics counts them). nil: none.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
-		s.obs = obs
+		s.set.Obs = obs
 		return nil
 	}
 }
 
 // observe reports a fenced write's result; deferred by each fenced method.
 func (s *Store) observe(op string, errp *error) {
-	if s != nil && s.obs != nil {
-		s.obs.FencedWrite("pgxfence", op, *errp)
+	if s != nil {
+		s.set.Observe("pgxfence", op, errp)
 	}
 }
