@@ -82,7 +82,7 @@ var _ pgx.Tx = (*lazyTx)(nil)
 func (t *lazyTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
-	q, args := raiseFor(t.g, t.s.set.IdleMS(t.g))
+	q, args := engine.PGRaise(t.g, t.s.set.IdleMS(t.g))
 	b.Queue(q, args...)
 	return b
 }

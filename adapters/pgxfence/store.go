@@ -63,6 +63,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -147,6 +148,19 @@ func WithTxOptions(o pgx.TxOptions) Option {
 		}
 		s.beginSQL = strings.Join(parts, " ")
 		return nil
+	}
+}
+
+// WithIdleTimeout sets how long a fenced transaction begun on a pool or connection
+// may sit idle on the server (between statements, or before COMMIT) before the server
+// ends it: idle_in_transaction_session_timeout, set for that transaction only. The
+// default is the grant's lease when it implements fence.Leased, else
+// 10 s (the lock service's default lease). A d under a millisecond is
+// refused (fence.ErrInvalidArgument). Fenced transactions that are savepoints of a caller's pgx.Tx
+// set nothing: the caller's transaction is the caller's to bound.
+func WithIdleTimeout(d time.Duration) Option {
+	return func(s *Store) error {
+		return s.set.SetIdleTimeout("pgxfence", d)
 	}
 }
 
@@ -245,7 +259,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 	}
 	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
 	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + fenceFirstSQL(g)
+	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
 		// A refused raise leaves the transaction open and aborted; pgx hands back
@@ -265,7 +279,7 @@ func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	q, args := raiseFor(g, "") // a savepoint: the caller's transaction is the caller's to bound
+	q, args := engine.PGRaise(g, "") // a savepoint: the caller's transaction is the caller's to bound
 	if _, err := tx.Exec(ctx, q, args...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))

@@ -115,3 +115,35 @@ func PGLiteral(s string) string {
 	b.WriteByte('\'')
 	return b.String()
 }
+
+// PGRaise returns the fence raise of g and its arguments: PGRaiseSQL for one resource,
+// PGRaiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
+// milliseconds, see PGIdleFrom) the raise also sets it.
+func PGRaise(g fence.Grant, idleMS string) (string, []any) {
+	args := []any{g.Resource(), int64(g.Token())}
+	if Multi(g) {
+		args[0] = Resources(g)
+	}
+	switch {
+	case idleMS == "" && Multi(g):
+		return PGRaiseSetParams, args
+	case idleMS == "":
+		return PGRaiseSQL, args
+	case Multi(g):
+		return PGRaiseSetIdleParams, append(args, idleMS)
+	}
+	return PGRaiseIdleSQL, append(args, idleMS)
+}
+
+// PGRaiseLiteral is the simple-protocol raise of g, with its values as literals (see
+// PGLiteral), for the message that carries BEGIN and the raise: the set form, which
+// for one resource is PGRaiseSQL's, so that every refusal PostgreSQL sends is the one
+// PGStaleMarker encoding.
+func PGRaiseLiteral(g fence.Grant) string {
+	res := Resources(g)
+	lits := make([]string, len(res))
+	for i, r := range res {
+		lits[i] = PGLiteral(r)
+	}
+	return PGRaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
+}
