@@ -3,7 +3,6 @@ package fence
 import (
 	"errors"
 	"fmt"
-	"unicode/utf8"
 )
 
 // Errors returned by this package and by every adapter. Match them with errors.Is;
@@ -56,8 +55,6 @@ var (
 	ErrInvalidArgument = errors.New("fence: invalid argument")
 )
 
-var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
-
 // StaleError is returned when a write's token is lower than one the database has
 // already stored for the resource. It unwraps to ErrStale.
 type StaleError struct {
@@ -75,35 +72,3 @@ func (e *StaleError) Error() string {
 
 // Unwrap returns ErrStale.
 func (e *StaleError) Unwrap() error { return ErrStale }
-
-// lostError is ErrLost for a grant whose lock is known lost, naming it.
-func lostError(g Grant) error {
-	return fmt.Errorf("%w: %q at token %d", ErrLost, g.Resource(), g.Token())
-}
-
-// CheckResource reports why name cannot be a resource (an error wrapping
-// ErrInvalidArgument), or nil. Resources are non-empty UTF-8 of at most
-// 200 bytes (the width of the resource column in the fence_tokens table) without
-// NUL bytes.
-func CheckResource(name string) error {
-	switch {
-	case name == "":
-		return invalidResource("empty resource name")
-	case len(name) > maxResourceLen:
-		return invalidResource("resource name is %d bytes, the limit is %d", len(name), maxResourceLen)
-	case !utf8.ValidString(name):
-		return invalidResource("resource name %q is not UTF-8", name)
-	}
-	for _, r := range name {
-		if r == 0 {
-			return invalidResource("resource name %q contains a NUL byte", name)
-		}
-	}
-	return nil
-}
-
-// invalidResource returns an error wrapping ErrInvalidArgument that says why a
-// resource name is refused.
-func invalidResource(format string, args ...any) error {
-	return fmt.Errorf("fence: invalid resource: "+format+": %w", append(args, ErrInvalidArgument)...)
-}

@@ -3,6 +3,7 @@ package fence
 import (
 	"fmt"
 	"reflect"
+	"unicode/utf8"
 )
 
 // Token is a fencing token: a number that only goes up across the grants of one
@@ -118,4 +119,38 @@ func isNil(v any) bool {
 		return rv.IsNil()
 	}
 	return false
+}
+
+var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
+
+// lostError is ErrLost for a grant whose lock is known lost, naming it.
+func lostError(g Grant) error {
+	return fmt.Errorf("%w: %q at token %d", ErrLost, g.Resource(), g.Token())
+}
+
+// CheckResource reports why name cannot be a resource (an error wrapping
+// ErrInvalidArgument), or nil. Resources are non-empty UTF-8 of at most
+// 200 bytes (the width of the resource column in the fence_tokens table) without
+// NUL bytes.
+func CheckResource(name string) error {
+	switch {
+	case name == "":
+		return invalidResource("empty resource name")
+	case len(name) > maxResourceLen:
+		return invalidResource("resource name is %d bytes, the limit is %d", len(name), maxResourceLen)
+	case !utf8.ValidString(name):
+		return invalidResource("resource name %q is not UTF-8", name)
+	}
+	for _, r := range name {
+		if r == 0 {
+			return invalidResource("resource name %q contains a NUL byte", name)
+		}
+	}
+	return nil
+}
+
+// invalidResource returns an error wrapping ErrInvalidArgument that says why a
+// resource name is refused.
+func invalidResource(format string, args ...any) error {
+	return fmt.Errorf("fence: invalid resource: "+format+": %w", append(args, ErrInvalidArgument)...)
 }

@@ -60,7 +60,6 @@ package pgxfence
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -205,108 +204,6 @@ func (s *Store) checkSingle(g fence.Grant) (*engine.Checked, error) {
 	return engine.CheckOne(g)
 }
 
-// check is the door of every fenced write: the grant checked and normalized once.
-func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
-	c, err := engine.Check(g)
-	if err != nil {
-		return nil, err
-	}
-	if s == nil || s.db == nil {
-		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
-	}
-	return c, nil
-}
-
-// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
-// contract says (the fence package doc states it, with its errors). On a pool or
-// connection BEGIN and the raise travel with fn's first statement ("The first
-// statement" above; WithFenceFirst raises before fn runs); on a caller's pgx.Tx the
-// transaction is a savepoint of it, durable only when the caller commits. Besides the
-// contract's errors: fence.ErrBusy for a serialization failure that is not a refusal
-// (retry the whole transaction), fence.ErrSchema without the migrations.
-func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
-	defer s.observe("fenced", &err)
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
-	}
-	c, err := s.check(g)
-	if err != nil {
-		return err
-	}
-	switch db := s.db.(type) {
-	case *pgxpool.Pool:
-		conn, err := db.Acquire(ctx)
-		if err != nil {
-			return fmt.Errorf("pgxfence: acquire a connection: %w", err)
-		}
-		defer conn.Release()
-		return s.fencedConn(ctx, conn.Conn(), c, fn)
-	case *pgxpool.Conn:
-		return s.fencedConn(ctx, db.Conn(), c, fn)
-	case *pgx.Conn:
-		return s.fencedConn(ctx, db, c, fn)
-	}
-	return s.fencedNested(ctx, c, fn)
-}
-
-func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) (err error) {
-	if conn.PgConn().TxStatus() != 'I' {
-		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
-		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
-	}
-	if !s.fenceFirst {
-		return s.fencedPipelined(ctx, conn, g, fn)
-	}
-	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
-	// no parameters, so the resource goes as an escape-string literal (see literal).
-	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	if err != nil {
-		// A refused raise leaves the transaction open and aborted; pgx hands back
-		// no Tx, so end it here (a broken connection is closed by pgx instead).
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
-				return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
-			}
-		}
-		return refusal(ctx, g, err, conn)
-	}
-	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
-}
-
-func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx.Tx) error) error {
-	tx, err := s.db.Begin(ctx)
-	if err != nil {
-		return fmt.Errorf("pgxfence: begin: %w", err)
-	}
-	q, args := engine.PGRaise(g, "") // a savepoint: the caller's transaction is the caller's to bound
-	if _, err := tx.Exec(ctx, q, args...); err != nil {
-		if rbErr := tx.Rollback(ctx); rbErr != nil {
-			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
-		}
-		return refusal(ctx, g, err, nil)
-	}
-	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
-}
-
-// savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
-// release decides nothing durable, only the caller's commit does.
-type savepoint struct {
-	ctx context.Context
-	tx  pgx.Tx
-	g   *engine.Checked
-}
-
-func (t savepoint) Refused() error { return nil }
-func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
-
-func (t savepoint) Commit() error {
-	if err := t.tx.Commit(t.ctx); err != nil {
-		return refusal(t.ctx, t.g, err, nil)
-	}
-	return nil
-}
-
 // WithObserver reports the result of every fenced write (Fenced, Update, Upsert,
 // Delete) to obs as adapter "pgxfence" (lockmetrics counts them). nil: none.
 func WithObserver(obs fence.WriteObserver) Option {
@@ -320,5 +217,20 @@ func WithObserver(obs fence.WriteObserver) Option {
 func (s *Store) observe(op string, errp *error) {
 	if s != nil {
 		s.set.Observe("pgxfence", op, errp)
+	}
+}
+
+// WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
+// BEGIN and the raise go in one simple-protocol message, and fn is called only once
+// the fence holds. A fenced transaction with one write then takes three round trips,
+// as many as pgx.BeginFunc, where the default takes two. Use it when fn does work
+// outside the database before its first statement that must not happen for a stale
+// grant, or when a stale transaction must wait for a newer one that has begun but not
+// yet sent a statement. On a Store whose fenced transactions are savepoints of a
+// caller's pgx.Tx the fence is always raised first, and the option changes nothing.
+func WithFenceFirst() Option {
+	return func(s *Store) error {
+		s.fenceFirst = true
+		return nil
 	}
 }

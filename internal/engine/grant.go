@@ -1,8 +1,19 @@
+// Package engine is the production code the adapters, lockclient and migrations
+// share, linked into users' binaries. grant.go is one fenced write's path from an
+// adapter's door to COMMIT: the grant checked and normalized once, the options every
+// SQL Store takes alike, and the one lifecycle of a fenced transaction over a handle
+// each adapter implements. postgres.go is PostgreSQL's fence raise and refusal,
+// written once for pgx and database/sql; dialect.go the one SQL Dialect with its
+// identifier checks and quoting; shapes.go the bounded cache of statement shapes; the
+// rest the checks of idempotency keys and lock names. fence imports none of it.
 package engine
 
 import (
+	"errors"
 	"fmt"
+	"reflect"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -170,4 +181,99 @@ func Multi(g fence.Grant) bool {
 		return false
 	}
 	return len(Resources(g)) > 1
+}
+
+// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
+// function: a typed nil that satisfies an interface but whose methods would
+// dereference it.
+func IsNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	switch rv := reflect.ValueOf(v); rv.Kind() {
+	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
+		return rv.IsNil()
+	}
+	return false
+}
+
+// Tx is an open fenced transaction as its adapter runs it.
+type Tx interface {
+	// Refused returns the fence's refusal if one happened while fn ran (a raise
+	// that travelled with fn's first statement), or nil.
+	Refused() error
+	// Commit commits and returns the adapter's error for a failed commit (a
+	// fence.ErrCommitUnknown when its reply was lost).
+	Commit() error
+	// Rollback ends the transaction if it is still open; it must be safe to call
+	// after a failed Commit.
+	Rollback()
+}
+
+// RunTx calls fn, then commits tx unless fn failed, the fence refused (even if fn
+// swallowed the refusal), or g's Done channel has closed (fence.ErrLost: the grant
+// is known lost, so nothing commits). Every error and every panic rolls tx back; a
+// panic then goes on. When fn fails after swallowing a refusal, both errors are
+// returned, joined.
+func RunTx(g *Checked, tx Tx, fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			tx.Rollback()
+			panic(p)
+		}
+		if err != nil {
+			tx.Rollback()
+		}
+	}()
+	if err := fn(); err != nil {
+		if r := tx.Refused(); r != nil && !errors.Is(err, r) {
+			return errors.Join(r, err)
+		}
+		return err
+	}
+	if r := tx.Refused(); r != nil {
+		return r
+	}
+	if err := CheckLost(g); err != nil {
+		return err
+	}
+	return tx.Commit()
+}
+
+// Settings are the options every SQL adapter's Store takes alike, checked alike.
+type Settings struct {
+	Idle   time.Duration       // WithIdleTimeout; 0: the grant's lease or DefaultIdleTimeout
+	Obs    fence.WriteObserver // WithObserver; nil: none
+	KeyTTL time.Duration       // WithKeyTTL; 0: idempotency keys never expire
+}
+
+// SetIdleTimeout is WithIdleTimeout: d must be at least a millisecond, the servers' unit.
+func (s *Settings) SetIdleTimeout(adapter string, d time.Duration) error {
+	if d < time.Millisecond {
+		return fmt.Errorf("%s: WithIdleTimeout(%v): want at least 1ms: %w", adapter, d, fence.ErrInvalidArgument)
+	}
+	s.Idle = d
+	return nil
+}
+
+// SetKeyTTL is WithKeyTTL (see CheckKeyTTL).
+func (s *Settings) SetKeyTTL(adapter string, d time.Duration) error {
+	if err := CheckKeyTTL(d); err != nil {
+		return fmt.Errorf("%s: %w", adapter, err)
+	}
+	s.KeyTTL = d
+	return nil
+}
+
+// IdleMS is the idle bound of g's transactions in milliseconds, as text.
+func (s *Settings) IdleMS(g fence.Grant) string {
+	return strconv.FormatInt(IdleTimeout(g, s.Idle).Milliseconds(), 10)
+}
+
+// Observe reports a fenced write's result to the observer, if any; deferred by each
+// fenced method.
+func (s *Settings) Observe(adapter, op string, errp *error) {
+	if s.Obs != nil {
+		s.Obs.FencedWrite(adapter, op, *errp)
+	}
 }

@@ -7,24 +7,112 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// WithFenceFirst makes Fenced on a pool or connection raise the fence before fn runs:
-// BEGIN and the raise go in one simple-protocol message, and fn is called only once
-// the fence holds. A fenced transaction with one write then takes three round trips,
-// as many as pgx.BeginFunc, where the default takes two. Use it when fn does work
-// outside the database before its first statement that must not happen for a stale
-// grant, or when a stale transaction must wait for a newer one that has begun but not
-// yet sent a statement. On a Store whose fenced transactions are savepoints of a
-// caller's pgx.Tx the fence is always raised first, and the option changes nothing.
-func WithFenceFirst() Option {
-	return func(s *Store) error {
-		s.fenceFirst = true
-		return nil
+// check is the door of every fenced write: the grant checked and normalized once.
+func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
+	c, err := engine.Check(g)
+	if err != nil {
+		return nil, err
 	}
+	if s == nil || s.db == nil {
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	}
+	return c, nil
+}
+
+// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
+// contract says (the fence package doc states it, with its errors). On a pool or
+// connection BEGIN and the raise travel with fn's first statement ("The first
+// statement" above; WithFenceFirst raises before fn runs); on a caller's pgx.Tx the
+// transaction is a savepoint of it, durable only when the caller commits. Besides the
+// contract's errors: fence.ErrBusy for a serialization failure that is not a refusal
+// (retry the whole transaction), fence.ErrSchema without the migrations.
+func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
+	defer s.observe("fenced", &err)
+	if fn == nil {
+		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	c, err := s.check(g)
+	if err != nil {
+		return err
+	}
+	switch db := s.db.(type) {
+	case *pgxpool.Pool:
+		conn, err := db.Acquire(ctx)
+		if err != nil {
+			return fmt.Errorf("pgxfence: acquire a connection: %w", err)
+		}
+		defer conn.Release()
+		return s.fencedConn(ctx, conn.Conn(), c, fn)
+	case *pgxpool.Conn:
+		return s.fencedConn(ctx, db.Conn(), c, fn)
+	case *pgx.Conn:
+		return s.fencedConn(ctx, db, c, fn)
+	}
+	return s.fencedNested(ctx, c, fn)
+}
+
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) (err error) {
+	if conn.PgConn().TxStatus() != 'I' {
+		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
+		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
+	}
+	if !s.fenceFirst {
+		return s.fencedPipelined(ctx, conn, g, fn)
+	}
+	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
+	// no parameters, so the resource goes as an escape-string literal (see literal).
+	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
+	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
+	if err != nil {
+		// A refused raise leaves the transaction open and aborted; pgx hands back
+		// no Tx, so end it here (a broken connection is closed by pgx instead).
+		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
+			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
+				return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
+			}
+		}
+		return refusal(ctx, g, err, conn)
+	}
+	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
+}
+
+func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx.Tx) error) error {
+	tx, err := s.db.Begin(ctx)
+	if err != nil {
+		return fmt.Errorf("pgxfence: begin: %w", err)
+	}
+	q, args := engine.PGRaise(g, "") // a savepoint: the caller's transaction is the caller's to bound
+	if _, err := tx.Exec(ctx, q, args...); err != nil {
+		if rbErr := tx.Rollback(ctx); rbErr != nil {
+			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
+		}
+		return refusal(ctx, g, err, nil)
+	}
+	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
+}
+
+// savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
+// release decides nothing durable, only the caller's commit does.
+type savepoint struct {
+	ctx context.Context
+	tx  pgx.Tx
+	g   *engine.Checked
+}
+
+func (t savepoint) Refused() error { return nil }
+func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
+
+func (t savepoint) Commit() error {
+	if err := t.tx.Commit(t.ctx); err != nil {
+		return refusal(t.ctx, t.g, err, nil)
+	}
+	return nil
 }
 
 // fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
@@ -33,7 +121,7 @@ func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g *engine.C
 	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
 }
 
-// runLazy runs fn on t and commits it (fencetx owns the lifecycle); with
+// runLazy runs fn on t and commits it (engine.RunTx owns the lifecycle); with
 // WithFenceFirst t's transaction has begun already.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
 	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
@@ -75,8 +163,6 @@ type lazyTx struct {
 	tx      pgx.Tx // nil until the transaction is begun
 	refused error  // the fence's refusal, or a failure to begin
 }
-
-var _ pgx.Tx = (*lazyTx)(nil)
 
 // batch returns a batch that begins the transaction and raises the fence.
 func (t *lazyTx) batch() *pgx.Batch {
@@ -183,46 +269,6 @@ func (t *lazyTx) rollback(ctx context.Context) {
 	}
 }
 
-// pipelinable reports whether fn's statement can go into a batch: pgx batches take a
-// QueryRewriter (pgx.NamedArgs) as first argument, but not a QueryExecMode or
-// result-format option.
-func pipelinable(args []any) bool {
-	if len(args) == 0 {
-		return true
-	}
-	switch args[0].(type) {
-	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
-		return false
-	}
-	return true
-}
-
-// Exec runs sql in the transaction; as the first statement of fn, in the same round
-// trip as BEGIN and the fence raise. A refused raise returns the *fence.StaleError.
-func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	if t.refused != nil {
-		return pgconn.CommandTag{}, t.refused
-	}
-	if t.tx == nil && pipelinable(args) {
-		br, err := t.sendFirst(ctx, sql, args)
-		if err != nil {
-			return pgconn.CommandTag{}, err
-		}
-		if br != nil {
-			tag, err := br.Exec()
-			if cerr := br.Close(); err == nil {
-				err = cerr
-			}
-			return tag, err
-		}
-	}
-	if err := t.ensure(ctx); err != nil {
-		return pgconn.CommandTag{}, err
-	}
-	tag, err := t.tx.Exec(ctx, sql, args...)
-	return tag, t.ended(err)
-}
-
 // ended remembers an error of fn's statement that says the server ended the
 // transaction for idling, so that Fenced returns fence.ErrIdleTimeout even if fn
 // swallows it (COMMIT would then meet only a closed connection).
@@ -232,108 +278,4 @@ func (t *lazyTx) ended(err error) error {
 		return e
 	}
 	return err
-}
-
-// Query runs sql in the transaction; as the first statement of fn, in the same round
-// trip as BEGIN and the fence raise. A refused raise is returned as the error and by
-// the rows' Err.
-func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	if t.refused != nil {
-		return &failedRows{err: t.refused, conn: t.conn}, t.refused
-	}
-	if t.tx == nil && pipelinable(args) {
-		br, err := t.sendFirst(ctx, sql, args)
-		if err != nil {
-			return &failedRows{err: err, conn: t.conn}, err
-		}
-		if br != nil {
-			rows, err := br.Query()
-			if err != nil {
-				_ = br.Close()
-				return rows, err
-			}
-			return &batchRows{Rows: rows, br: br}, nil
-		}
-	}
-	if err := t.ensure(ctx); err != nil {
-		return &failedRows{err: err, conn: t.conn}, err
-	}
-	return t.tx.Query(ctx, sql, args...)
-}
-
-// QueryRow is Query for one row; errors, a refusal among them, are returned by Scan.
-func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil && t.refused == nil {
-		return t.tx.QueryRow(ctx, sql, args...)
-	}
-	rows, _ := t.Query(ctx, sql, args...)
-	return firstRow{rows}
-}
-
-// Begin starts a savepoint in the transaction, beginning it first.
-func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
-	if err := t.ensure(ctx); err != nil {
-		return nil, err
-	}
-	return t.tx.Begin(ctx)
-}
-
-// Commit commits the transaction, beginning it first (a fenced empty transaction).
-// Fenced commits by itself; a Commit by fn makes Fenced's fail with pgx.ErrTxClosed.
-func (t *lazyTx) Commit(ctx context.Context) error {
-	if err := t.ensure(ctx); err != nil {
-		return err
-	}
-	return t.tx.Commit(ctx)
-}
-
-// Rollback rolls the transaction back, beginning it first so that it behaves as a
-// begun transaction does (Fenced's commit then fails with pgx.ErrTxClosed).
-func (t *lazyTx) Rollback(ctx context.Context) error {
-	if err := t.ensure(ctx); err != nil {
-		return err
-	}
-	return t.tx.Rollback(ctx)
-}
-
-// CopyFrom copies rows into the transaction, beginning it first.
-func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
-	if err := t.ensure(ctx); err != nil {
-		return 0, err
-	}
-	return t.tx.CopyFrom(ctx, table, columns, src)
-}
-
-// SendBatch sends b in the transaction, beginning it first.
-func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
-	if err := t.ensure(ctx); err != nil {
-		return pgx.FailedBatchResults(b, err)
-	}
-	return t.tx.SendBatch(ctx, b)
-}
-
-// Prepare prepares a statement on the transaction's connection, beginning the
-// transaction first.
-func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
-	if err := t.ensure(ctx); err != nil {
-		return nil, err
-	}
-	return t.tx.Prepare(ctx, name, sql)
-}
-
-// LargeObjects begins the transaction (under Fenced's context) and returns its
-// large objects. After a refusal every large-object call fails.
-func (t *lazyTx) LargeObjects() pgx.LargeObjects {
-	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
-	return t.tx.LargeObjects()
-}
-
-// Conn begins the transaction (under Fenced's context) and returns its connection.
-// After a refusal the connection stays in the aborted transaction until Fenced ends,
-// so statements sent through it fail; after a serialization failure it is no longer
-// in a transaction: do not write through it (Fenced returns the failure whatever fn
-// does).
-func (t *lazyTx) Conn() *pgx.Conn {
-	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
-	return t.conn
 }

@@ -1,0 +1,236 @@
+package pgxfence
+
+import (
+	"context"
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgtype"
+)
+
+// batchRows are the rows of fn's first query, read from the batch that carried it:
+// once they are done the batch is closed, which frees the connection for fn's next
+// statement.
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closed   bool
+	closeErr error
+}
+
+func (r *batchRows) finish() {
+	if !r.closed {
+		r.closed = true
+		r.closeErr = r.br.Close()
+	}
+}
+
+func (r *batchRows) Next() bool {
+	if r.Rows.Next() {
+		return true
+	}
+	r.finish()
+	return false
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	r.finish()
+}
+
+func (r *batchRows) Err() error {
+	if err := r.Rows.Err(); err != nil {
+		return err
+	}
+	return r.closeErr
+}
+
+// failedRows are the rows of a query that was refused before it ran.
+type failedRows struct {
+	err  error
+	conn *pgx.Conn
+}
+
+func (r *failedRows) Close()                                       {}
+func (r *failedRows) Err() error                                   { return r.err }
+func (r *failedRows) CommandTag() pgconn.CommandTag                { return pgconn.CommandTag{} }
+func (r *failedRows) FieldDescriptions() []pgconn.FieldDescription { return nil }
+func (r *failedRows) Next() bool                                   { return false }
+func (r *failedRows) Scan(...any) error                            { return r.err }
+func (r *failedRows) Values() ([]any, error)                       { return nil, r.err }
+func (r *failedRows) RawValues() [][]byte                          { return nil }
+func (r *failedRows) Conn() *pgx.Conn                              { return r.conn }
+func (r *failedRows) TypeMap() *pgtype.Map                         { return r.conn.TypeMap() }
+
+// firstRow is QueryRow over Query's rows, as pgx's own QueryRow is.
+type firstRow struct{ rows pgx.Rows }
+
+func (r firstRow) Scan(dest ...any) error {
+	defer r.rows.Close()
+	if err := r.rows.Err(); err != nil {
+		return err
+	}
+	for _, d := range dest {
+		if _, ok := d.(*pgtype.DriverBytes); ok {
+			return errors.New("pgxfence: cannot scan into *pgtype.DriverBytes from QueryRow")
+		}
+	}
+	if !r.rows.Next() {
+		if err := r.rows.Err(); err != nil {
+			return err
+		}
+		return pgx.ErrNoRows
+	}
+	if err := r.rows.Scan(dest...); err != nil {
+		return err
+	}
+	r.rows.Close()
+	return r.rows.Err()
+}
+
+var _ pgx.Tx = (*lazyTx)(nil)
+
+// pipelinable reports whether fn's statement can go into a batch: pgx batches take a
+// QueryRewriter (pgx.NamedArgs) as first argument, but not a QueryExecMode or
+// result-format option.
+func pipelinable(args []any) bool {
+	if len(args) == 0 {
+		return true
+	}
+	switch args[0].(type) {
+	case pgx.QueryExecMode, pgx.QueryResultFormats, pgx.QueryResultFormatsByOID:
+		return false
+	}
+	return true
+}
+
+// Exec runs sql in the transaction; as the first statement of fn, in the same round
+// trip as BEGIN and the fence raise. A refused raise returns the *fence.StaleError.
+func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if t.refused != nil {
+		return pgconn.CommandTag{}, t.refused
+	}
+	if t.tx == nil && pipelinable(args) {
+		br, err := t.sendFirst(ctx, sql, args)
+		if err != nil {
+			return pgconn.CommandTag{}, err
+		}
+		if br != nil {
+			tag, err := br.Exec()
+			if cerr := br.Close(); err == nil {
+				err = cerr
+			}
+			return tag, err
+		}
+	}
+	if err := t.ensure(ctx); err != nil {
+		return pgconn.CommandTag{}, err
+	}
+	tag, err := t.tx.Exec(ctx, sql, args...)
+	return tag, t.ended(err)
+}
+
+// Query runs sql in the transaction; as the first statement of fn, in the same round
+// trip as BEGIN and the fence raise. A refused raise is returned as the error and by
+// the rows' Err.
+func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if t.refused != nil {
+		return &failedRows{err: t.refused, conn: t.conn}, t.refused
+	}
+	if t.tx == nil && pipelinable(args) {
+		br, err := t.sendFirst(ctx, sql, args)
+		if err != nil {
+			return &failedRows{err: err, conn: t.conn}, err
+		}
+		if br != nil {
+			rows, err := br.Query()
+			if err != nil {
+				_ = br.Close()
+				return rows, err
+			}
+			return &batchRows{Rows: rows, br: br}, nil
+		}
+	}
+	if err := t.ensure(ctx); err != nil {
+		return &failedRows{err: err, conn: t.conn}, err
+	}
+	return t.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow is Query for one row; errors, a refusal among them, are returned by Scan.
+func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if t.tx != nil && t.refused == nil {
+		return t.tx.QueryRow(ctx, sql, args...)
+	}
+	rows, _ := t.Query(ctx, sql, args...)
+	return firstRow{rows}
+}
+
+// Begin starts a savepoint in the transaction, beginning it first.
+func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Begin(ctx)
+}
+
+// Commit commits the transaction, beginning it first (a fenced empty transaction).
+// Fenced commits by itself; a Commit by fn makes Fenced's fail with pgx.ErrTxClosed.
+func (t *lazyTx) Commit(ctx context.Context) error {
+	if err := t.ensure(ctx); err != nil {
+		return err
+	}
+	return t.tx.Commit(ctx)
+}
+
+// Rollback rolls the transaction back, beginning it first so that it behaves as a
+// begun transaction does (Fenced's commit then fails with pgx.ErrTxClosed).
+func (t *lazyTx) Rollback(ctx context.Context) error {
+	if err := t.ensure(ctx); err != nil {
+		return err
+	}
+	return t.tx.Rollback(ctx)
+}
+
+// CopyFrom copies rows into the transaction, beginning it first.
+func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, src pgx.CopyFromSource) (int64, error) {
+	if err := t.ensure(ctx); err != nil {
+		return 0, err
+	}
+	return t.tx.CopyFrom(ctx, table, columns, src)
+}
+
+// SendBatch sends b in the transaction, beginning it first.
+func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	if err := t.ensure(ctx); err != nil {
+		return pgx.FailedBatchResults(b, err)
+	}
+	return t.tx.SendBatch(ctx, b)
+}
+
+// Prepare prepares a statement on the transaction's connection, beginning the
+// transaction first.
+func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	if err := t.ensure(ctx); err != nil {
+		return nil, err
+	}
+	return t.tx.Prepare(ctx, name, sql)
+}
+
+// LargeObjects begins the transaction (under Fenced's context) and returns its
+// large objects. After a refusal every large-object call fails.
+func (t *lazyTx) LargeObjects() pgx.LargeObjects {
+	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
+	return t.tx.LargeObjects()
+}
+
+// Conn begins the transaction (under Fenced's context) and returns its connection.
+// After a refusal the connection stays in the aborted transaction until Fenced ends,
+// so statements sent through it fail; after a serialization failure it is no longer
+// in a transaction: do not write through it (Fenced returns the failure whatever fn
+// does).
+func (t *lazyTx) Conn() *pgx.Conn {
+	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
+	return t.conn
+}
