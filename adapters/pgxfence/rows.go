@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // Update sets the columns of one row of r.Table, and its token column to g.Token(),
@@ -294,4 +295,12 @@ func deleteSQL(r fence.Row) (string, error) {
 		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1")
 	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return st.sql.String(), nil
+}
+
+// checkSingle is check for a single-row write: a fence.Set grant is refused.
+func (s *Store) checkSingle(g fence.Grant) (*engine.Checked, error) {
+	if s == nil || s.db == nil {
+		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	}
+	return engine.CheckOne(g)
 }

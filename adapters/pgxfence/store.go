@@ -196,14 +196,6 @@ func optionErr(option, format string, args ...any) error {
 	return fmt.Errorf("pgxfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
 }
 
-// checkSingle is check for a single-row write: a fence.Set grant is refused.
-func (s *Store) checkSingle(g fence.Grant) (*engine.Checked, error) {
-	if s == nil || s.db == nil {
-		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
-	}
-	return engine.CheckOne(g)
-}
-
 // WithObserver reports the result of every fenced write (Fenced, Update, Upsert,
 // Delete) to obs as adapter "pgxfence" (lockmetrics counts them). nil: none.
 func WithObserver(obs fence.WriteObserver) Option {
