@@ -15,17 +15,6 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// SQLSTATEs this package tells apart.
-const (
-	codeBadText       = "22P02" // raised on purpose by engine.PGRaiseSQL: see engine.PGStaleMarker
-	codeSerialization = "40001"
-	codeUnique        = "23505"
-	codeNoFunction    = "42883"
-	codeNoTable       = "42P01"
-	codeNoConstraint  = "42P10" // ON CONFLICT names no unique index
-	codeIdleTimeout   = "25P03" // idle_in_transaction_session_timeout ended the session
-)
-
 type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
@@ -36,33 +25,16 @@ type querier interface {
 func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		switch pgErr.Code {
-		case codeBadText:
-			if seen, res, ok := engine.PGMarkedStale(pgErr.Message); ok {
-				if res == "" {
-					res = g.Resource()
-				}
-				return &fence.StaleError{Resource: res, Presented: g.Token(), Seen: seen}
+		if pgErr.Code == engine.PGSerialization && lookup != nil {
+			if seen, lerr := storedToken(ctx, lookup, g.Resource()); lerr == nil && seen > g.Token() {
+				return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 			}
-		case codeSerialization:
-			if lookup != nil {
-				if seen, lerr := storedToken(ctx, lookup, g.Resource()); lerr == nil && seen > g.Token() {
-					return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
-				}
-			}
-			return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
-		case codeNoFunction, codeNoTable:
-			return fmt.Errorf("%w: %w", fence.ErrSchema, err)
-		case codeIdleTimeout:
-			return idleTimeout(g, err)
+		}
+		if e := engine.PGRefusal(g, pgErr.Code, pgErr.Message, err); e != nil {
+			return e
 		}
 	}
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
-}
-
-// idleTimeout returns fence.ErrIdleTimeout wrapping err.
-func idleTimeout(g fence.Grant, err error) error {
-	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }
 
 // fnErr is the error Fenced returns for fn's err: fence.ErrIdleTimeout wrapping it
@@ -70,8 +42,8 @@ func idleTimeout(g fence.Grant, err error) error {
 // statement), else err as it is.
 func fnErr(g fence.Grant, err error) error {
 	var pgErr *pgconn.PgError
-	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == codeIdleTimeout {
-		return idleTimeout(g, err)
+	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == engine.PGIdleTimeout {
+		return engine.IdleTimeoutErr(g, err)
 	}
 	return err
 }
@@ -92,11 +64,11 @@ func writeError(op, table string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case codeUnique:
+		case engine.PGUnique:
 			return &nolock.DuplicateError{Table: table, Constraint: pgErr.ConstraintName, Err: err}
-		case codeNoConstraint:
+		case engine.PGNoConstraint:
 			return fmt.Errorf("pgxfence: %s %q: the key columns must be exactly a primary key or unique index: %w", op, table, err)
-		case codeNoTable:
+		case engine.PGNoTable:
 			if strings.Contains(pgErr.Message, "fence_tokens") {
 				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
@@ -119,7 +91,7 @@ func replyLost(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if pgErr.Code == codeIdleTimeout {
+		if pgErr.Code == engine.PGIdleTimeout {
 			// Ended while idle in the transaction: COMMIT had not arrived.
 			return false
 		}

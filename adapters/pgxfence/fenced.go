@@ -242,7 +242,7 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 // rolled back at once instead, to look up the stored token on the idle connection.
 func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code != codeSerialization &&
+	if errors.As(err, &pgErr) && pgErr.Code != engine.PGSerialization &&
 		t.tx != nil && !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'E' {
 		t.refused = refusal(ctx, t.g, err, nil)
 		return t.refused

@@ -21,8 +21,7 @@ const (
 	// key's insert with a serialization failure or a deadlock (before fn has run).
 	maxOnceAttempts = 10
 	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
-	purgeBatch   = 1000
-	codeDeadlock = "40P01"
+	purgeBatch = 1000
 )
 
 // claimSQL inserts the key, or, when it is already there, returns it. If the insert
@@ -223,7 +222,7 @@ func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
 // retryable reports a refusal that a fresh transaction may not meet.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == codeSerialization || pgErr.Code == codeDeadlock)
+	return errors.As(err, &pgErr) && (pgErr.Code == engine.PGSerialization || pgErr.Code == engine.PGDeadlock)
 }
 
 // keyError wraps an error of the idempotency-key statements.
@@ -231,9 +230,9 @@ func keyError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case codeSerialization:
+		case engine.PGSerialization:
 			return fmt.Errorf("%w: %s: %w", fence.ErrBusy, op, err)
-		case codeNoTable:
+		case engine.PGNoTable:
 			return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 		}
 	}

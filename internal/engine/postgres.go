@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -146,4 +147,46 @@ func PGRaiseLiteral(g fence.Grant) string {
 		lits[i] = PGLiteral(r)
 	}
 	return PGRaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
+}
+
+// PostgreSQL's SQLSTATEs the adapters tell apart, through either driver.
+const (
+	PGBadText         = "22P02" // raised on purpose by the raise: see PGStaleMarker
+	PGSerialization   = "40001"
+	PGDeadlock        = "40P01"
+	PGLockUnavailable = "55P03"
+	PGUnique          = "23505"
+	PGNoFunction      = "42883"
+	PGNoTable         = "42P01"
+	PGNoConstraint    = "42P10" // ON CONFLICT names no unique index
+	PGIdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
+)
+
+// PGRefusal is what a PostgreSQL error (SQLSTATE state, message msg) of a fenced
+// transaction's raise or COMMIT means: a *fence.StaleError for the raise's refusal,
+// fence.ErrBusy for a serialization failure, fence.ErrSchema without the migrations,
+// fence.ErrIdleTimeout for a transaction the server ended for idling; nil otherwise.
+func PGRefusal(g fence.Grant, state, msg string, err error) error {
+	switch state {
+	case PGBadText:
+		if seen, res, ok := PGMarkedStale(msg); ok {
+			if res == "" {
+				res = g.Resource()
+			}
+			return &fence.StaleError{Resource: res, Presented: g.Token(), Seen: seen}
+		}
+	case PGSerialization:
+		return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
+	case PGNoFunction, PGNoTable:
+		return fmt.Errorf("%w: %w", fence.ErrSchema, err)
+	case PGIdleTimeout:
+		return IdleTimeoutErr(g, err)
+	}
+	return nil
+}
+
+// IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err: the server ended
+// the fenced transaction for sitting idle past its bound.
+func IdleTimeoutErr(g fence.Grant, err error) error {
+	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }
