@@ -46,9 +46,27 @@
 //   - A transaction the server ended for sitting idle past its bound (a holder frozen
 //     inside it) returns ErrIdleTimeout from whichever statement notices.
 //
-// Single-row writes (the adapters' Update, Upsert and Delete on a table with a token
-// column) give the same answers in one statement: they refuse a Set of more than one
-// resource with ErrInvalidArgument.
+// # Single-row writes
+//
+// The SQL adapters' Update, Upsert and Delete write one row of a table with a token
+// column (a Row: the table, the token column and the key, which must pick at most one
+// row: a primary key or unique index). They share the resource's mark with Fenced:
+//
+//   - Update sets the columns and the token column to the grant's token if neither
+//     the row's token nor the mark is higher, and raises the mark in the same write.
+//     Writing the values the row already has, with the same token, succeeds.
+//   - Upsert inserts the row, or updates it as Update does. After a Delete by a newer
+//     token the mark remembers the delete, so a stale Upsert cannot bring the row back.
+//   - Delete removes the row under the same condition and raises the mark; a key that
+//     picks several rows deletes nothing (ErrInvalidArgument).
+//
+// A write that changes nothing reads the tokens once more: a higher one (the row's or
+// the mark's) is a *StaleError, a missing row ErrNotFound (the mark left as it was).
+// Before any I/O they refuse with ErrInvalidArgument a Set of more than one resource,
+// no key, no column to set (Update), a column named twice and an empty, overlong or
+// NUL-holding table or column name (other names are quoted, never refused). A new
+// value that hits a unique index is a *nolock.DuplicateError; a lost reply to the
+// write's one statement or COMMIT is ErrCommitUnknown.
 //
 // # Errors
 //

@@ -10,24 +10,10 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// Update sets the columns of one row of r.Table, and its token column to g.Token(),
-// if the row's stored token is <= g.Token() and no higher token is stored in
-// g.Resource()'s fence row, which it raises to g.Token() in the same statement: one
-// mark per resource, shared with Fenced, Upsert and Delete, so a stale Update is
-// refused once a newer token has written any row of the resource by any form. The
-// key must pick at most one row (a primary key or unique index). Writing unchanged
-// values with the same token again succeeds. A missing row leaves the fence row as it
-// was. It is one round trip when the resource's fence row exists and the write is
-// accepted; a second statement (the raise that inserts the fence row) runs when the
-// resource has none yet, or when the write was refused.
-//
-// When it changes no row it reads the row and the fence row once more and returns a
-// *fence.StaleError with the higher token, or fence.ErrNotFound. It returns the grant
-// errors of fence.CheckGrant (a fence.Set grant is fence.ErrInvalidArgument: a
-// single-row write fences one resource), fence.ErrInvalidArgument for an empty,
-// overlong (> 63 bytes) or NUL-holding table or column name (other names are quoted,
-// never refused), for no key or no column to set or a column named twice, a *nolock.DuplicateError when the new values hit a unique index, and a
-// fence.ErrCommitUnknown when the statement's reply was lost.
+// Update is fence's single-row Update (see the fence package doc) in one statement:
+// a data-modifying CTE raises the fence row before the UPDATE locks the row, the
+// order Fenced locks in. A second statement, whose raise also inserts the fence row,
+// runs when the resource has none yet or the first was refused.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
 	c, err := s.checkSingle(g)
@@ -162,15 +148,9 @@ func fenceCTE(st *stmt, res, tok, cond string) {
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
 }
 
-// Upsert inserts one row of r.Table with its key, set columns and token column, or
-// updates it as Update does if it exists. In the same statement it raises
-// g.Resource()'s fence row to g.Token(), and writes nothing when that row holds a
-// higher token: after a Delete by a newer token, a stale Upsert cannot bring the row
-// back. The key columns must be exactly a primary key or unique index (ON CONFLICT).
-//
-// It returns a *fence.StaleError with the higher token (the row's or the fence
-// row's) when it wrote nothing, and the errors of Update otherwise (no column to set
-// is allowed: the row is then just its key and token).
+// Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the
+// key columns must be exactly a primary key or unique index. No column to set is
+// allowed: the row is then its key and token.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
 	c, err := s.checkSingle(g)
@@ -238,15 +218,7 @@ func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 	return st.sql.String(), nil
 }
 
-// Delete removes one row of r.Table if its stored token is <= g.Token() and no
-// higher token is stored in g.Resource()'s fence row, and raises that fence row to
-// g.Token() in the same statement: the fence row remembers the delete, so a stale
-// Upsert cannot re-insert the row. The key must pick at most one row.
-//
-// It returns a *fence.StaleError with the higher token when one is stored (on the row
-// or in the fence row), fence.ErrNotFound when there is no such row (the fence row is
-// then left as it was), fence.ErrInvalidArgument when the key picks more than one row
-// (nothing is deleted), and the input errors of Update.
+// Delete is fence's single-row Delete in one statement.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe("delete", &err)
 	c, err := s.checkSingle(g)
