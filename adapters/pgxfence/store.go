@@ -93,7 +93,7 @@ type Store struct {
 	// fenceFirst: BEGIN and the raise in one message before fn runs
 	// (WithFenceFirst); otherwise they travel with fn's first statement.
 	fenceFirst bool
-	shapes     engine.ShapeMap[string] // SQL by shape (shapes.go)
+	shapes     engine.ShapeMap[string] // SQL by shape (ident.go)
 	set        engine.Settings         // WithIdleTimeout, WithObserver, WithKeyTTL
 }
 
