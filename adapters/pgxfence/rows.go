@@ -47,45 +47,15 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return s.explain(ctx, g, r, rw, true)
 }
 
-// updateSQL checks and quotes the names of an Update and builds its statement, whose
-// arguments are the resource, the token, the set values and the key values, in that
-// order. The fence row is raised first (the UPDATE's EXISTS on the CTE is an InitPlan,
-// run before any target row is locked), so Update locks in the order Fenced does:
-// fence row, then data. bump raises an existing fence row with a plain UPDATE, which
-// costs the server less than the upsert (no speculative insertion, no separate tuple
-// lock) but writes nothing when the resource has no fence row yet. Either way the
-// raise's own WHERE (token <= ours) is re-checked on the newest version of a fence row
-// it waited for, so a newer holder's raise committed meanwhile refuses it.
+// updateSQL checks and quotes the names of an Update and builds its statement
+// (engine.PGUpdateSQL), whose arguments are the resource, the token, the set values
+// and the key values, in that order.
 func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 	rw, setNames, err := checkRow(r, set, true)
 	if err != nil {
 		return "", err
 	}
-	st := stmt{args: make([]any, 0, 2+len(set)+len(rw.keyVals))}
-	st.sql.Grow(320 + len(rw.table) + 16*(len(set)+len(rw.keyNames)))
-	res, tok := st.arg(nil), st.arg(nil)
-	vals := make([]string, len(set))
-	for i := range set {
-		vals[i] = st.arg(nil)
-	}
-	keys := rw.keyArgs(&st)
-	var match stmt
-	rw.where(&match, keys)
-	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
-	exists := "EXISTS (SELECT 1 FROM " + rw.table + " WHERE " + match.sql.String() + ")"
-	if bump {
-		st.sql.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = " + tok +
-			"::bigint, updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = " + res + "::varchar AND fencegate_ft.token <= " +
-			tok + "::bigint AND " + exists + " RETURNING 1) ")
-	} else {
-		fenceCTE(&st, res, tok, exists)
-	}
-	st.write("UPDATE ", rw.table, " SET ")
-	for i := range set {
-		st.write(setNames[i], " = ", vals[i], ", ")
-	}
-	st.write(rw.token, " = ", tok, " WHERE ", match.sql.String(), " AND EXISTS (SELECT 1 FROM fencegate_raised)")
-	return st.sql.String(), nil
+	return engine.PGUpdateSQL(rw.table, rw.token, rw.keyNames, setNames, bump), nil
 }
 
 // explain tells why a write changed no row: a higher token on the row (or, with
@@ -136,16 +106,6 @@ func describeKey(key []fence.Col) string {
 		parts[i] = fmt.Sprintf("%s = %v", k.Name, k.Value)
 	}
 	return strings.Join(parts, " AND ")
-}
-
-// fenceCTE writes the common table expression fencegate_raised that raises the
-// resource's fence row to the token, only if cond (a condition on the target row)
-// holds; it returns a row when it raised. The long names keep clear of the caller's
-// table and column names.
-func fenceCTE(st *stmt, res, tok, cond string) {
-	st.sql.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT " +
-		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +
-		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
 }
 
 // Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the
@@ -205,7 +165,7 @@ func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 	cond.sql.WriteString("NOT EXISTS (SELECT 1 FROM " + rw.table + " WHERE ")
 	rw.where(&cond, keys)
 	cond.sql.WriteString(" AND " + rw.token + " > " + tok + ")")
-	fenceCTE(&st, res, tok, cond.sql.String())
+	st.sql.WriteString(engine.PGFenceCTE(res, tok, cond.sql.String()))
 
 	cols := append(append(append([]string{}, rw.keyNames...), setNames...), rw.token)
 	st.sql.WriteString("INSERT INTO " + rw.table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
@@ -263,8 +223,8 @@ func deleteSQL(r fence.Row) (string, error) {
 	var one stmt
 	rw.where(&one, keys)
 	// Exactly one row: a key that picks several deletes nothing.
-	fenceCTE(&st, res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
-		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1")
+	st.sql.WriteString(engine.PGFenceCTE(res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
+		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1"))
 	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
 	return st.sql.String(), nil
 }

@@ -19,7 +19,7 @@ func TestDriverErrors(t *testing.T) {
 	if !ok || got != (mysqlError{Number: 1213, SQLState: "40001", Message: "Deadlock found"}) {
 		t.Fatalf("asMySQL = %+v, %v", got, ok)
 	}
-	if !busy(wrapped) {
+	if !(mysql{}).busy(wrapped) {
 		t.Fatal("busy(MySQL 1213) = false")
 	}
 	var nilMe *gomysql.MySQLError
@@ -35,8 +35,8 @@ func TestDriverErrors(t *testing.T) {
 	}
 	t.Cleanup(func() { db.Close() })
 	_, err = db.Exec("SELECT * FROM fence_tokens")
-	if !missingSchema(fmt.Errorf("wrapped: %w", err)) {
-		t.Fatalf("missingSchema(%v) = false", err)
+	if !(sqlite{}).missingTable(fmt.Errorf("wrapped: %w", err), "fence_tokens") {
+		t.Fatalf("missingTable(%v) = false", err)
 	}
 	if _, err := db.Exec("CREATE TABLE u (k TEXT PRIMARY KEY)"); err != nil {
 		t.Fatal(err)
@@ -48,8 +48,8 @@ func TestDriverErrors(t *testing.T) {
 	if code, _, ok := sqliteError(err); !ok || code != 1555 {
 		t.Fatalf("sqliteError(%v) = %d, %v; want SQLITE_CONSTRAINT_PRIMARYKEY", err, code, ok)
 	}
-	if d := asDuplicate(err, "u"); d == nil || d.Constraint != "u.k" {
-		t.Fatalf("asDuplicate(%v) = %+v", err, d)
+	if d := (sqlite{}).duplicate(err, "u"); d == nil || d.Constraint != "u.k" {
+		t.Fatalf("duplicate(%v) = %+v", err, d)
 	}
 	if _, _, ok := sqliteError(wrapped); ok {
 		t.Fatal("sqliteError found SQLite in a MySQL error")

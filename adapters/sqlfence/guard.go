@@ -20,25 +20,10 @@ const maxDecrementLooks = 3
 
 // usable refuses a Store that cannot run a statement, before any I/O.
 func (s *Store) usable() error {
-	if s == nil || s.db == nil {
+	if s == nil || s.db == nil || s.d == nil {
 		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
 	}
-	return s.d.check()
-}
-
-// decrementSQL is the guarded take, one statement. Arguments: n, key values..., n.
-//
-// SQLite and PostgreSQL return the new value with RETURNING. MariaDB has no UPDATE ... RETURNING:
-// the new value is handed back as LAST_INSERT_ID(expr), which the server reports in
-// the same OK packet as the row count, so the take stays one round trip and needs no
-// transaction (a transaction with the UPDATE and a SELECT costs four; see
-// BENCHMARKS.md). The column must be an integer >= 0 after the take, which the guard
-// ensures.
-func (d dialect) decrementSQL(table, col, where string) string {
-	if d.Dialect == dMySQL {
-		return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
-	}
-	return d.rebind("UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col)
+	return nil
 }
 
 // Decrement takes n from c.Column of the row c.Key picks, only if at least n is left,
@@ -88,7 +73,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		// The common case runs without the retry closure: on SQLite, where a take
 		// is cheap, every allocation shows.
 		left, took, err := s.take(ctx, sh, args)
-		if err != nil && busy(err) {
+		if err != nil && s.d.busy(err) {
 			left, took, err = s.retryTake(ctx, sh, args)
 		}
 		if err != nil {
@@ -113,10 +98,10 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 // and the key columns ("k1 = ? AND k2 = ?"). Names compare case-insensitively in
 // every database, so the counter cannot also be a key column.
 func (s *Store) counter(c nolock.Counter) (table, col, where string, err error) {
-	if table, err = s.d.table(c.Table); err != nil {
+	if table, err = s.table(c.Table); err != nil {
 		return
 	}
-	if col, err = s.d.ident("counter column", c.Column); err != nil {
+	if col, err = s.ident("counter column", c.Column); err != nil {
 		return
 	}
 	if len(c.Key) == 0 {
@@ -125,7 +110,7 @@ func (s *Store) counter(c nolock.Counter) (table, col, where string, err error) 
 	}
 	conds := make([]string, len(c.Key))
 	for i, k := range c.Key {
-		q, kerr := s.d.ident("key column", k.Name)
+		q, kerr := s.ident("key column", k.Name)
 		if kerr != nil {
 			return "", "", "", kerr
 		}
@@ -170,31 +155,16 @@ func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64,
 
 // take runs the guarded decrement of sh once: took is false when it changed no row.
 func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
-	if s.d.Dialect == dMySQL {
-		var res sql.Result
-		if sh.stmt != nil {
-			res, err = sh.stmt.ExecContext(ctx, args...)
-			runtime.KeepAlive(s) // as below
-		} else {
-			res, err = s.db.ExecContext(ctx, sh.take, args...)
-		}
-		if err != nil {
-			return 0, false, err
-		}
-		if rows, err := res.RowsAffected(); err != nil || rows == 0 {
-			return 0, false, err
-		}
-		left, err = res.LastInsertId()
-		return left, err == nil, err
-	}
-	if sh.stmt != nil {
-		err = sh.stmt.QueryRowContext(ctx, args...).Scan(&left)
-		// The cleanup that closes sh.stmt waits for s to be unreachable: not before
-		// the take is done.
-		runtime.KeepAlive(s)
-	} else {
-		err = s.db.QueryRowContext(ctx, sh.take, args...).Scan(&left)
-	}
+	left, took, err = s.d.take(ctx, s.db, sh, args)
+	// The cleanup that closes sh.stmt waits for s to be unreachable: not before the
+	// take is done.
+	runtime.KeepAlive(s)
+	return left, took, err
+}
+
+// takeReturning is take where the UPDATE returns the new value (RETURNING).
+func takeReturning(ctx context.Context, db *sql.DB, sh *shape, args []any) (left int64, took bool, err error) {
+	err = sh.queryRow(ctx, db, args).Scan(&left)
 	if errors.Is(err, sql.ErrNoRows) {
 		return 0, false, nil
 	}
@@ -222,7 +192,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err := s.usable(); err != nil {
 		return err
 	}
-	qt, err := s.d.table(table)
+	qt, err := s.table(table)
 	if err != nil {
 		return err
 	}
@@ -232,7 +202,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	names := make([]string, len(cols))
 	args := make([]any, len(cols))
 	for i, c := range cols {
-		if names[i], err = s.d.ident("column", c.Name); err != nil {
+		if names[i], err = s.ident("column", c.Name); err != nil {
 			return err
 		}
 		for _, prev := range cols[:i] {
@@ -251,7 +221,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err == nil {
 		return nil
 	}
-	if de := asDuplicate(err, table); de != nil {
+	if de := s.d.duplicate(err, table); de != nil {
 		return de
 	}
 	return fmt.Errorf("sqlfence: insert into %q: %w", table, err)

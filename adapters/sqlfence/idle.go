@@ -1,12 +1,8 @@
 package sqlfence
 
 import (
-	"database/sql/driver"
-	"errors"
 	"fmt"
-	"io"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -51,38 +47,4 @@ func WithIdleTimeout(d time.Duration) Option {
 // (PostgreSQL).
 func (s *Store) idleMS(g fence.Grant) string {
 	return strconv.FormatInt(engine.IdleTimeout(g, s.idle).Milliseconds(), 10)
-}
-
-// idleEnded returns fence.ErrIdleTimeout wrapping err when err, from fn (commit
-// false) or from COMMIT, says that the server ended the fenced transaction begun at
-// begun for sitting idle past its timeout; otherwise nil.
-//
-// PostgreSQL says so (SQLSTATE 25P03), and so does MySQL 8.0.24 and later (error
-// 4031). MariaDB's idle_transaction_timeout and older MySQL's wait_timeout close the
-// connection without a word, so there the sign is a connection that broke in a
-// transaction open at least its idle timeout: a statement that found it closed
-// (driver.ErrBadConn: nothing was sent, COMMIT included), or, for fn's statements,
-// one that lost its reply (nothing commits without COMMIT). A COMMIT whose reply was
-// lost stays fence.ErrCommitUnknown: it may have arrived in time.
-func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool) error {
-	if err == nil || errors.Is(err, fence.ErrIdleTimeout) {
-		return nil
-	}
-	ended := false
-	switch s.d.Dialect {
-	case dPostgres:
-		ended = sqlState(err) == "25P03"
-	case dMySQL:
-		if me, ok := asMySQL(err); ok {
-			ended = me.Number == 4031 // ER_CLIENT_INTERACTION_TIMEOUT
-			break
-		}
-		broken := errors.Is(err, driver.ErrBadConn) ||
-			!commit && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.HasSuffix(err.Error(), "invalid connection"))
-		ended = broken && time.Since(begun) >= engine.IdleTimeout(g, s.idle)
-	}
-	if !ended {
-		return nil
-	}
-	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }

@@ -6,199 +6,245 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math"
-	"strconv"
+	"io"
+	"reflect"
+	"regexp"
 	"strings"
+	"time"
 
-	"github.com/fencegate/fencegate/adapters/sqlfence/internal/fastbegin"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/nolock"
 )
 
-// On MariaDB a fenced transaction through a pool opened by sqlfence/mysql costs the
-// round trips of an unfenced one: that package wraps the pool's connections so that
-// the begin of a fenced transaction is one anonymous compound statement (BEGIN NOT ATOMIC ... END,
-// one statement to the server) that sets the session's idle_transaction_timeout,
-// starts the transaction and raises the fence row; and its COMMIT or ROLLBACK is one
-// that also restores the timeout to the server's default. The compound's exit handler
-// rolls back and restores the timeout before it hands any error back, so a refused
-// raise leaves the connection as it found it. A user's own transactions on the same
-// pool take the driver's path unchanged. The statements are this package's; the
-// wrapped connections only send them (internal/fastbegin).
+// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql. The connection
+// must report matched rows (clientFoundRows, checked by probe: mysqlconn.go, with the
+// begin routes of Fenced). MySQL evaluates ON DUPLICATE KEY assignments left to
+// right, each seeing the columns already assigned, and has no UPDATE ... RETURNING:
+// several statements below hand a value back as LAST_INSERT_ID(expr), which the
+// server reports in the OK packet with the row count, saving a round trip.
+type mysql struct{}
 
-const restoreIdle = "SET SESSION idle_transaction_timeout = DEFAULT"
+func (mysql) dialect() engine.Dialect                   { return engine.MySQL }
+func (mysql) rebind(q string) string                    { return q }
+func (mysql) now() string                               { return "CURRENT_TIMESTAMP(6)" }
+func (mysql) probe(ctx context.Context, s *Store) error { return s.probeFoundRows(ctx) }
+func (mysql) isolation(sql.IsolationLevel) error        { return nil }
+func (mysql) prepares() bool                            { return true } // the binary protocol beats interpolated text
 
-// staleMsg starts the message of the error the compound raises for a refused raise;
-// the stored token follows it.
-const staleMsg = "fencegate: stored fence token "
-
-// fastBeginSQL sets the idle timeout, begins and raises the fence row: the bump of
-// bumpSQL; if it matched nothing, the row is inserted unless present, read under
-// lock, and refused (SIGNAL with the stored token) when higher, else raised.
-// Arguments: fastBeginArgs.
-const fastBeginSQL = "BEGIN NOT ATOMIC " +
-	"DECLARE seen BIGINT DEFAULT NULL; " +
-	"DECLARE msg VARCHAR(64); " +
-	"DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; " + restoreIdle + "; RESIGNAL; END; " +
-	"SET SESSION idle_transaction_timeout = ?; " +
-	"START TRANSACTION; " +
-	"UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?; " +
-	"IF ROW_COUNT() = 0 THEN " +
-	"INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE resource = resource; " +
-	"SELECT token INTO seen FROM fence_tokens WHERE resource = ? FOR UPDATE; " +
-	"IF seen > ? THEN SET msg = CONCAT('" + staleMsg + "', seen); " +
-	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = msg; " +
-	"ELSEIF seen < ? THEN UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ?; " +
-	"END IF; END IF; END"
-
-func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
-	tok, res := int64(g.Token()), g.Resource()
-	vals := []any{idleSecs, tok, res, tok, res, tok, res, tok, tok, tok, res}
-	args := make([]driver.NamedValue, len(vals))
-	for i, v := range vals {
-		args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
+func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
+	if s.fast(g) {
+		return s.fencedFast(ctx, g, fn)
 	}
-	return args
+	return s.fencedPinned(ctx, g, fn)
 }
 
-// fast reports whether Fenced can take the one-statement begin: MariaDB, a pool
-// opened by sqlfence/mysql, the server's default transaction options, a single grant.
-func (s *Store) fast(g fence.Grant) bool {
-	if engine.Multi(g) || !s.mariadb || s.txOpts != nil {
-		return false
-	}
-	_, ok := s.db.Driver().(fastbegin.Driver)
-	return ok
-}
+// mysqlBumpSQL raises an existing fence row whose token is not higher. Arguments:
+// token, resource, token.
+const mysqlBumpSQL = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?"
 
-// fencedFast is Fenced on MariaDB through a sqlfence/mysql pool.
-func (s *Store) fencedFast(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
-	b := &fastbegin.Begin{
-		Query:    fastBeginSQL,
-		Args:     fastBeginArgs(g, idleSecs(s, g)),
-		Commit:   "BEGIN NOT ATOMIC COMMIT; " + restoreIdle + "; END",
-		Rollback: "BEGIN NOT ATOMIC ROLLBACK; " + restoreIdle + "; END",
-	}
-	bctx := fastbegin.With(ctx, b)
-	var tx *sql.Tx
-	err := s.retry(ctx, func() error {
-		var err error
-		tx, err = s.db.BeginTx(bctx, nil)
-		switch {
-		case err != nil:
-			return fastBeginErr(g, err)
-		case !b.Sent:
-			_ = tx.Rollback()
-			return errors.New("sqlfence: the pool's connection did not raise the fence row")
-		}
-		return nil
+// mysqlRaiseSQL inserts or raises the fence row. updated_at is decided before token
+// changes; a refused raise leaves the row as it was and hands the stored token back
+// as LAST_INSERT_ID (fence_tokens has no AUTO_INCREMENT column, so a raise reports
+// 0). Arguments: resource, token.
+const mysqlRaiseSQL = "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
+	"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
+	"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
+
+func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+	return s.bumpOrUpsert(ctx, tx, g, mysqlBumpSQL, mysqlRaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
+		id, err := res.LastInsertId()
+		return id > 0, fence.Token(id), err
 	})
-	if err != nil {
+}
+
+// raiseSetTail never lowers a row; a row left as it was counts as found
+// (clientFoundRows), so the set's lookup always runs.
+func (mysql) raiseSetTail() string {
+	return " ON DUPLICATE KEY UPDATE updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
+		"token = GREATEST(token, VALUES(token))"
+}
+func (mysql) countsRaised() bool { return false }
+
+// update is one multi-table UPDATE of the fence row joined (STRAIGHT_JOIN: fence row
+// first, the order Fenced locks in) with the row. The join needs the fence row: a
+// resource's first write goes in a transaction that inserts it.
+func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
+	// Every column is qualified: the caller's table may have columns named like
+	// fence_tokens' own.
+	const t = "fencegate_t."
+	var b strings.Builder
+	b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.qtable + " AS fencegate_t ON ")
+	for i, k := range st.keys {
+		if i > 0 {
+			b.WriteString(" AND ")
+		}
+		b.WriteString(t + k + " = ?")
+	}
+	b.WriteString(" SET ")
+	for _, c := range st.set {
+		b.WriteString(t + c + " = ?, ")
+	}
+	b.WriteString(t + st.tok + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
+		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.tok + " <= ?")
+	tok := int64(st.g.Token())
+	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), tok, tok, st.g.Resource(), tok, tok)
+	if n, err := s.updateTry(ctx, st, b.String(), args); err != nil || n > 0 {
 		return err
 	}
-	return s.finish(ctx, tx, g, fn)
-}
-
-func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
-}
-
-// fastBeginErr turns the compound's refusal into a *fence.StaleError.
-func fastBeginErr(g fence.Grant, err error) error {
-	if me, ok := asMySQL(err); ok && me.SQLState == "45000" && strings.HasPrefix(me.Message, staleMsg) {
-		if seen, perr := strconv.ParseInt(strings.TrimPrefix(me.Message, staleMsg), 10, 64); perr == nil {
-			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
-		}
-	}
-	return raiseErr(g, err)
-}
-
-// errFoundRows is the refusal of a MySQL pool that counts changed rows instead of
-// matched rows, so a fenced write of unchanged values would look refused.
-var errFoundRows = fmt.Errorf("%w: sqlfence: the mysql connection lacks clientFoundRows=true", fence.ErrInvalidArgument)
-
-// probeResource is a fence row name no grant can present (fence refuses NUL bytes).
-const probeResource = "\x00sqlfence:clientFoundRows probe"
-
-// probeFoundRows checks once per Store that the MySQL pool reports matched rows: in
-// a transaction that is always rolled back it writes the probe row and then writes it
-// again unchanged, which reports 1 row with clientFoundRows and 0 without. A verdict
-// is kept; an error that is not a verdict (ctx ended, network) is returned and the
-// check runs again next time.
-func (s *Store) probeFoundRows(ctx context.Context) error {
-	if s.probeOK.Load() {
-		return nil
-	}
-	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
-	if s.probed {
-		return s.probeE
-	}
-	err := s.retry(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-		}
-		defer tx.Rollback()
-		const q = "INSERT INTO fence_tokens (resource, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token"
-		var n int64
-		for range 2 {
-			res, err := tx.ExecContext(ctx, q, probeResource)
-			if missingSchema(err) {
-				return fmt.Errorf("%w: check mysql connection: %w", fence.ErrSchema, err)
-			}
-			if err != nil {
-				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-			}
-			if n, err = res.RowsAffected(); err != nil {
-				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-			}
-		}
-		var version string
-		if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-			return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-		}
-		s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
-		if n == 0 {
-			return fmt.Errorf("%w: rows changed are counted instead of rows matched, so a valid "+
-				"write of unchanged values would look refused; add clientFoundRows=true to the DSN "+
-				"(user:pass@tcp(host:3306)/db?clientFoundRows=true&interpolateParams=true) or open "+
-				"the pool with sqlfence/mysql's Open", errFoundRows)
-		}
-		return nil
-	})
-	if err == nil || errors.Is(err, errFoundRows) {
-		s.probed, s.probeE = true, err
-		s.probeOK.Store(err == nil)
-	}
-	return err
-}
-
-// fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
-// whose session idle timeout is set before BEGIN and restored after.
-func (s *Store) fencedPinned(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) error {
-	conn, err := s.db.Conn(ctx)
-	if err != nil {
-		return fmt.Errorf("sqlfence: get a connection: %w", err)
-	}
-	defer conn.Close()
-	v := "wait_timeout"
-	if s.mariadb {
-		v = "idle_transaction_timeout"
-	}
-	secs := int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
-	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
-		return fmt.Errorf("sqlfence: set %s: %w", v, err)
-	}
-	defer func() {
-		if _, err := conn.ExecContext(context.WithoutCancel(ctx), "SET SESSION "+v+" = DEFAULT"); err != nil {
-			// Never hand the pool a connection with a short timeout: discard it.
-			_ = conn.Raw(func(any) error { return driver.ErrBadConn })
-		}
-	}()
-	tx, err := s.beginFenced(ctx, conn, g)
-	if err != nil {
+	found, err := s.fenceStale(ctx, st.g)
+	switch {
+	case err != nil:
 		return err
+	case !found:
+		return s.txUpdate(ctx, st)
 	}
-	return s.finish(ctx, tx, g, fn)
+	return s.refused(ctx, s.db, st)
+}
+
+// upsertTail: ON DUPLICATE KEY UPDATE fires on any unique key, so every column is
+// guarded by the same condition on the old token and on the key (a clash on another
+// unique key must not update that other row), and the token is assigned last. A
+// refused update reports the stored token + 1 (never 0, even for a row with token 0)
+// as LAST_INSERT_ID; the caller reads the row back to tell that from an
+// AUTO_INCREMENT id.
+func (mysql) upsertTail(st *rowStmt) string {
+	var b strings.Builder
+	cond := st.tok + " <= VALUES(" + st.tok + ")"
+	for _, k := range st.keys {
+		cond += " AND " + k + " <=> VALUES(" + k + ")"
+	}
+	b.WriteString(" ON DUPLICATE KEY UPDATE ")
+	for _, c := range st.set {
+		fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), %s), ", c, cond, c, c)
+	}
+	fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), LAST_INSERT_ID(%s + 1))", st.tok, cond, st.tok, st.tok)
+	return b.String()
+}
+
+func (mysql) upserted(res sql.Result) (bool, error) {
+	id, err := res.LastInsertId()
+	return id != 0, err
+}
+
+// decrementSQL hands the new value back as LAST_INSERT_ID: the take stays one round
+// trip and needs no transaction. The column must be an integer >= 0 after the take,
+// which the guard ensures.
+func (mysql) decrementSQL(table, col, where string) string {
+	return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
+}
+
+func (mysql) take(ctx context.Context, db *sql.DB, sh *shape, args []any) (int64, bool, error) {
+	res, err := sh.exec(ctx, db, args)
+	if err != nil {
+		return 0, false, err
+	}
+	if rows, err := res.RowsAffected(); err != nil || rows == 0 {
+		return 0, false, err
+	}
+	left, err := res.LastInsertId()
+	return left, err == nil, err
+}
+
+// claimKeySQL: a key already stored is error 1062, which leaves the transaction open
+// (claimed).
+func (mysql) claimKeySQL() string {
+	return claimKeyCols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
+}
+
+// readKeySQL is a locking read: under REPEATABLE READ a plain SELECT could read a
+// snapshot older than the duplicate it just waited for.
+func (d mysql) readKeySQL() string { return readKeyQuery(d) + " LOCK IN SHARE MODE" }
+
+func (mysql) purgeKeysSQL() string {
+	return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
+}
+
+func (mysql) ttlArg(ttl time.Duration) any { return ttlMicros(ttl) }
+
+func (d mysql) claimed(err error) bool { return d.duplicate(err, "idempotency_keys") != nil }
+
+// mysqlError is what the package reads of a *mysql.MySQLError.
+type mysqlError struct {
+	Number   uint16
+	SQLState string
+	Message  string
+}
+
+// asMySQL returns the first *mysql.MySQLError in err's tree, read by its fields.
+func asMySQL(err error) (mysqlError, bool) {
+	e := findType(err, "github.com/go-sql-driver/mysql", "MySQLError")
+	if e == nil {
+		return mysqlError{}, false
+	}
+	v := reflect.ValueOf(e).Elem()
+	num, state, msg := v.FieldByName("Number"), v.FieldByName("SQLState"), v.FieldByName("Message")
+	if !num.IsValid() || num.Kind() != reflect.Uint16 || !msg.IsValid() || msg.Kind() != reflect.String {
+		return mysqlError{}, false
+	}
+	me := mysqlError{Number: uint16(num.Uint()), Message: msg.String()}
+	if state.IsValid() && state.Kind() == reflect.Array && state.Type().Elem().Kind() == reflect.Uint8 {
+		b := make([]byte, state.Len())
+		for i := range b {
+			b[i] = byte(state.Index(i).Uint())
+		}
+		me.SQLState = string(b)
+	}
+	return me, true
+}
+
+// busy: a deadlock (1213, the transaction rolled back) or a lock wait timeout (1205).
+func (mysql) busy(err error) bool {
+	me, ok := asMySQL(err)
+	return ok && (me.Number == 1213 || me.Number == 1205)
+}
+
+var mysqlDupKeyRE = regexp.MustCompile(`for key '((?:[^']|'')*)'`)
+
+func (mysql) duplicate(err error, table string) *nolock.DuplicateError {
+	me, ok := asMySQL(err)
+	if !ok || me.Number != 1062 {
+		return nil
+	}
+	name := ""
+	if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
+		// MySQL 8 says 'table.index', MariaDB 'index'.
+		name = strings.ReplaceAll(m[1], "''", "'")
+		last := table
+		if i := strings.LastIndexByte(table, '.'); i >= 0 {
+			last = table[i+1:]
+		}
+		name = strings.TrimPrefix(name, last+".")
+	}
+	return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
+}
+
+func (mysql) missingTable(err error, table string) bool {
+	me, ok := asMySQL(err)
+	return ok && me.Number == 1146 && strings.Contains(me.Message, table)
+}
+
+// replyLost: MariaDB's "connection was killed" (1927) and "server shutdown" (1053)
+// end the session and may come after the commit was recorded.
+func (mysql) replyLost(err error, commit bool) bool {
+	if me, ok := asMySQL(err); ok {
+		return me.Number == 1927 || me.Number == 1053
+	}
+	return undecided(err, commit)
+}
+
+// idleEnded: MySQL 8.0.24 and later say so (4031, ER_CLIENT_INTERACTION_TIMEOUT).
+// MariaDB's idle_transaction_timeout and older MySQL's wait_timeout close the
+// connection without a word, so there the sign is a connection that broke in a
+// transaction open at least its idle timeout: a statement that found it closed
+// (driver.ErrBadConn: nothing was sent, COMMIT included), or, for fn's statements,
+// one that lost its reply (nothing commits without COMMIT). A COMMIT whose reply was
+// lost stays fence.ErrCommitUnknown: it may have arrived in time.
+func (mysql) idleEnded(err error, commit, overdue bool) bool {
+	if me, ok := asMySQL(err); ok {
+		return me.Number == 4031
+	}
+	broken := errors.Is(err, driver.ErrBadConn) ||
+		!commit && (errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || strings.HasSuffix(err.Error(), "invalid connection"))
+	return broken && overdue
 }

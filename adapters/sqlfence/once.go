@@ -26,74 +26,23 @@ const (
 	maxClaimTries = 3
 )
 
-// The idempotency-key statements that differ by dialect, with ? placeholders
-// (dialect.rebind turns them into $n for PostgreSQL). The database's clock decides
+// The idempotency-key statements, with ? placeholders; the ones that differ are the
+// database's (claimKeySQL, readKeySQL, purgeKeysSQL). The database's clock decides
 // expiry, so clients with skewed clocks agree.
-func (d dialect) now() string {
-	switch d.Dialect {
-	case dMySQL:
-		return "CURRENT_TIMESTAMP(6)"
-	case dPostgres:
-		return "now()"
-	}
-	return "strftime('%Y-%m-%d %H:%M:%f', 'now')"
+
+// claimKeyCols starts every claimKeySQL. Its arguments: key, fingerprint, and the
+// time-to-live of ttlArg (NULL: never expires).
+const claimKeyCols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
+
+// readKeyQuery reads a stored key and whether it has expired.
+func readKeyQuery(d database) string {
+	return "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
 }
 
-// claimKeySQL inserts a key. Arguments: key, fingerprint, and the time-to-live (MySQL
-// and PostgreSQL: microseconds; SQLite: a "+N seconds" modifier; NULL: never
-// expires). MySQL reports a stored key as error 1062, which leaves the transaction
-// open; PostgreSQL would abort the transaction on an error, so there (and on SQLite)
-// ON CONFLICT DO NOTHING reports it as no row inserted.
-func (d dialect) claimKeySQL() string {
-	const cols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
-	switch d.Dialect {
-	case dMySQL:
-		return cols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
-	case dPostgres:
-		return d.rebind(cols + "now() + CAST(? AS BIGINT) * INTERVAL '1 microsecond') ON CONFLICT (idem_key) DO NOTHING")
-	}
-	return cols + "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)) ON CONFLICT (idem_key) DO NOTHING"
-}
-
-// readKeySQL reads a stored key and whether it has expired. On MySQL it is a locking
-// read: under REPEATABLE READ a plain SELECT could read a snapshot older than the
-// duplicate it just waited for. PostgreSQL under READ COMMITTED reads the committed
-// row with a new statement; under its stricter levels the claim that waited failed
-// with 40001 and Once started over.
-func (d dialect) readKeySQL() string {
-	q := "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
-	if d.Dialect == dMySQL {
-		q += " LOCK IN SHARE MODE"
-	}
-	return d.rebind(q)
-}
-
-func (d dialect) dropKeySQL() string {
-	return d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= " + d.now())
-}
-
-func (d dialect) storeKeySQL() string {
-	return d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?")
-}
-
-// purgeKeysSQL deletes up to ? expired keys.
-func (d dialect) purgeKeysSQL() string {
-	switch d.Dialect {
-	case dMySQL:
-		return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
-	case dPostgres:
-		return "DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys " +
-			"WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)"
-	}
-	return "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= " + d.now() + " LIMIT ?)"
-}
-
-func (d dialect) ttlArg(ttl time.Duration) any {
-	switch {
-	case ttl <= 0:
+// ttlMicros is a time-to-live in microseconds, or NULL: never expires.
+func ttlMicros(ttl time.Duration) any {
+	if ttl <= 0 {
 		return nil
-	case d.Dialect == dSQLite:
-		return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 	}
 	return ttl.Microseconds()
 }
@@ -119,7 +68,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 	for attempt := 1; ; attempt++ {
 		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(s.keyTTL), fn)
 		switch {
-		case err == nil || stage == fnFailed || !busy(err) || errors.Is(err, fence.ErrBusy):
+		case err == nil || stage == fnFailed || !s.d.busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err
 		case stage == fnRan || attempt == maxOnceAttempts:
 			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
@@ -159,7 +108,7 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 			return err
 		})
 		if err != nil {
-			return total, keyErr("purge expired idempotency keys", err)
+			return total, s.keyErr("purge expired idempotency keys", err)
 		}
 		total += n
 		if n < purgeBatch {
@@ -182,7 +131,7 @@ const (
 func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (r nolock.Result, stage onceStage, err error) {
 	tx, err := s.db.BeginTx(ctx, s.txOpts)
 	if err != nil {
-		return nolock.Result{}, beforeFn, keyErr("once: begin", err)
+		return nolock.Result{}, beforeFn, s.keyErr("once: begin", err)
 	}
 	done := false
 	defer func() {
@@ -205,8 +154,8 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl an
 	if err != nil {
 		return end(nolock.Result{}, fnFailed, err)
 	}
-	if _, err := tx.ExecContext(ctx, s.d.storeKeySQL(), val, key); err != nil {
-		return end(nolock.Result{}, fnRan, keyErr("once: store result", err))
+	if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?"), val, key); err != nil {
+		return end(nolock.Result{}, fnRan, s.keyErr("once: store result", err))
 	}
 	done = true
 	if err := tx.Commit(); err != nil {
@@ -227,7 +176,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 	)
 	for try := 1; ; try++ {
 		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
-			return r, false, keyErr("once: claim key", err)
+			return r, false, s.keyErr("once: claim key", err)
 		}
 		if mine {
 			return r, true, nil
@@ -237,14 +186,14 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 			continue // deleted in between (purged, or replaced as expired): claim again
 		}
 		if err != nil {
-			return r, false, keyErr("once: read key", err)
+			return r, false, s.keyErr("once: read key", err)
 		}
 		if expired == 0 || try == maxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
-		if _, err := tx.ExecContext(ctx, s.d.dropKeySQL(), key); err != nil {
-			return r, false, keyErr("once: drop expired key", err)
+		if _, err := tx.ExecContext(ctx, s.d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= "+s.d.now()), key); err != nil {
+			return r, false, s.keyErr("once: drop expired key", err)
 		}
 	}
 	switch {
@@ -260,7 +209,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
 	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
 	if err != nil {
-		if s.d.Dialect == dMySQL && asDuplicate(err, "idempotency_keys") != nil {
+		if s.d.claimed(err) {
 			return false, nil
 		}
 		return false, err
@@ -268,19 +217,3 @@ func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, 
 	n, err := res.RowsAffected()
 	return n > 0, err
 }
-
-// keyErr wraps an error of the idempotency-key statements. busy() still sees the
-// driver's error through it.
-func keyErr(op string, err error) error {
-	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	if isNoKeysTable(err) {
-		return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
-	}
-	return fmt.Errorf("sqlfence: %s: %w", op, err)
-}
-
-// isNoKeysTable reports whether err says idempotency_keys does not exist (MySQL 1146,
-// SQLite "no such table", PostgreSQL 42P01).
-func isNoKeysTable(err error) bool { return missingTable(err, "idempotency_keys") }

@@ -31,11 +31,11 @@ func WithTxOptions(o sql.TxOptions) Option {
 		switch o.Isolation {
 		case sql.LevelDefault, sql.LevelSerializable:
 		case sql.LevelReadUncommitted, sql.LevelReadCommitted, sql.LevelRepeatableRead:
-			if s.d.Dialect == dSQLite {
-				return optionErr("WithTxOptions", "isolation level %s: %s transactions are always serializable", o.Isolation, s.d)
+			if err := s.d.isolation(o.Isolation); err != nil {
+				return optionErr("WithTxOptions", "%v", err)
 			}
 		default:
-			return optionErr("WithTxOptions", "isolation level %s is not supported by %s", o.Isolation, s.d)
+			return optionErr("WithTxOptions", "isolation level %s is not supported by %s", o.Isolation, s.d.dialect())
 		}
 		if o.Isolation != sql.LevelDefault {
 			s.txOpts = &sql.TxOptions{Isolation: o.Isolation}
@@ -52,10 +52,11 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
 	}
-	if err := (dialect{d}).check(); err != nil {
+	dd, err := newDatabase(d)
+	if err != nil {
 		return nil, err
 	}
-	s := &Store{db: db, d: dialect{d}}
+	s := &Store{db: db, d: dd}
 	for _, o := range opts {
 		if o == nil {
 			continue

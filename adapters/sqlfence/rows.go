@@ -39,7 +39,7 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 		return nil, err
 	}
 	st := &rowStmt{table: r.Table, g: c}
-	if st.qtable, err = s.d.table(r.Table); err != nil {
+	if st.qtable, err = s.table(r.Table); err != nil {
 		return nil, err
 	}
 	if len(r.Key) == 0 {
@@ -52,10 +52,10 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if tokName == "" {
 		tokName = fence.DefaultTokenColumn
 	}
-	if st.tok, err = s.d.ident("token column", tokName); err != nil {
+	if st.tok, err = s.ident("token column", tokName); err != nil {
 		return nil, err
 	}
-	if err := st.columns(s.d, tokName, r.Key, set); err != nil {
+	if err := st.columns(s, tokName, r.Key, set); err != nil {
 		return nil, err
 	}
 	return st, nil
@@ -63,11 +63,11 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 
 // columns quotes the key and set columns into st, refusing a column named twice
 // (names compare case-insensitively in every database) or the token column.
-func (st *rowStmt) columns(d dialect, tokName string, key, set []fence.Col) error {
+func (st *rowStmt) columns(s *Store, tokName string, key, set []fence.Col) error {
 	names := make([]string, 0, 1+len(key)+len(set))
 	names = append(names, tokName)
 	use := func(what, name string) (string, error) {
-		q, err := d.ident(what, name)
+		q, err := s.ident(what, name)
 		if err != nil {
 			return "", err
 		}
@@ -123,16 +123,16 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		return err
 	}
 	g = st.g
-	if err := s.probe(ctx); err != nil {
+	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
 	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
 	q := s.d.rebind("INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
-		s.d.upsertTail(st.qtable, st.keys, st.set, st.tok))
+		s.d.upsertTail(st))
 	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
 
-	err = s.writeTx(ctx, "upsert", g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -156,7 +156,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
 	})
 	if err != nil {
-		return st.failed("upsert", err)
+		return s.failed(st, "upsert", err)
 	}
 	return nil
 }
@@ -175,12 +175,12 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 		return err
 	}
 	g = st.g
-	if err := s.probe(ctx); err != nil {
+	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
 	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
 	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
-	err = s.writeTx(ctx, "delete", g, func(tx *sql.Tx) error {
+	err = s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
@@ -194,10 +194,10 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 		case n > 1:
 			return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was deleted", fence.ErrInvalidArgument, r.Table, n)
 		}
-		return s.refused(ctx, tx, g, st)
+		return s.refused(ctx, tx, st)
 	})
 	if err != nil {
-		return st.failed("delete", err)
+		return s.failed(st, "delete", err)
 	}
 	return nil
 }
@@ -205,11 +205,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // writeTx runs fn in a transaction that first raises g's fence row, and commits; it
 // tries the whole transaction again while the database is busy (every statement in
 // it is the Store's own).
-func (s *Store) writeTx(ctx context.Context, op string, g fence.Grant, fn func(*sql.Tx) error) error {
-	c, err := engine.Check(g)
-	if err != nil {
-		return err
-	}
+func (s *Store) writeTx(ctx context.Context, op string, c *engine.Checked, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
 		tx, err := s.db.BeginTx(ctx, nil)
 		if err != nil {
@@ -245,7 +241,8 @@ func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token
 
 // refused tells why a conditional write changed no row: a higher stored token (a
 // *fence.StaleError), or no such row.
-func (s *Store) refused(ctx context.Context, q querier, g fence.Grant, st *rowStmt) error {
+func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
+	g := st.g
 	stored, found, err := s.stored(ctx, q, st)
 	switch {
 	case err != nil:
@@ -261,8 +258,8 @@ func (s *Store) refused(ctx context.Context, q querier, g fence.Grant, st *rowSt
 
 // failed maps a write's error: a unique-key violation to a *nolock.DuplicateError,
 // fence's own errors, fence.ErrBusy and ctx's error as they are, anything else wrapped.
-func (st *rowStmt) failed(op string, err error) error {
-	if de := asDuplicate(err, st.table); de != nil {
+func (s *Store) failed(st *rowStmt, op string, err error) error {
+	if de := s.d.duplicate(err, st.table); de != nil {
 		return de
 	}
 	var (
@@ -277,4 +274,23 @@ func (st *rowStmt) failed(op string, err error) error {
 		return err
 	}
 	return fmt.Errorf("sqlfence: %s %q: %w", op, st.table, err)
+}
+
+// onConflictTail is the upsert clause of PostgreSQL and SQLite: ON CONFLICT on the
+// key columns, the row updated only if its token, old (as the database names the
+// existing row's column), is not higher.
+func onConflictTail(st *rowStmt, old string) string {
+	var b strings.Builder
+	b.WriteString(" ON CONFLICT (" + strings.Join(st.keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range st.set {
+		b.WriteString(c + " = excluded." + c + ", ")
+	}
+	b.WriteString(st.tok + " = excluded." + st.tok + " WHERE " + old + " <= excluded." + st.tok)
+	return b.String()
+}
+
+// rowsNone reports that a statement changed no row.
+func rowsNone(res sql.Result) (bool, error) {
+	n, err := res.RowsAffected()
+	return n == 0, err
 }

@@ -11,14 +11,18 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
+// onConflictRaise ends an INSERT of fence rows on PostgreSQL and SQLite: a row is
+// raised unless a higher token is stored, and its row count says how many were.
+const onConflictRaise = " ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = CURRENT_TIMESTAMP " +
+	"WHERE fence_tokens.token <= excluded.token"
+
 // raiseSet raises the fence row of every resource of a fence.Set grant inside tx, in
 // sorted order (engine.Resources), with one multi-row upsert that never lowers a row
 // and so locks every row in that order, then refuses the whole set with a
-// *fence.StaleError naming the first resource that holds a higher token. PostgreSQL
-// and SQLite report how many rows the upsert raised, so the lookup runs only when one
-// was not; MySQL counts a row left as it was as found (clientFoundRows), so it always
-// looks: two statements for a set of any size.
-func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
+// *fence.StaleError naming the first resource that holds a higher token. Where the
+// upsert's row count says every row was raised (countsRaised) the lookup is skipped;
+// otherwise two statements for a set of any size.
+func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g *engine.Checked) error {
 	res := engine.Resources(g)
 	tok := int64(g.Token())
 	var b strings.Builder
@@ -31,18 +35,12 @@ func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 		b.WriteString("(?, ?)")
 		args = append(args, r, tok)
 	}
-	if s.d.Dialect == dMySQL {
-		b.WriteString(" ON DUPLICATE KEY UPDATE updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
-			"token = GREATEST(token, VALUES(token))")
-	} else {
-		b.WriteString(" ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = CURRENT_TIMESTAMP " +
-			"WHERE fence_tokens.token <= excluded.token")
-	}
+	b.WriteString(s.d.raiseSetTail())
 	r, err := tx.ExecContext(ctx, s.d.rebind(b.String()), args...)
 	if err != nil {
-		return raiseErr(g, err)
+		return s.raiseErr(g, err)
 	}
-	if s.d.Dialect != dMySQL {
+	if s.d.countsRaised() {
 		if n, err := r.RowsAffected(); err == nil && n == int64(len(res)) {
 			return nil
 		}

@@ -62,7 +62,7 @@ var (
 // no connection of its own.
 type Store struct {
 	db     *sql.DB
-	d      dialect
+	d      database
 	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
 	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or engine.DefaultIdleTimeout
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
@@ -95,26 +95,27 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	if err != nil {
 		return err
 	}
-	g = c
-	if err := s.probe(ctx); err != nil {
+	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
-	if s.d.Dialect == dMySQL && s.fast(g) {
-		return s.fencedFast(ctx, g, fn)
-	}
-	if s.d.Dialect == dMySQL {
-		return s.fencedPinned(ctx, g, fn)
-	}
-	tx, err := s.beginFenced(ctx, s.db, g)
+	return s.d.fenced(ctx, s, c, fn)
+}
+
+// run is Fenced's transaction on b: begin and raise (beginFenced), then finish.
+func (s *Store) run(ctx context.Context, b beginner, g *engine.Checked, fn func(*sql.Tx) error) error {
+	tx, err := s.beginFenced(ctx, b, g)
 	if err != nil {
 		return err
 	}
 	return s.finish(ctx, tx, g, fn)
 }
 
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, g fence.Grant, fn func(*sql.Tx) error) error {
-	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g.(*engine.Checked), op: "commit", begun: time.Now()}
-	return engine.RunTx(t.g, t, func() error {
+// finish runs fn in the open fenced tx and ends it through the lifecycle
+// (engine.RunTx); any error of fn's that says the server ended the transaction for
+// idling becomes fence.ErrIdleTimeout.
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, g *engine.Checked, fn func(*sql.Tx) error) error {
+	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: "commit", begun: time.Now()}
+	return engine.RunTx(g, t, func() error {
 		err := fn(tx)
 		if e := s.idleEnded(g, t.begun, err, false); e != nil {
 			return e
@@ -144,7 +145,7 @@ func (t *fencedTx) Commit() error {
 	if e := t.s.idleEnded(t.g, t.begun, err, true); e != nil {
 		return e
 	}
-	if u := unknownOutcome(t.op, t.g, err, true); u != nil {
+	if u := t.s.unknownOutcome(t.op, t.g, err, true); u != nil {
 		return u
 	}
 	return t.s.commitErr(t.ctx, err)
@@ -152,7 +153,7 @@ func (t *fencedTx) Commit() error {
 
 func (s *Store) commitErr(ctx context.Context, err error) error {
 	switch {
-	case busy(err):
+	case s.d.busy(err):
 		return fmt.Errorf("%w: commit refused, nothing was written: %w", fence.ErrBusy, err)
 	case errors.Is(err, sql.ErrTxDone) && ctx.Err() != nil:
 		return fmt.Errorf("sqlfence: commit: %w (rolled back)", ctx.Err())
@@ -169,14 +170,6 @@ func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
 	return engine.Check(g)
 }
 
-// probe checks the connection once per Store where the dialect needs it (MySQL).
-func (s *Store) probe(ctx context.Context) error {
-	if s.d.Dialect == dMySQL {
-		return s.probeFoundRows(ctx)
-	}
-	return nil
-}
-
 // beginner is a *sql.DB or a pinned *sql.Conn.
 type beginner interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
@@ -185,7 +178,7 @@ type beginner interface {
 // beginFenced begins a transaction and raises the fence row, trying again while the
 // database is busy: nothing of the caller's has run yet. It returns the open
 // transaction, or an error after rolling back.
-func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*sql.Tx, error) {
+func (s *Store) beginFenced(ctx context.Context, db beginner, g *engine.Checked) (*sql.Tx, error) {
 	var tx *sql.Tx
 	err := s.retry(ctx, func() error {
 		var err error
@@ -203,23 +196,25 @@ func (s *Store) beginFenced(ctx context.Context, db beginner, g fence.Grant) (*s
 	return tx, nil
 }
 
-// raise raises g's fence row inside tx. The common case, a row that exists with a
-// token not higher, is one plain UPDATE (cheaper for the server than an upsert, which
-// tries the insert first). Zero rows matched means no row yet or a higher token: then
-// the upsert of dialect.raiseSQL inserts the row or reports the stored token.
-func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
+// raise raises g's fence row or rows inside tx.
+func (s *Store) raise(ctx context.Context, tx *sql.Tx, g *engine.Checked) error {
 	if engine.Multi(g) {
 		return s.raiseSet(ctx, tx, g)
 	}
-	if s.d.Dialect == dPostgres {
-		return s.raisePostgres(ctx, tx, g)
-	}
-	bump, raise := s.d.bumpSQL(), s.d.raiseSQL()
-	bumpArgs := []any{int64(g.Token()), g.Resource(), int64(g.Token())}
-	raiseArgs := []any{g.Resource(), int64(g.Token())}
-	res, err := tx.ExecContext(ctx, s.d.rebind(bump), bumpArgs...)
+	return s.d.raise(ctx, s, tx, g)
+}
+
+// bumpOrUpsert is the raise of MySQL and SQLite. The common case, a row that exists
+// with a token not higher, is one plain UPDATE, bump (cheaper for the server than an
+// upsert, which tries the insert first). Zero rows matched means no row yet or a
+// higher token: then upsert inserts the row, or raised reports it refused and the
+// stored token when the database hands it back (0: read it).
+func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked, bump, upsert string,
+	raised func(sql.Result) (stale bool, seen fence.Token, err error)) error {
+	tok := int64(g.Token())
+	res, err := tx.ExecContext(ctx, bump, tok, g.Resource(), tok)
 	if err != nil {
-		return raiseErr(g, err)
+		return s.raiseErr(g, err)
 	}
 	// Matched rows: clientFoundRows on MySQL (checked by probe), always on SQLite.
 	if n, err := res.RowsAffected(); err != nil {
@@ -227,11 +222,10 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	} else if n > 0 {
 		return nil
 	}
-	res, err = tx.ExecContext(ctx, s.d.rebind(raise), raiseArgs...)
-	if err != nil {
-		return raiseErr(g, err)
+	if res, err = tx.ExecContext(ctx, upsert, g.Resource(), tok); err != nil {
+		return s.raiseErr(g, err)
 	}
-	stale, seen, err := s.d.raised(res)
+	stale, seen, err := raised(res)
 	if err != nil {
 		return fmt.Errorf("sqlfence: raise fence row %q: %w", g.Resource(), err)
 	}
@@ -240,20 +234,13 @@ func (s *Store) raise(ctx context.Context, tx *sql.Tx, g fence.Grant) error {
 	}
 	if seen == 0 {
 		var v int64
-		err := tx.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), g.Resource()).Scan(&v)
+		err := tx.QueryRowContext(ctx, "SELECT token FROM fence_tokens WHERE resource = ?", g.Resource()).Scan(&v)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return fmt.Errorf("sqlfence: read fence row %q: %w", g.Resource(), err)
 		}
 		seen = fence.Token(v)
 	}
 	return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
-}
-
-func raiseErr(g fence.Grant, err error) error {
-	if missingSchema(err) {
-		return fmt.Errorf("%w: raise fence row %q: %w", fence.ErrSchema, g.Resource(), err)
-	}
-	return fmt.Errorf("sqlfence: raise fence row %q to %d: %w", g.Resource(), g.Token(), err)
 }
 
 // retry runs attempt until it returns an error that is not busy(), or ctx ends. Each
@@ -264,7 +251,7 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	wait := time.Millisecond
 	for {
 		err := attempt()
-		if err == nil || !busy(err) {
+		if err == nil || !s.d.busy(err) {
 			return err
 		}
 		t := time.NewTimer(wait/2 + rand.N(wait))

@@ -15,7 +15,7 @@ import (
 // take that changed nothing.
 type shape struct {
 	take, look string
-	// stmt is take prepared on the Store's *sql.DB (see Dialect.preparesTake).
+	// stmt is take prepared on the Store's *sql.DB (see database.prepares).
 	// database/sql prepares it again on each pooled connection it runs on, and the
 	// database prepares it again itself after the table is dropped, re-created or
 	// altered (SQLite's sqlite3_prepare_v2, MySQL's automatic re-prepare). Nil on
@@ -24,12 +24,21 @@ type shape struct {
 	stmt *sql.Stmt
 }
 
-// preparesTake reports whether Decrement runs its take as a prepared statement. SQLite:
-// modernc parses every statement text anew. MySQL: a prepared statement runs in the
-// binary protocol, faster than the interpolated text of a sqlfence/mysql pool
-// (BENCHMARKS.md), at the price of one prepare per pooled connection and shape. Not PostgreSQL: pgx's stdlib already keeps
-// statements prepared per connection by their text.
-func (d dialect) preparesTake() bool { return d.Dialect == dSQLite || d.Dialect == dMySQL }
+// exec runs sh's take: prepared, or as text on db.
+func (sh *shape) exec(ctx context.Context, db *sql.DB, args []any) (sql.Result, error) {
+	if sh.stmt != nil {
+		return sh.stmt.ExecContext(ctx, args...)
+	}
+	return db.ExecContext(ctx, sh.take, args...)
+}
+
+// queryRow runs sh's take for the row it returns.
+func (sh *shape) queryRow(ctx context.Context, db *sql.DB, args []any) *sql.Row {
+	if sh.stmt != nil {
+		return sh.stmt.QueryRowContext(ctx, args...)
+	}
+	return db.QueryRowContext(ctx, sh.take, args...)
+}
 
 // shapeCache is a Store's shapes (engine.ShapeMap, keyed by appendShapeKey) and the
 // statements prepared for them.
@@ -78,7 +87,7 @@ func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length
 	key := appendShapeKey(buf[:0], c)
 	sh, _ := s.shapes.m.Load(key)
-	if sh != nil && (sh.stmt != nil || !s.d.preparesTake()) {
+	if sh != nil && (sh.stmt != nil || !s.d.prepares()) {
 		return sh, nil
 	}
 	if sh == nil {
@@ -95,7 +104,7 @@ func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 }
 
 // remember caches sh under key, first preparing its take where the dialect prepares
-// takes (dialect.preparesTake), and returns the shape to use: the one cached, or sh
+// takes (database.prepares), and returns the shape to use: the one cached, or sh
 // when the cache is full. A cached shape whose prepare failed is replaced once a
 // prepare succeeds.
 func (s *Store) remember(ctx context.Context, key []byte, sh *shape) *shape {
@@ -104,7 +113,7 @@ func (s *Store) remember(ctx context.Context, key []byte, sh *shape) *shape {
 		return sh // nothing would be kept: do not prepare
 	}
 	v := sh
-	if s.d.preparesTake() {
+	if s.d.prepares() {
 		// A failure is not kept: the take runs as text and reports it, the next
 		// call tries again.
 		if st, err := s.db.PrepareContext(ctx, sh.take); err == nil {

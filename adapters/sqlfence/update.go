@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/engine"
 )
 
 // Update sets the columns on the row if its token column is <= g.Token() and no higher
@@ -43,63 +44,28 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
-	g = st.g
-	if err := s.probe(ctx); err != nil {
+	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
-	if s.d.Dialect == dSQLite {
-		err = s.txUpdate(ctx, g, st)
-	} else {
-		err = s.updateOne(ctx, g, st)
-	}
-	if err != nil {
-		return st.failed("update", err)
+	if err := s.d.update(ctx, s, st); err != nil {
+		return s.failed(st, "update", err)
 	}
 	return nil
 }
 
-// updateOne is Update in one statement (PostgreSQL, MySQL). On PostgreSQL the fence
-// row is raised by a plain UPDATE first (cheaper for the server) and by the upsert,
-// which also inserts it, only when that wrote nothing.
-func (s *Store) updateOne(ctx context.Context, g fence.Grant, st *rowStmt) error {
-	bumps := []bool{false}
-	if s.d.Dialect == dPostgres {
-		bumps = []bool{true, false}
-	}
-	for _, bump := range bumps {
-		n, err := s.updateTry(ctx, g, st, bump)
-		if err != nil || n > 0 {
-			return err
-		}
-	}
-	fenceTok, found, err := s.fenceToken(ctx, g.Resource())
-	switch {
-	case err != nil:
-		return err
-	case found && fenceTok > g.Token():
-		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fenceTok}
-	case !found && s.d.Dialect == dMySQL:
-		// The join needs the fence row: the resource's first write goes in a
-		// transaction that inserts it, as SQLite's do.
-		return s.txUpdate(ctx, g, st)
-	}
-	return s.refused(ctx, s.db, g, st)
-}
-
-// updateTry runs the one-statement Update once, trying again while busy, and returns
-// the rows it changed.
-func (s *Store) updateTry(ctx context.Context, g fence.Grant, st *rowStmt, bump bool) (int64, error) {
-	q, args := st.fencedUpdate(s.d, g, bump)
+// updateTry runs a one-statement Update (q, ? placeholders) once, trying again while
+// busy, and returns the rows it changed.
+func (s *Store) updateTry(ctx context.Context, st *rowStmt, q string, args []any) (int64, error) {
 	q = s.d.rebind(q)
 	var n int64
 	err := s.retry(ctx, func() error {
 		var err error
 		n, err = exec(ctx, s.db, q, args...)
 		if err != nil {
-			if u := unknownOutcome("update", g, err, false); u != nil {
+			if u := s.unknownOutcome("update", st.g, err, false); u != nil {
 				return u
 			}
-			if missingSchema(err) {
+			if s.missingSchema(err) {
 				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
 		}
@@ -109,30 +75,32 @@ func (s *Store) updateTry(ctx context.Context, g fence.Grant, st *rowStmt, bump 
 }
 
 // txUpdate is Update in a transaction that raises the fence row first (writeTx).
-func (s *Store) txUpdate(ctx context.Context, g fence.Grant, st *rowStmt) error {
-	return s.writeTx(ctx, "update", g, func(tx *sql.Tx) error {
-		n, err := exec(ctx, tx, s.d.rebind(st.plainUpdate()), st.plainArgs(g)...)
+func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
+	return s.writeTx(ctx, "update", st.g, func(tx *sql.Tx) error {
+		n, err := exec(ctx, tx, s.d.rebind(st.plainUpdate()), st.plainArgs(st.g)...)
 		if err != nil || n > 0 {
 			return err
 		}
-		return s.refused(ctx, tx, g, st)
+		return s.refused(ctx, tx, st)
 	})
 }
 
-// fenceToken reads the resource's stored mark.
-func (s *Store) fenceToken(ctx context.Context, resource string) (fence.Token, bool, error) {
+// fenceStale reads g's stored mark after a one-statement Update changed nothing: a
+// *fence.StaleError when it is higher than g's token; found reports a mark stored.
+func (s *Store) fenceStale(ctx context.Context, g *engine.Checked) (found bool, err error) {
 	var v int64
-	err := s.db.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), resource).Scan(&v)
+	err = s.db.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), g.Resource()).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
-		return 0, false, nil
+		return false, nil
+	case err != nil && s.missingSchema(err):
+		return false, fmt.Errorf("%w: %w", fence.ErrSchema, err)
 	case err != nil:
-		if missingSchema(err) {
-			return 0, false, fmt.Errorf("%w: %w", fence.ErrSchema, err)
-		}
-		return 0, false, fmt.Errorf("sqlfence: read fence row %q: %w", resource, err)
+		return false, fmt.Errorf("sqlfence: read fence row %q: %w", g.Resource(), err)
+	case fence.Token(v) > g.Token():
+		return true, &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(v)}
 	}
-	return fence.Token(v), true, nil
+	return true, nil
 }
 
 type execer interface {
@@ -165,51 +133,4 @@ func (st *rowStmt) plainArgs(g fence.Grant) []any {
 	args := make([]any, 0, len(st.setArgs)+len(st.keyArgs)+2)
 	args = append(append(args, st.setArgs...), tok)
 	return append(append(args, st.keyArgs...), tok)
-}
-
-// fencedUpdate builds the one-statement Update of PostgreSQL or MySQL and its
-// arguments (? placeholders). On PostgreSQL, bump raises the fence row with a plain
-// UPDATE (nothing when the row is missing), else with the upsert; either re-checks
-// its WHERE on the newest version of a fence row it waited for.
-func (st *rowStmt) fencedUpdate(d dialect, g fence.Grant, bump bool) (string, []any) {
-	tok := int64(g.Token())
-	args := make([]any, 0, 2*len(st.keyArgs)+len(st.setArgs)+5)
-	var b strings.Builder
-	if d.Dialect == dMySQL {
-		// Every column is qualified: the caller's table may have columns named like
-		// fence_tokens' own.
-		const t = "fencegate_t."
-		b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.qtable + " AS fencegate_t ON ")
-		for i, k := range st.keys {
-			if i > 0 {
-				b.WriteString(" AND ")
-			}
-			b.WriteString(t + k + " = ?")
-		}
-		args = append(args, st.keyArgs...)
-		b.WriteString(" SET ")
-		for _, c := range st.set {
-			b.WriteString(t + c + " = ?, ")
-		}
-		args = append(args, st.setArgs...)
-		b.WriteString(t + st.tok + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
-			" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.tok + " <= ?")
-		return b.String(), append(args, tok, tok, g.Resource(), tok, tok)
-	}
-	match := st.where + " AND " + st.tok + " <= ?"
-	if bump {
-		b.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = CAST(? AS BIGINT), " +
-			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = CAST(? AS VARCHAR) AND fencegate_ft.token <= CAST(? AS BIGINT) " +
-			"AND EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") RETURNING 1) ")
-		args = append(args, tok, g.Resource(), tok)
-	} else {
-		b.WriteString("WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) " +
-			"SELECT CAST(? AS VARCHAR), CAST(? AS BIGINT) WHERE EXISTS (SELECT 1 FROM " + st.qtable + " WHERE " + match + ") " +
-			"ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP " +
-			"WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) ")
-		args = append(args, g.Resource(), tok)
-	}
-	args = append(append(args, st.keyArgs...), tok)
-	b.WriteString(st.plainUpdate() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
-	return b.String(), append(args, st.plainArgs(g)...)
 }

@@ -190,3 +190,54 @@ func PGRefusal(g fence.Grant, state, msg string, err error) error {
 func IdleTimeoutErr(g fence.Grant, err error) error {
 	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }
+
+// PGUpdateSQL is the single-row Update of both PostgreSQL adapters over quoted names:
+// a data-modifying CTE raises the fence row, then the UPDATE writes the row and the
+// token. The CTE is an InitPlan of the UPDATE's EXISTS, run before any target row is
+// locked, so Update locks in the order Fenced does: fence row, then data. bump raises
+// an existing fence row with a plain UPDATE, which costs the server less than the
+// upsert (no speculative insertion) but writes nothing when the resource has no fence
+// row yet. Either way the raise's WHERE (token <= ours) is re-checked on the newest
+// version of a fence row it waited for. Arguments: the resource, the token, the set
+// values, the key values.
+func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
+	n := 2
+	next := func() string { n++; return "$" + strconv.Itoa(n) }
+	vals := make([]string, len(set))
+	for i := range set {
+		vals[i] = next()
+	}
+	var match strings.Builder
+	for i, k := range keys {
+		if i > 0 {
+			match.WriteString(" AND ")
+		}
+		match.WriteString(k + " = " + next())
+	}
+	match.WriteString(" AND " + tok + " <= $2")
+	exists := "EXISTS (SELECT 1 FROM " + table + " WHERE " + match.String() + ")"
+	var b strings.Builder
+	b.Grow(320 + len(table) + 16*(len(set)+len(keys)))
+	if bump {
+		b.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = $2::bigint, " +
+			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = $1::varchar AND fencegate_ft.token <= $2::bigint AND " +
+			exists + " RETURNING 1) ")
+	} else {
+		b.WriteString(PGFenceCTE("$1", "$2", exists))
+	}
+	b.WriteString("UPDATE " + table + " SET ")
+	for i := range set {
+		b.WriteString(set[i] + " = " + vals[i] + ", ")
+	}
+	b.WriteString(tok + " = $2 WHERE " + match.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
+	return b.String()
+}
+
+// PGFenceCTE is the CTE that raises the fence row of resource res to token tok
+// (placeholders), inserting it if missing, when cond holds: a single-row write's
+// statement runs behind it only if it returned a row.
+func PGFenceCTE(res, tok, cond string) string {
+	return "WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT " +
+		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +
+		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) "
+}
