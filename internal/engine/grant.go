@@ -277,3 +277,9 @@ func (s *Settings) Observe(adapter, op string, errp *error) {
 		s.Obs.FencedWrite(adapter, op, *errp)
 	}
 }
+
+// IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err: the server ended
+// the fenced transaction for sitting idle past its bound.
+func IdleTimeoutErr(g fence.Grant, err error) error {
+	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
+}

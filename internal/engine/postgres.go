@@ -185,12 +185,6 @@ func PGRefusal(g fence.Grant, state, msg string, err error) error {
 	return nil
 }
 
-// IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err: the server ended
-// the fenced transaction for sitting idle past its bound.
-func IdleTimeoutErr(g fence.Grant, err error) error {
-	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
-}
-
 // PGUpdateSQL is the single-row Update of both PostgreSQL adapters over quoted names:
 // a data-modifying CTE raises the fence row, then the UPDATE writes the row and the
 // token. The CTE is an InitPlan of the UPDATE's EXISTS, run before any target row is

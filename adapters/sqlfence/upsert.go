@@ -1,0 +1,128 @@
+package sqlfence
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/nolock"
+)
+
+// Upsert inserts the row (key, set columns and g.Token() in the token column), or
+// updates it as Update does if its stored token is <= g.Token(). In the same
+// transaction it raises the fence_tokens row of g.Resource() to g.Token(), so once a
+// newer holder has deleted the row (see Delete) an older one cannot insert it again:
+// that, and a row holding a higher token, return a *fence.StaleError and change
+// nothing. Writing the values the row already has is a success.
+//
+// MySQL: ON DUPLICATE KEY UPDATE, every column guarded by IF() on the old token and
+// the key; a clash on another unique key returns a *nolock.DuplicateError instead of
+// updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
+// table's primary key or a unique index. Errors are those of Update.
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe("upsert", &err)
+	st, err := s.prepare(g, r, set, false)
+	if err != nil {
+		return err
+	}
+	g = st.g
+	if err := s.d.probe(ctx, s); err != nil {
+		return err
+	}
+	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
+	q := s.d.rebind("INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
+		s.d.upsertTail(st))
+	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
+
+	err = s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		check, err := s.d.upserted(res)
+		if err != nil || !check {
+			return err
+		}
+		stored, found, err := s.stored(ctx, tx, st)
+		switch {
+		case err != nil:
+			return err
+		case found && stored == g.Token():
+			return nil // MySQL: an AUTO_INCREMENT id, not a refusal
+		case found && stored > g.Token():
+			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: stored}
+		}
+		// MySQL only: the insert hit another unique key and the guarded update left
+		// that row alone.
+		return &nolock.DuplicateError{Table: r.Table,
+			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
+	})
+	if err != nil {
+		return s.failed(st, "upsert", err)
+	}
+	return nil
+}
+
+// Delete removes the row if its token column is <= g.Token(), and in the same
+// transaction raises the fence_tokens row of g.Resource() to g.Token(): that row is
+// the tombstone that makes a later Upsert with an older token stale. A row holding a
+// higher token, or a higher fence token, returns a *fence.StaleError; a missing row
+// an error matching fence.ErrNotFound; both change nothing (the raise rolls back).
+// If r.Key picks more than one row nothing is deleted and fence.ErrInvalidArgument
+// is returned. Other errors are those of Update.
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
+	defer s.observe("delete", &err)
+	st, err := s.prepare(g, r, nil, false)
+	if err != nil {
+		return err
+	}
+	g = st.g
+	if err := s.d.probe(ctx, s); err != nil {
+		return err
+	}
+	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
+	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
+	err = s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		switch {
+		case err != nil:
+			return err
+		case n == 1:
+			return nil
+		case n > 1:
+			return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was deleted", fence.ErrInvalidArgument, r.Table, n)
+		}
+		return s.refused(ctx, tx, st)
+	})
+	if err != nil {
+		return s.failed(st, "delete", err)
+	}
+	return nil
+}
+
+// onConflictTail is the upsert clause of PostgreSQL and SQLite: ON CONFLICT on the
+// key columns, the row updated only if its token, old (as the database names the
+// existing row's column), is not higher.
+func onConflictTail(st *rowStmt, old string) string {
+	var b strings.Builder
+	b.WriteString(" ON CONFLICT (" + strings.Join(st.keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range st.set {
+		b.WriteString(c + " = excluded." + c + ", ")
+	}
+	b.WriteString(st.tok + " = excluded." + st.tok + " WHERE " + old + " <= excluded." + st.tok)
+	return b.String()
+}
+
+// rowsNone reports that a statement changed no row.
+func rowsNone(res sql.Result) (bool, error) {
+	n, err := res.RowsAffected()
+	return n == 0, err
+}
