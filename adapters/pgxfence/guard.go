@@ -15,12 +15,6 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// maxDecrementLooks bounds how often Decrement tries again when its guarded UPDATE
-// changed nothing yet the look that follows finds enough left (the counter was
-// raised in between). Each try is a fresh guarded UPDATE, so the bound only limits
-// work, never correctness.
-const maxDecrementLooks = 3
-
 // Decrement is nolock's guarded take (see nolock.Counter) in one statement, no lock
 // and no transaction: UPDATE t SET col = col - $n WHERE key = $k AND col >= $n
 // RETURNING col. PostgreSQL settles concurrent takers on the row lock. The column
@@ -57,14 +51,13 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		if err != nil {
 			return 0, err
 		}
+		left = 0
 		err = s.db.QueryRow(ctx, "SELECT "+ct.col+" FROM "+ct.table+" WHERE "+ct.where(1), args[1:len(args)-1]...).Scan(&left)
-		switch {
-		case errors.Is(err, pgx.ErrNoRows):
-			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeKey(c.Key))
-		case err != nil:
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement: look up", c.Table, err)
-		case left < n || try == maxDecrementLooks:
-			return left, fmt.Errorf("%w in %q: wanted %d, %d left", nolock.ErrInsufficient, c.Table, n, left)
+		}
+		if err := engine.TakeRefused(c, n, left, err == nil, try); err != nil {
+			return left, err
 		}
 	}
 }

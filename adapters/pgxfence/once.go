@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -14,14 +13,6 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
-)
-
-const (
-	// maxOnceAttempts bounds how often Once starts over when PostgreSQL refuses the
-	// key's insert with a serialization failure or a deadlock (before fn has run).
-	maxOnceAttempts = 10
-	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
-	purgeBatch = 1000
 )
 
 // claimSQL inserts the key, or, when it is already there, returns it. If the insert
@@ -41,11 +32,10 @@ SELECT true, NULL::varchar, NULL::bytea, false FROM ins
 UNION ALL
 SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 	FROM idempotency_keys WHERE idem_key = $1 AND NOT EXISTS (SELECT 1 FROM ins)`
-	readKeySQL    = `SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false) FROM idempotency_keys WHERE idem_key = $1`
-	dropKeySQL    = `DELETE FROM idempotency_keys WHERE idem_key = $1 AND expires_at <= now()`
-	storeKeySQL   = `UPDATE idempotency_keys SET result = $2 WHERE idem_key = $1`
-	purgeKeysSQL  = `DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
-	maxClaimTries = 3 // claim, drop an expired key, claim again (and once more for a race)
+	readKeySQL   = `SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false) FROM idempotency_keys WHERE idem_key = $1`
+	dropKeySQL   = `DELETE FROM idempotency_keys WHERE idem_key = $1 AND expires_at <= now()`
+	storeKeySQL  = `UPDATE idempotency_keys SET result = $2 WHERE idem_key = $1`
+	purgeKeysSQL = `DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 )
 
 // Once runs fn at most once per idempotency key, as nolock's package doc says. A
@@ -73,17 +63,12 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	wait := time.Millisecond
 	for attempt := 1; ; attempt++ {
 		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
-		if err == nil || ran || s.nested || attempt == maxOnceAttempts || !retryable(err) {
+		if err == nil || ran || s.nested || attempt == engine.MaxOnceAttempts || !retryable(err) {
 			return r, err
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nolock.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, context.Cause(ctx), err)
-		case <-t.C:
+		if cause := engine.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
+			return nolock.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, cause, err)
 		}
-		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
@@ -107,12 +92,12 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, purgeKeysSQL, purgeBatch)
+		tag, err := s.db.Exec(ctx, purgeKeysSQL, engine.PurgeBatch)
 		if err != nil {
 			return total, keyError("purge expired idempotency keys", err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < purgeBatch {
+		if tag.RowsAffected() < engine.PurgeBatch {
 			return total, nil
 		}
 	}
@@ -174,7 +159,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
 			if errors.Is(err, pgx.ErrNoRows) {
 				// Deleted in between (purged or replaced as expired): claim again.
-				if try < maxClaimTries {
+				if try < engine.MaxClaimTries {
 					continue
 				}
 				return r, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try)
@@ -183,7 +168,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 		if err != nil {
 			return r, false, keyError("once: claim key", err)
 		}
-		if !expired || try == maxClaimTries {
+		if !expired || try == engine.MaxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
@@ -195,7 +180,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 	case mine:
 		return r, true, nil
 	case expired:
-		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, engine.MaxClaimTries)
 	case storedFP == nil || *storedFP != fingerprint:
 		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}

@@ -93,19 +93,11 @@ func (s *Store) explain(ctx context.Context, g fence.Grant, r fence.Row, rw row,
 		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 	}
 	if rowTok == nil {
-		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, describeKey(r.Key))
+		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
 	}
 	// The row is there with a token <= ours but was not when the write ran (it was
 	// inserted concurrently): the write found nothing to change.
-	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, describeKey(r.Key))
-}
-
-func describeKey(key []fence.Col) string {
-	parts := make([]string, len(key))
-	for i, k := range key {
-		parts[i] = fmt.Sprintf("%s = %v", k.Name, k.Value)
-	}
-	return strings.Join(parts, " AND ")
+	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
 }
 
 // Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the

@@ -180,13 +180,8 @@ func New(db DB, opts ...Option) (*Store, error) {
 		// semantics it did not ask for.
 		return nil, fmt.Errorf("%w: pgxfence: a %T is neither a *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn nor a pgx.Tx", fence.ErrInvalidArgument, db)
 	}
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return nil, err
-		}
+	if err := engine.Apply(s, opts); err != nil {
+		return nil, err
 	}
 	return s, nil
 }

@@ -9,14 +9,9 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
-
-// maxDecrementLooks bounds how often Decrement tries again when its guarded UPDATE
-// changed nothing yet the look that follows finds enough left (the counter was
-// raised in between). Each try is a fresh guarded UPDATE: the bound limits work,
-// never correctness.
-const maxDecrementLooks = 3
 
 // usable refuses a Store that cannot run a statement, before any I/O.
 func (s *Store) usable() error {
@@ -26,28 +21,11 @@ func (s *Store) usable() error {
 	return nil
 }
 
-// Decrement takes n from c.Column of the row c.Key picks, only if at least n is left,
-// and returns what is left after the take. It is one statement outside any
-// transaction, and the database settles concurrent takers on the row lock (InnoDB,
-// PostgreSQL) or on the write lock (SQLite):
-//
-//	UPDATE t SET col = col - ? WHERE key = ? AND col >= ?            -- plus the new value
-//
-// MySQL/MariaDB returns the new value through LAST_INSERT_ID(col - ?), SQLite and
-// PostgreSQL through RETURNING; either way one round trip. It does not need
-// clientFoundRows: a take always changes the row. When it changes no row it reads the row once:
-// if less than n is left it returns what is left, having taken nothing, with
-// nolock.ErrInsufficient; a missing row is fence.ErrNotFound. If that read finds enough left (the counter was raised
-// meanwhile) it tries again, a few times at most. The key must pick at most one row
-// and the column must be an integer. A Store checks and builds the SQL of a counter
-// shape (table, column, key column names in order) once, and on SQLite and MySQL
-// prepares it; database/sql then prepares it once per pooled connection, so under
-// concurrent load keep connections in the pool (SetMaxIdleConns), or every new one
-// pays a prepare.
-//
-// Other errors: fence.ErrInvalidArgument for n <= 0, no key, a column named twice
-// (the counter cannot be a key column), an unusable table or column name or an
-// unknown dialect; fence.ErrBusy when SQLite stayed locked until ctx ended; the driver's error wrapped.
+// Decrement is nolock's guarded take (see the nolock package doc) in one statement
+// outside any transaction; MySQL returns the new value through LAST_INSERT_ID,
+// SQLite and PostgreSQL through RETURNING. On SQLite and MySQL a counter shape is
+// prepared once per pooled connection: keep connections in the pool
+// (SetMaxIdleConns). fence.ErrBusy when SQLite stayed locked until ctx ended.
 func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
@@ -83,13 +61,11 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			return left, nil
 		}
 		left, err = s.look(ctx, sh, keyArgs)
-		switch {
-		case errors.Is(err, sql.ErrNoRows):
-			return 0, fmt.Errorf("%w: %s where %s", fence.ErrNotFound, c.Table, describeCols(c.Key))
-		case err != nil:
+		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, counterErr("decrement: look up", c.Table, err)
-		case left < n || try == maxDecrementLooks:
-			return left, fmt.Errorf("%w in %q: wanted %d, %d left", nolock.ErrInsufficient, c.Table, n, left)
+		}
+		if err := engine.TakeRefused(c, n, left, err == nil, try); err != nil {
+			return left, err
 		}
 	}
 }
@@ -171,23 +147,10 @@ func takeReturning(ctx context.Context, db *sql.DB, sh *shape, args []any) (left
 	return left, err == nil, err
 }
 
-func describeCols(key []fence.Col) string {
-	parts := make([]string, len(key))
-	for i, k := range key {
-		parts[i] = fmt.Sprintf("%s = %v", k.Name, k.Value)
-	}
-	return strings.Join(parts, " AND ")
-}
-
-// Insert inserts one row into table: one INSERT, the names quoted by the dialect, the
-// values sent as arguments. A unique-key violation returns a *nolock.DuplicateError
-// (errors.Is nolock.ErrDuplicate) naming the table and, where the database says, the
-// index (MySQL/MariaDB: the index name; SQLite: its columns, "t.a, t.b"), wrapping
-// the driver's error.
-//
-// Other errors: fence.ErrInvalidArgument for no columns, a column named twice, an
-// unusable table or column name or an unknown dialect, fence.ErrBusy when SQLite
-// stayed locked until ctx ended, and the driver's error wrapped.
+// Insert is nolock's unique-key insert: one INSERT, names quoted, values as
+// arguments. A *nolock.DuplicateError names the index (MySQL) or the columns
+// (SQLite, "t.a, t.b") and wraps the driver's error. fence.ErrBusy when SQLite stayed
+// locked until ctx ended.
 func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) error {
 	if err := s.usable(); err != nil {
 		return err

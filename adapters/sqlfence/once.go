@@ -5,25 +5,11 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
-)
-
-const (
-	// maxOnceAttempts bounds how often Once starts over when the key's claim meets a
-	// deadlock or a lock wait timeout (MySQL 1213/1205) or a busy SQLite, before fn
-	// has run. InnoDB deadlocks when the holder of a key rolls back while two or more
-	// duplicates wait on it: each holds a shared lock on the key and wants the
-	// exclusive one.
-	maxOnceAttempts = 10
-	// purgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
-	purgeBatch = 1000
-	// maxClaimTries: claim, drop an expired key and claim again, once more for a race.
-	maxClaimTries = 3
 )
 
 // The idempotency-key statements, with ? placeholders; the ones that differ are the
@@ -70,17 +56,12 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 		switch {
 		case err == nil || stage == fnFailed || !s.d.busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err
-		case stage == fnRan || attempt == maxOnceAttempts:
+		case stage == fnRan || attempt == engine.MaxOnceAttempts:
 			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return nolock.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, context.Cause(ctx), err)
-		case <-t.C:
+		if cause := engine.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
+			return nolock.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, cause, err)
 		}
-		wait = min(2*wait, 50*time.Millisecond)
 	}
 }
 
@@ -100,7 +81,7 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	for {
 		var n int64
 		err := s.retry(ctx, func() error {
-			res, err := s.db.ExecContext(ctx, q, purgeBatch)
+			res, err := s.db.ExecContext(ctx, q, engine.PurgeBatch)
 			if err != nil {
 				return err
 			}
@@ -111,7 +92,7 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 			return total, s.keyErr("purge expired idempotency keys", err)
 		}
 		total += n
-		if n < purgeBatch {
+		if n < engine.PurgeBatch {
 			return total, nil
 		}
 	}
@@ -182,13 +163,13 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 			return r, true, nil
 		}
 		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
-		if errors.Is(err, sql.ErrNoRows) && try < maxClaimTries {
+		if errors.Is(err, sql.ErrNoRows) && try < engine.MaxClaimTries {
 			continue // deleted in between (purged, or replaced as expired): claim again
 		}
 		if err != nil {
 			return r, false, s.keyErr("once: read key", err)
 		}
-		if expired == 0 || try == maxClaimTries {
+		if expired == 0 || try == engine.MaxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
@@ -198,7 +179,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 	}
 	switch {
 	case expired != 0:
-		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, maxClaimTries)
+		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, engine.MaxClaimTries)
 	case storedFP != fingerprint:
 		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}

@@ -179,33 +179,12 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 	return fmt.Errorf("sqlfence: %s %q: %w", op, st.table, err)
 }
 
-// Update sets the columns on the row if its token column is <= g.Token() and no higher
-// token is stored in g.Resource()'s fence row, storing g.Token() in both: one mark
-// per resource, shared with Fenced, Upsert and Delete, so a stale Update is refused
-// once a newer token has written any row of the resource by any form. A missing row
-// leaves the fence row as it was. How, per database:
-//
-//   - PostgreSQL: one statement, the fence row raised by a data-modifying CTE before
-//     the UPDATE locks the row (the order Fenced locks in); a second one, whose raise
-//     also inserts the fence row, when the resource has none yet or the first was
-//     refused.
-//   - MySQL: one multi-table UPDATE of the fence row joined (STRAIGHT_JOIN: fence
-//     row first) with the row. A resource without a fence row yet is written as
-//     SQLite's are, in a transaction that inserts it.
-//   - SQLite: a transaction that raises the fence row, then updates (one writer
-//     holds the database lock anyway; statements run in-process).
-//
-// When it changes no row it reads the tokens once to return a *fence.StaleError
-// (Seen = the higher stored token) or an error matching fence.ErrNotFound. Writing the
-// values the row already has is a success (on MySQL that needs clientFoundRows, which
-// the Store checks). r.Key must pick at most one row (a primary or unique key).
-//
-// Other errors: fence.ErrInvalidArgument (no key, no columns, a column named twice, a
-// fence.Set grant, a MySQL pool without clientFoundRows, an unusable table or
-// column name), the grant errors of fence.CheckGrant, fence.ErrSchema (no fence_tokens), a
-// *nolock.DuplicateError when a set column hits a unique key, fence.ErrBusy, a
-// fence.ErrCommitUnknown when the reply to its statement (or COMMIT) was lost, or
-// the driver's error wrapped.
+// Update is fence's single-row Update (see the fence package doc). PostgreSQL: one
+// statement, the fence row raised by a CTE before the UPDATE locks the row (a second
+// statement when the resource has no fence row yet). MySQL: one UPDATE joining the
+// fence row to the row, or a transaction for the resource's first write. SQLite: a
+// transaction. Besides fence's errors: fence.ErrInvalidArgument for a MySQL pool
+// without clientFoundRows, fence.ErrSchema without fence_tokens, fence.ErrBusy.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
 	st, err := s.prepare(g, r, set, true)

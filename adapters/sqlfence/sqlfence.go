@@ -45,7 +45,6 @@ import (
 	"database/sql/driver"
 	"errors"
 	"fmt"
-	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -89,12 +88,12 @@ type Store struct {
 // the engine's answer, never fence.ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
-	if fn == nil {
-		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
-	}
 	c, err := s.check(g)
-	if err != nil {
+	switch {
+	case err != nil:
 		return err
+	case fn == nil:
+		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
 	if err := s.d.probe(ctx, s); err != nil {
 		return err
@@ -255,14 +254,9 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 		if err == nil || !s.d.busy(err) {
 			return err
 		}
-		t := time.NewTimer(wait/2 + rand.N(wait))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return fmt.Errorf("%w: %w; last error: %w", fence.ErrBusy, context.Cause(ctx), err)
-		case <-t.C:
+		if cause := engine.Pause(ctx, &wait, 100*time.Millisecond); cause != nil {
+			return fmt.Errorf("%w: %w; last error: %w", fence.ErrBusy, cause, err)
 		}
-		wait = min(2*wait, 100*time.Millisecond)
 	}
 }
 

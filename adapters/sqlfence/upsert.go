@@ -11,27 +11,20 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// Upsert inserts the row (key, set columns and g.Token() in the token column), or
-// updates it as Update does if its stored token is <= g.Token(). In the same
-// transaction it raises the fence_tokens row of g.Resource() to g.Token(), so once a
-// newer holder has deleted the row (see Delete) an older one cannot insert it again:
-// that, and a row holding a higher token, return a *fence.StaleError and change
-// nothing. Writing the values the row already has is a success.
-//
-// MySQL: ON DUPLICATE KEY UPDATE, every column guarded by IF() on the old token and
-// the key; a clash on another unique key returns a *nolock.DuplicateError instead of
-// updating that other row. SQLite: ON CONFLICT on r.Key's columns, which must be the
-// table's primary key or a unique index. Errors are those of Update.
+// Upsert is fence's single-row Upsert, in a transaction that raises the fence row;
+// r.Key must be a primary key or unique index. MySQL: ON DUPLICATE KEY UPDATE, every
+// column guarded by the old token and the key, so a clash on another unique key is a
+// *nolock.DuplicateError that changes no other row. Errors are those of Update.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
 	st, err := s.prepare(g, r, set, false)
 	if err != nil {
 		return err
 	}
-	g = st.g
 	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
+	g = st.g
 	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
 	q := s.d.rebind("INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
@@ -67,13 +60,8 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return nil
 }
 
-// Delete removes the row if its token column is <= g.Token(), and in the same
-// transaction raises the fence_tokens row of g.Resource() to g.Token(): that row is
-// the tombstone that makes a later Upsert with an older token stale. A row holding a
-// higher token, or a higher fence token, returns a *fence.StaleError; a missing row
-// an error matching fence.ErrNotFound; both change nothing (the raise rolls back).
-// If r.Key picks more than one row nothing is deleted and fence.ErrInvalidArgument
-// is returned. Other errors are those of Update.
+// Delete is fence's single-row Delete, in a transaction that raises the fence row
+// (the tombstone a stale Upsert meets). Errors are those of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe("delete", &err)
 	st, err := s.prepare(g, r, nil, false)

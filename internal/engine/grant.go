@@ -283,3 +283,17 @@ func (s *Settings) Observe(adapter, op string, errp *error) {
 func IdleTimeoutErr(g fence.Grant, err error) error {
 	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }
+
+// Apply runs a constructor's options on s in order, skipping nil ones; the first
+// error stops it.
+func Apply[S any, O ~func(S) error](s S, opts []O) error {
+	for _, o := range opts {
+		if o == nil {
+			continue
+		}
+		if err := o(s); err != nil {
+			return err
+		}
+	}
+	return nil
+}

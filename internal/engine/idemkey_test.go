@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -56,5 +57,75 @@ func TestCheckKeyTTL(t *testing.T) {
 		if err != nil && !errors.Is(err, fence.ErrInvalidArgument) {
 			t.Errorf("CheckKeyTTL(%v) = %v, want fence.ErrInvalidArgument", tt.ttl, err)
 		}
+	}
+}
+
+func TestTakeRefused(t *testing.T) {
+	c := nolock.Counter{Table: "stock", Column: "left", Key: []fence.Col{{Name: "sku", Value: "a-1"}}}
+	tests := []struct {
+		name      string
+		left      int64
+		found     bool
+		try       int
+		want      error // nil: take again
+		wantInMsg string
+	}{
+		{"missing row", 0, false, 1, fence.ErrNotFound, "stock where sku = a-1"},
+		{"too little left", 2, true, 1, nolock.ErrInsufficient, "wanted 5, 2 left"},
+		{"enough left: take again", 7, true, 1, nil, ""},
+		{"enough left on the last try", 7, true, engine.MaxDecrementLooks, nolock.ErrInsufficient, "wanted 5, 7 left"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := engine.TakeRefused(c, 5, tt.left, tt.found, tt.try)
+			if tt.want == nil {
+				if err != nil {
+					t.Fatalf("TakeRefused = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.wantInMsg) {
+				t.Fatalf("TakeRefused = %v, want %v naming %q", err, tt.want, tt.wantInMsg)
+			}
+		})
+	}
+}
+
+func TestPause_ctxEnded(t *testing.T) {
+	ctx, cancel := context.WithCancelCause(t.Context())
+	cause := errors.New("caller gave up")
+	cancel(cause)
+	wait := time.Hour
+	if err := engine.Pause(ctx, &wait, 2*time.Hour); err != cause {
+		t.Fatalf("Pause = %v, want the ctx's cause", err)
+	}
+	if wait != time.Hour {
+		t.Fatalf("wait = %v after an ended ctx, want it unchanged", wait)
+	}
+}
+
+func TestPause_doubles(t *testing.T) {
+	wait := time.Microsecond
+	for _, want := range []time.Duration{2 * time.Microsecond, 3 * time.Microsecond, 3 * time.Microsecond} {
+		if err := engine.Pause(t.Context(), &wait, 3*time.Microsecond); err != nil {
+			t.Fatal(err)
+		}
+		if wait != want {
+			t.Fatalf("wait = %v, want %v", wait, want)
+		}
+	}
+}
+
+func TestApply(t *testing.T) {
+	type store struct{ n int }
+	type option func(*store) error
+	bad := errors.New("bad option")
+	inc := func(s *store) error { s.n++; return nil }
+	s := &store{}
+	if err := engine.Apply(s, []option{inc, nil, inc}); err != nil || s.n != 2 {
+		t.Fatalf("Apply = %v, n = %d; want nil, 2 (a nil option skipped)", err, s.n)
+	}
+	if err := engine.Apply(s, []option{func(*store) error { return bad }, inc}); err != bad || s.n != 2 {
+		t.Fatalf("Apply = %v, n = %d; want the first error, and no option after it", err, s.n)
 	}
 }

@@ -1,6 +1,7 @@
 package engine_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
@@ -34,5 +35,25 @@ func TestMarkedStale(t *testing.T) {
 func TestLiteral(t *testing.T) {
 	if got := engine.PGLiteral(`a'b\c`); got != `E'a''b\\c'` {
 		t.Fatalf("PGLiteral = %s", got)
+	}
+}
+
+// TestPGUpdateSQL checks the argument order both PostgreSQL adapters bind: the
+// resource, the token, the set values, the key values.
+func TestPGUpdateSQL(t *testing.T) {
+	for _, bump := range []bool{true, false} {
+		q := engine.PGUpdateSQL(`"t"`, `"tok"`, []string{`"k1"`, `"k2"`}, []string{`"a"`, `"b"`}, bump)
+		for _, want := range []string{
+			`"a" = $3, "b" = $4, "tok" = $2 WHERE "k1" = $5 AND "k2" = $6 AND "tok" <= $2`,
+			"$1::varchar",
+			"AND EXISTS (SELECT 1 FROM fencegate_raised)",
+		} {
+			if !strings.Contains(q, want) {
+				t.Errorf("bump=%v: %s\nlacks %s", bump, q, want)
+			}
+		}
+		if strings.Contains(q, "$7") {
+			t.Errorf("bump=%v: a placeholder past the six arguments: %s", bump, q)
+		}
 	}
 }
