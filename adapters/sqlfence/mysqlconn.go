@@ -100,7 +100,7 @@ func (s *Store) fencedFast(ctx context.Context, g *engine.Checked, fn func(*sql.
 }
 
 func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
+	return int64(math.Ceil(engine.IdleTimeout(g, s.set.Idle).Seconds()))
 }
 
 // fastBeginErr turns the compound's refusal into a *fence.StaleError.
@@ -186,7 +186,7 @@ func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sq
 	if s.mariadb {
 		v = "idle_transaction_timeout"
 	}
-	secs := int64(math.Ceil(engine.IdleTimeout(g, s.idle).Seconds()))
+	secs := idleSecs(s, g)
 	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
 		return fmt.Errorf("sqlfence: set %s: %w", v, err)
 	}

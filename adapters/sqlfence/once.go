@@ -52,7 +52,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 	}
 	wait := time.Millisecond
 	for attempt := 1; ; attempt++ {
-		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(s.keyTTL), fn)
+		r, stage, err := s.onceAttempt(ctx, key, fingerprint, s.d.ttlArg(s.set.KeyTTL), fn)
 		switch {
 		case err == nil || stage == fnFailed || !s.d.busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err

@@ -3,7 +3,6 @@ package sqlfence
 import (
 	"database/sql"
 	"fmt"
-	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -70,11 +69,7 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 // fence.ErrInvalidArgument.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error {
-		if err := engine.CheckKeyTTL(d); err != nil {
-			return fmt.Errorf("sqlfence: %w", err)
-		}
-		s.keyTTL = d
-		return nil
+		return s.set.SetKeyTTL("sqlfence", d)
 	}
 }
 
@@ -91,15 +86,15 @@ func optionErr(option, format string, args ...any) error {
 // reports nothing.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
-		s.obs = obs
+		s.set.Obs = obs
 		return nil
 	}
 }
 
 // observe reports a fenced write's result; deferred by each fenced method.
 func (s *Store) observe(op string, errp *error) {
-	if s != nil && s.obs != nil {
-		s.obs.FencedWrite("sqlfence", op, *errp)
+	if s != nil {
+		s.set.Observe("sqlfence", op, errp)
 	}
 }
 
@@ -129,16 +124,6 @@ func (s *Store) observe(op string, errp *error) {
 //     wait; the Store retries until ctx ends).
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
-		if d < time.Millisecond {
-			return optionErr(fmt.Sprintf("WithIdleTimeout(%v)", d), "want at least 1ms")
-		}
-		s.idle = d
-		return nil
+		return s.set.SetIdleTimeout("sqlfence", d)
 	}
-}
-
-// idleMS is the idle timeout of g's transactions in milliseconds, as text
-// (PostgreSQL).
-func (s *Store) idleMS(g fence.Grant) string {
-	return strconv.FormatInt(engine.IdleTimeout(g, s.idle).Milliseconds(), 10)
 }

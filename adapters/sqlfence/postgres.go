@@ -58,7 +58,7 @@ func (postgres) rebind(q string) string {
 // transaction's idle time, in one statement. A refusal aborts the transaction (the
 // caller rolls it back) and names the stored token.
 func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
-	_, err := tx.ExecContext(ctx, engine.PGRaiseIdleSQL, g.Resource(), int64(g.Token()), s.idleMS(g))
+	_, err := tx.ExecContext(ctx, engine.PGRaiseIdleSQL, g.Resource(), int64(g.Token()), s.set.IdleMS(g))
 	if err == nil {
 		return nil
 	}

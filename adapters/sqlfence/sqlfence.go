@@ -63,13 +63,11 @@ var (
 type Store struct {
 	db     *sql.DB
 	d      database
-	txOpts *sql.TxOptions // Fenced's transactions; nil: the server's default
-	idle   time.Duration  // WithIdleTimeout; 0: the grant's lease or engine.DefaultIdleTimeout
+	txOpts *sql.TxOptions  // Fenced's transactions; nil: the server's default
+	set    engine.Settings // WithIdleTimeout, WithObserver, WithKeyTTL
 	// mariadb: the MySQL dialect's server is MariaDB (idle_transaction_timeout);
 	// set by the connection check, before probeOK.
 	mariadb bool
-	obs     fence.WriteObserver // write results; nil: none
-	keyTTL  time.Duration       // WithKeyTTL; 0: idempotency keys never expire
 
 	probeOK atomic.Bool // the MySQL connection check passed: the fast path
 	probeMu sync.Mutex
@@ -294,7 +292,7 @@ func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool
 	if err == nil || errors.Is(err, fence.ErrIdleTimeout) {
 		return nil
 	}
-	if !s.d.idleEnded(err, commit, time.Since(begun) >= engine.IdleTimeout(g, s.idle)) {
+	if !s.d.idleEnded(err, commit, time.Since(begun) >= engine.IdleTimeout(g, s.set.Idle)) {
 		return nil
 	}
 	return engine.IdleTimeoutErr(g, err)

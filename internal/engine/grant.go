@@ -2,10 +2,11 @@
 // share, linked into users' binaries. grant.go is one fenced write's path from an
 // adapter's door to COMMIT: the grant checked and normalized once, the options every
 // SQL Store takes alike, and the one lifecycle of a fenced transaction over a handle
-// each adapter implements. postgres.go is PostgreSQL's fence raise and refusal,
-// written once for pgx and database/sql; dialect.go the one SQL Dialect with its
-// identifier checks and quoting; shapes.go the bounded cache of statement shapes; the
-// rest the checks of idempotency keys and lock names. fence imports none of it.
+// each adapter implements. postgres.go is PostgreSQL's fence raise, its refusal and
+// its single-row Update, written once for pgx and database/sql; dialect.go the one SQL
+// Dialect with its identifier checks and quoting; shapes.go the bounded cache of
+// statement shapes; idemkey.go the no-lock path's checks, bounds and backoff;
+// lockname.go the lock names' check. fence imports none of it.
 package engine
 
 import (
