@@ -63,7 +63,7 @@
 // A write that changes nothing reads the tokens once more: a higher one (the row's or
 // the mark's) is a *StaleError, a missing row ErrNotFound (the mark left as it was).
 // Before any I/O they refuse with ErrInvalidArgument a Set of more than one resource,
-// no key, no column to set (Update), a column named twice and an empty, overlong or
+// no key, no column to set (Update), a column named twice (in any case) and an empty, overlong or
 // NUL-holding table or column name (other names are quoted, never refused). A new
 // value that hits a unique index is a *nolock.DuplicateError; a lost reply to the
 // write's one statement or COMMIT is ErrCommitUnknown.

@@ -14,9 +14,9 @@
 // enough left (the counter was raised meanwhile) tries again, a few times at most.
 // Insert(ctx, table, cols...) inserts one row; a unique-key violation is a
 // *DuplicateError. Before any I/O both refuse with fence.ErrInvalidArgument an n <=
-// 0, no key or no column, a column named twice, and an empty, overlong or
-// NUL-holding table or column name (other names are quoted, never refused). Other
-// database errors are wrapped.
+// 0, no key or no column, a column named twice (in any case), and an empty,
+// overlong or NUL-holding table or column name (other names are quoted, never
+// refused). Other database errors are wrapped.
 //
 // # Idempotency keys
 //

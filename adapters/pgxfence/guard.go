@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -47,12 +46,12 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			return 0, writeError("decrement", c.Table, err)
 		}
 		// Built only when needed: most takes succeed.
-		ct, err := checkCounter(c)
+		ct, err := engine.CheckCounter(engine.Postgres, c)
 		if err != nil {
 			return 0, err
 		}
 		left = 0
-		err = s.db.QueryRow(ctx, "SELECT "+ct.col+" FROM "+ct.table+" WHERE "+ct.where(1), args[1:len(args)-1]...).Scan(&left)
+		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+counterWhere(ct, 1), args[1:len(args)-1]...).Scan(&left)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement: look up", c.Table, err)
 		}
@@ -62,47 +61,10 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	}
 }
 
-// counter is a checked, quoted nolock.Counter: the table, the counter column and
-// the key columns.
-type counter struct {
-	table, col string
-	keys       []string
-}
-
-// checkCounter checks and quotes c's names, refusing a key column that is also the
-// counter column or named twice.
-func checkCounter(c nolock.Counter) (counter, error) {
-	var out counter
-	var err error
-	if out.col, err = engine.CheckIdent(engine.Postgres, "counter column", c.Column); err != nil {
-		return counter{}, err
-	}
-	if out.table, err = quoteTable(c.Table); err != nil {
-		return counter{}, err
-	}
-	if len(c.Key) == 0 {
-		return counter{}, fmt.Errorf("%w: counter in %q has no key columns", fence.ErrInvalidArgument, c.Table)
-	}
-	seen := make([]string, 1, 1+len(c.Key))
-	seen[0] = c.Column
-	for _, k := range c.Key {
-		q, err := quoteColumn(k.Name)
-		if err != nil {
-			return counter{}, err
-		}
-		if slices.Contains(seen, k.Name) {
-			return counter{}, fmt.Errorf("%w: column %q named twice (key and counter columns must differ)", fence.ErrInvalidArgument, k.Name)
-		}
-		seen = append(seen, k.Name)
-		out.keys = append(out.keys, q)
-	}
-	return out, nil
-}
-
-// where is "k1 = $first AND k2 = $first+1 ...".
-func (c counter) where(first int) string {
+// counterWhere is "k1 = $first AND k2 = $first+1 ...".
+func counterWhere(c engine.Counter, first int) string {
 	var b strings.Builder
-	for i, k := range c.keys {
+	for i, k := range c.Keys {
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
@@ -124,12 +86,12 @@ func (s *Store) counterStatement(c nolock.Counter) (string, error) {
 	if q, ok := s.shapes.Load(key); ok {
 		return q, nil
 	}
-	ct, err := checkCounter(c)
+	ct, err := engine.CheckCounter(engine.Postgres, c)
 	if err != nil {
 		return "", err
 	}
-	q := "UPDATE " + ct.table + " SET " + ct.col + " = " + ct.col + " - $1 WHERE " + ct.where(2) +
-		" AND " + ct.col + " >= $" + strconv.Itoa(len(ct.keys)+2) + " RETURNING " + ct.col
+	q := "UPDATE " + ct.Table + " SET " + ct.Column + " = " + ct.Column + " - $1 WHERE " + counterWhere(ct, 2) +
+		" AND " + ct.Column + " >= $" + strconv.Itoa(len(ct.Keys)+2) + " RETURNING " + ct.Column
 	q, _ = s.shapes.Store(string(key), q, nil)
 	return q, nil
 }
@@ -145,21 +107,13 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err != nil {
 		return err
 	}
-	if len(cols) == 0 {
-		return fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
+	names, err := engine.CheckColumns(engine.Postgres, table, cols)
+	if err != nil {
+		return err
 	}
 	var st stmt
-	names := make([]string, len(cols))
 	vals := make([]string, len(cols))
-	seen := make(map[string]bool, len(cols))
 	for i, c := range cols {
-		if names[i], err = quoteColumn(c.Name); err != nil {
-			return err
-		}
-		if seen[c.Name] {
-			return fmt.Errorf("%w: insert into %q names column %q twice", fence.ErrInvalidArgument, table, c.Name)
-		}
-		seen[c.Name] = true
 		vals[i] = st.arg(c.Value)
 	}
 	st.sql.WriteString("INSERT INTO " + qt + " (")

@@ -1,8 +1,6 @@
 package pgxfence
 
 import (
-	"fmt"
-	"slices"
 	"strconv"
 	"strings"
 
@@ -59,57 +57,14 @@ func quoteColumn(name string) (string, error) {
 	return engine.CheckIdent(engine.Postgres, "column", name)
 }
 
-// checkRow validates r and the columns to set, and quotes every name. Key, set and
-// token columns must all differ: a column named twice would make the statement
-// ambiguous.
+// checkRow validates r and the columns to set, and quotes every name
+// (engine.CheckRow); it returns the quoted set columns too.
 func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error) {
-	var out row
-	var err error
-	if out.table, err = quoteTable(r.Table); err != nil {
+	er, err := engine.CheckRow(engine.Postgres, r, set, needSet)
+	if err != nil {
 		return row{}, nil, err
 	}
-	if len(r.Key) == 0 {
-		return row{}, nil, fmt.Errorf("%w: row of %q has no key columns", fence.ErrInvalidArgument, r.Table)
-	}
-	if needSet && len(set) == 0 {
-		return row{}, nil, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
-	}
-	tokenCol := r.TokenColumn
-	if tokenCol == "" {
-		tokenCol = fence.DefaultTokenColumn
-	}
-	if out.token, err = engine.CheckIdent(engine.Postgres, "token column", tokenCol); err != nil {
-		return row{}, nil, err
-	}
-	// A handful of columns: a linear scan beats a map.
-	seen := make([]string, 1, 1+len(r.Key)+len(set))
-	seen[0] = tokenCol
-	use := func(kind, name string) (string, error) {
-		q, err := engine.CheckIdent(engine.Postgres, kind+" column", name)
-		if err != nil {
-			return "", err
-		}
-		if slices.Contains(seen, name) {
-			return "", fmt.Errorf("%w: column %q named twice (key, set and token columns must differ)", fence.ErrInvalidArgument, name)
-		}
-		seen = append(seen, name)
-		return q, nil
-	}
-	for _, k := range r.Key {
-		q, err := use("key", k.Name)
-		if err != nil {
-			return row{}, nil, err
-		}
-		out.keyNames = append(out.keyNames, q)
-		out.keyVals = append(out.keyVals, k.Value)
-	}
-	setNames := make([]string, len(set))
-	for i, c := range set {
-		if setNames[i], err = use("set", c.Name); err != nil {
-			return row{}, nil, err
-		}
-	}
-	return out, setNames, nil
+	return row{table: er.Table, keyNames: er.Keys, keyVals: er.KeyVals, token: er.Token}, er.Set, nil
 }
 
 // where writes "k1 = $a AND k2 = $b" for the row's key.

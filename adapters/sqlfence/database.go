@@ -90,12 +90,6 @@ func newDatabase(d migrations.Dialect) (database, error) {
 	return nil, fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 }
 
-// ident checks and quotes a column name (internal/engine: the limits and the error,
-// wrapping fence.ErrInvalidArgument, are the migrations generator's too).
-func (s *Store) ident(what, name string) (string, error) {
-	return engine.CheckIdent(s.d.dialect(), what, name)
-}
-
 // table checks and quotes a table name; one dot separates a schema from the table.
 func (s *Store) table(name string) (string, error) { return engine.QuoteTable(s.d.dialect(), name) }
 

@@ -70,39 +70,6 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	}
 }
 
-// counter checks and quotes a nolock.Counter's names: the table, the counter column
-// and the key columns ("k1 = ? AND k2 = ?"). Names compare case-insensitively in
-// every database, so the counter cannot also be a key column.
-func (s *Store) counter(c nolock.Counter) (table, col, where string, err error) {
-	if table, err = s.table(c.Table); err != nil {
-		return
-	}
-	if col, err = s.ident("counter column", c.Column); err != nil {
-		return
-	}
-	if len(c.Key) == 0 {
-		err = fmt.Errorf("%w: counter in %q has no key columns", fence.ErrInvalidArgument, c.Table)
-		return
-	}
-	conds := make([]string, len(c.Key))
-	for i, k := range c.Key {
-		q, kerr := s.ident("key column", k.Name)
-		if kerr != nil {
-			return "", "", "", kerr
-		}
-		if strings.EqualFold(k.Name, c.Column) {
-			return "", "", "", fmt.Errorf("%w: key column %q is also the counter column", fence.ErrInvalidArgument, k.Name)
-		}
-		for _, prev := range c.Key[:i] {
-			if strings.EqualFold(prev.Name, k.Name) {
-				return "", "", "", fmt.Errorf("%w: key column %q named twice", fence.ErrInvalidArgument, k.Name)
-			}
-		}
-		conds[i] = q + " = ?"
-	}
-	return table, col, strings.Join(conds, " AND "), nil
-}
-
 // counterErr wraps a driver error of Decrement; fence.ErrBusy and ctx's errors pass as they
 // are.
 func counterErr(op, table string, err error) error {
@@ -159,21 +126,12 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err != nil {
 		return err
 	}
-	if len(cols) == 0 {
-		return fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
+	names, err := engine.CheckColumns(s.d.dialect(), table, cols)
+	if err != nil {
+		return err
 	}
-	names := make([]string, len(cols))
 	args := make([]any, len(cols))
 	for i, c := range cols {
-		if names[i], err = s.ident("column", c.Name); err != nil {
-			return err
-		}
-		for _, prev := range cols[:i] {
-			// Column names compare case-insensitively in both databases.
-			if strings.EqualFold(prev.Name, c.Name) {
-				return fmt.Errorf("%w: insert into %q names column %q twice", fence.ErrInvalidArgument, table, c.Name)
-			}
-		}
 		args[i] = c.Value
 	}
 	q := s.d.rebind("INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)-1) + ")")

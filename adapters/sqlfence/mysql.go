@@ -74,21 +74,21 @@ func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 	// fence_tokens' own.
 	const t = "fencegate_t."
 	var b strings.Builder
-	b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.qtable + " AS fencegate_t ON ")
-	for i, k := range st.keys {
+	b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON ")
+	for i, k := range st.Keys {
 		if i > 0 {
 			b.WriteString(" AND ")
 		}
 		b.WriteString(t + k + " = ?")
 	}
 	b.WriteString(" SET ")
-	for _, c := range st.set {
+	for _, c := range st.Set {
 		b.WriteString(t + c + " = ?, ")
 	}
-	b.WriteString(t + st.tok + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
-		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.tok + " <= ?")
+	b.WriteString(t + st.Token + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
+		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.Token + " <= ?")
 	tok := int64(st.g.Token())
-	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), tok, tok, st.g.Resource(), tok, tok)
+	args := append(append(append([]any{}, st.KeyVals...), st.SetVals...), tok, tok, st.g.Resource(), tok, tok)
 	if n, err := s.updateTry(ctx, st, b.String(), args); err != nil || n > 0 {
 		return err
 	}
@@ -110,15 +110,15 @@ func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 // AUTO_INCREMENT id.
 func (mysql) upsertTail(st *rowStmt) string {
 	var b strings.Builder
-	cond := st.tok + " <= VALUES(" + st.tok + ")"
-	for _, k := range st.keys {
+	cond := st.Token + " <= VALUES(" + st.Token + ")"
+	for _, k := range st.Keys {
 		cond += " AND " + k + " <=> VALUES(" + k + ")"
 	}
 	b.WriteString(" ON DUPLICATE KEY UPDATE ")
-	for _, c := range st.set {
+	for _, c := range st.Set {
 		fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), %s), ", c, cond, c, c)
 	}
-	fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), LAST_INSERT_ID(%s + 1))", st.tok, cond, st.tok, st.tok)
+	fmt.Fprintf(&b, "%s = IF(%s, VALUES(%s), LAST_INSERT_ID(%s + 1))", st.Token, cond, st.Token, st.Token)
 	return b.String()
 }
 

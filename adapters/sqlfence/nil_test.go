@@ -94,7 +94,7 @@ func TestStore_nilAndZeroInputs(t *testing.T) {
 		{"Update zero Row", func(s *sqlfence.Store) error { return s.Update(ctx, live, fence.Row{}, fence.Col{Name: "v", Value: 1}) }, fencetest.Invalid("invalid identifier: empty table name")},
 		{"Upsert zero Row", func(s *sqlfence.Store) error { return s.Upsert(ctx, live, fence.Row{}) }, fencetest.Invalid("invalid identifier: empty table name")},
 		{"Delete zero Row", func(s *sqlfence.Store) error { return s.Delete(ctx, live, fence.Row{}) }, fencetest.Invalid("invalid identifier: empty table name")},
-		{"Decrement zero Counter", func(s *sqlfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fencetest.Invalid("invalid identifier: empty")},
+		{"Decrement zero Counter", func(s *sqlfence.Store) error { _, err := s.Decrement(ctx, nolock.Counter{}, 1); return err }, fencetest.Invalid("invalid identifier: empty table name")},
 		{"Insert no table", func(s *sqlfence.Store) error { return s.Insert(ctx, "") }, fencetest.Invalid("invalid identifier: empty table name")},
 		{"Once nil fn", func(s *sqlfence.Store) error { _, err := s.Once(ctx, "k", "fp", nil); return err }, fence.ErrInvalidArgument},
 	}

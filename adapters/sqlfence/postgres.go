@@ -74,9 +74,9 @@ func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Check
 // plain UPDATE first (cheaper for the server), and by the upsert, which also inserts
 // it, only when that wrote nothing.
 func (d postgres) update(ctx context.Context, s *Store, st *rowStmt) error {
-	args := append(append([]any{st.g.Resource(), int64(st.g.Token())}, st.setArgs...), st.keyArgs...)
+	args := append(append([]any{st.g.Resource(), int64(st.g.Token())}, st.SetVals...), st.KeyVals...)
 	for _, bump := range []bool{true, false} {
-		n, err := s.updateTry(ctx, st, engine.PGUpdateSQL(st.qtable, st.tok, st.keys, st.set, bump), args)
+		n, err := s.updateTry(ctx, st, engine.PGUpdateSQL(st.Table, st.Token, st.Keys, st.Set, bump), args)
 		if err != nil || n > 0 {
 			return err
 		}
@@ -88,7 +88,7 @@ func (d postgres) update(ctx context.Context, s *Store, st *rowStmt) error {
 }
 
 func (postgres) upsertTail(st *rowStmt) string {
-	return onConflictTail(st, st.qtable+"."+st.tok) // ambiguous unless qualified
+	return onConflictTail(st, st.Table+"."+st.Token) // ambiguous unless qualified
 }
 
 func (postgres) upserted(res sql.Result) (bool, error) { return rowsNone(res) }

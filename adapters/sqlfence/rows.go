@@ -13,19 +13,13 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// rowStmt is a checked, quoted fence.Row and the columns to set: the parts every
-// token-column statement is built from. Names are quoted by the dialect; values only
-// ever travel as arguments.
+// rowStmt is a checked, quoted fence.Row and the columns to set (engine.Row), with
+// the grant: what every token-column statement is built from.
 type rowStmt struct {
-	table   string // as given, for errors
-	qtable  string
-	keys    []string // quoted key columns
-	keyArgs []any
-	where   string // "k1 = ? AND k2 = ?"
-	set     []string
-	setArgs []any
-	tok     string // quoted token column
-	g       *engine.Checked
+	engine.Row
+	name  string // the table as given, for errors
+	where string // "k1 = ? AND k2 = ?"
+	g     *engine.Checked
 }
 
 // prepare checks the store, grant, row and columns, without I/O.
@@ -34,75 +28,14 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	if err != nil {
 		return nil, err
 	}
-	c, err = engine.CheckOne(c)
+	if c, err = engine.CheckOne(c); err != nil {
+		return nil, err
+	}
+	row, err := engine.CheckRow(s.d.dialect(), r, set, needSet)
 	if err != nil {
 		return nil, err
 	}
-	st := &rowStmt{table: r.Table, g: c}
-	if st.qtable, err = s.table(r.Table); err != nil {
-		return nil, err
-	}
-	if len(r.Key) == 0 {
-		return nil, fmt.Errorf("%w: row of %q has no key columns", fence.ErrInvalidArgument, r.Table)
-	}
-	if needSet && len(set) == 0 {
-		return nil, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
-	}
-	tokName := r.TokenColumn
-	if tokName == "" {
-		tokName = fence.DefaultTokenColumn
-	}
-	if st.tok, err = s.ident("token column", tokName); err != nil {
-		return nil, err
-	}
-	if err := st.columns(s, tokName, r.Key, set); err != nil {
-		return nil, err
-	}
-	return st, nil
-}
-
-// columns quotes the key and set columns into st, refusing a column named twice
-// (names compare case-insensitively in every database) or the token column.
-func (st *rowStmt) columns(s *Store, tokName string, key, set []fence.Col) error {
-	names := make([]string, 0, 1+len(key)+len(set))
-	names = append(names, tokName)
-	use := func(what, name string) (string, error) {
-		q, err := s.ident(what, name)
-		if err != nil {
-			return "", err
-		}
-		for i, prev := range names {
-			if strings.EqualFold(prev, name) {
-				role := "another column"
-				if i == 0 {
-					role = "the token column"
-				}
-				return "", fmt.Errorf("%w: %s %q is also %s", fence.ErrInvalidArgument, what, name, role)
-			}
-		}
-		names = append(names, name)
-		return q, nil
-	}
-	conds := make([]string, 0, len(key))
-	for _, k := range key {
-		q, err := use("key column", k.Name)
-		if err != nil {
-			return err
-		}
-		st.keys = append(st.keys, q)
-		st.keyArgs = append(st.keyArgs, k.Value)
-		conds = append(conds, q+" = ?")
-	}
-	st.where = strings.Join(conds, " AND ")
-	for _, c := range set {
-		q, err := use("column", c.Name)
-		if err != nil {
-			return err
-		}
-		st.set = append(st.set, q)
-		st.setArgs = append(st.setArgs, c.Value)
-	}
-	return nil
+	return &rowStmt{Row: row, name: r.Table, where: strings.Join(row.Keys, " = ? AND ") + " = ?", g: c}, nil
 }
 
 // writeTx runs fn in a transaction that first raises g's fence row, and commits; it
@@ -130,14 +63,14 @@ type querier interface {
 // stored reads the row's token column.
 func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token, bool, error) {
 	var v sql.NullInt64
-	err := q.QueryRowContext(ctx, s.d.rebind("SELECT "+st.tok+" FROM "+st.qtable+" WHERE "+st.where), st.keyArgs...).Scan(&v)
+	err := q.QueryRowContext(ctx, s.d.rebind("SELECT "+st.Token+" FROM "+st.Table+" WHERE "+st.where), st.KeyVals...).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
 	case err != nil:
-		return 0, false, fmt.Errorf("sqlfence: read token of the row in %q: %w", st.table, err)
+		return 0, false, fmt.Errorf("sqlfence: read token of the row in %q: %w", st.name, err)
 	case !v.Valid:
-		return 0, false, fmt.Errorf("sqlfence: the token column of the row in %q is NULL; declare it NOT NULL DEFAULT 0", st.table)
+		return 0, false, fmt.Errorf("sqlfence: the token column of the row in %q is NULL; declare it NOT NULL DEFAULT 0", st.name)
 	}
 	return fence.Token(v.Int64), true, nil
 }
@@ -154,15 +87,15 @@ func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
 		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: stored}
 	case found:
 		// Matched nothing a moment ago, yet here now: inserted concurrently.
-		return fmt.Errorf("%w: no row in %q where %s when written (one was inserted since)", fence.ErrNotFound, st.table, st.where)
+		return fmt.Errorf("%w: no row in %q where %s when written (one was inserted since)", fence.ErrNotFound, st.name, st.where)
 	}
-	return fmt.Errorf("%w: no row in %q where %s", fence.ErrNotFound, st.table, st.where)
+	return fmt.Errorf("%w: no row in %q where %s", fence.ErrNotFound, st.name, st.where)
 }
 
 // failed maps a write's error: a unique-key violation to a *nolock.DuplicateError,
 // fence's own errors, fence.ErrBusy and ctx's error as they are, anything else wrapped.
 func (s *Store) failed(st *rowStmt, op string, err error) error {
-	if de := s.d.duplicate(err, st.table); de != nil {
+	if de := s.d.duplicate(err, st.name); de != nil {
 		return de
 	}
 	var (
@@ -176,7 +109,7 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err
 	}
-	return fmt.Errorf("sqlfence: %s %q: %w", op, st.table, err)
+	return fmt.Errorf("sqlfence: %s %q: %w", op, st.name, err)
 }
 
 // Update is fence's single-row Update (see the fence package doc). PostgreSQL: one
@@ -267,17 +200,17 @@ func exec(ctx context.Context, db execer, q string, args ...any) (int64, error) 
 // AND tok <= ?. Arguments: plainArgs.
 func (st *rowStmt) plainUpdate() string {
 	var b strings.Builder
-	b.WriteString("UPDATE " + st.qtable + " SET ")
-	for _, c := range st.set {
+	b.WriteString("UPDATE " + st.Table + " SET ")
+	for _, c := range st.Set {
 		b.WriteString(c + " = ?, ")
 	}
-	b.WriteString(st.tok + " = ? WHERE " + st.where + " AND " + st.tok + " <= ?")
+	b.WriteString(st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
 	return b.String()
 }
 
 func (st *rowStmt) plainArgs(g fence.Grant) []any {
 	tok := int64(g.Token())
-	args := make([]any, 0, len(st.setArgs)+len(st.keyArgs)+2)
-	args = append(append(args, st.setArgs...), tok)
-	return append(append(args, st.keyArgs...), tok)
+	args := make([]any, 0, len(st.SetVals)+len(st.KeyVals)+2)
+	args = append(append(args, st.SetVals...), tok)
+	return append(append(args, st.KeyVals...), tok)
 }

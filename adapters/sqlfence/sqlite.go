@@ -52,7 +52,7 @@ func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked
 func (sqlite) update(ctx context.Context, s *Store, st *rowStmt) error { return s.txUpdate(ctx, st) }
 
 // upsertTail: an unqualified name in DO UPDATE is the existing row.
-func (sqlite) upsertTail(st *rowStmt) string         { return onConflictTail(st, st.tok) }
+func (sqlite) upsertTail(st *rowStmt) string         { return onConflictTail(st, st.Token) }
 func (sqlite) upserted(res sql.Result) (bool, error) { return rowsNone(res) }
 
 func (sqlite) decrementSQL(table, col, where string) string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"runtime"
+	"strings"
 	"sync"
 
 	"github.com/fencegate/fencegate/internal/engine"
@@ -91,13 +92,14 @@ func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 		return sh, nil
 	}
 	if sh == nil {
-		qt, col, where, err := s.counter(c)
+		ct, err := engine.CheckCounter(s.d.dialect(), c)
 		if err != nil {
 			return nil, err
 		}
+		where := strings.Join(ct.Keys, " = ? AND ") + " = ?"
 		sh = &shape{
-			take: s.d.decrementSQL(qt, col, where),
-			look: s.d.rebind("SELECT " + col + " FROM " + qt + " WHERE " + where),
+			take: s.d.decrementSQL(ct.Table, ct.Column, where),
+			look: s.d.rebind("SELECT " + ct.Column + " FROM " + ct.Table + " WHERE " + where),
 		}
 	}
 	return s.remember(ctx, key, sh), nil

@@ -25,11 +25,11 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		return err
 	}
 	g = st.g
-	cols := append(append(append([]string{}, st.keys...), st.set...), st.tok)
-	q := s.d.rebind("INSERT INTO " + st.qtable + " (" + strings.Join(cols, ", ") + ") VALUES (" +
+	cols := append(append(append([]string{}, st.Keys...), st.Set...), st.Token)
+	q := s.d.rebind("INSERT INTO " + st.Table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
 		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
 		s.d.upsertTail(st))
-	args := append(append(append([]any{}, st.keyArgs...), st.setArgs...), int64(g.Token()))
+	args := append(append(append([]any{}, st.KeyVals...), st.SetVals...), int64(g.Token()))
 
 	err = s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
@@ -72,8 +72,8 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
-	q := s.d.rebind("DELETE FROM " + st.qtable + " WHERE " + st.where + " AND " + st.tok + " <= ?")
-	args := append(append([]any{}, st.keyArgs...), int64(g.Token()))
+	q := s.d.rebind("DELETE FROM " + st.Table + " WHERE " + st.where + " AND " + st.Token + " <= ?")
+	args := append(append([]any{}, st.KeyVals...), int64(g.Token()))
 	err = s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
@@ -101,11 +101,11 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 // existing row's column), is not higher.
 func onConflictTail(st *rowStmt, old string) string {
 	var b strings.Builder
-	b.WriteString(" ON CONFLICT (" + strings.Join(st.keys, ", ") + ") DO UPDATE SET ")
-	for _, c := range st.set {
+	b.WriteString(" ON CONFLICT (" + strings.Join(st.Keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range st.Set {
 		b.WriteString(c + " = excluded." + c + ", ")
 	}
-	b.WriteString(st.tok + " = excluded." + st.tok + " WHERE " + old + " <= excluded." + st.tok)
+	b.WriteString(st.Token + " = excluded." + st.Token + " WHERE " + old + " <= excluded." + st.Token)
 	return b.String()
 }
 
