@@ -22,8 +22,8 @@ type rowStmt struct {
 	g     *engine.Checked
 }
 
-// prepare checks the store, grant, row and columns, without I/O.
-func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet bool) (*rowStmt, error) {
+// prepare checks the store, grant, row and columns, then the pool once (probe).
+func (s *Store) prepare(ctx context.Context, g fence.Grant, r fence.Row, set []fence.Col, needSet bool) (*rowStmt, error) {
 	c, err := s.check(g)
 	if err != nil {
 		return nil, err
@@ -33,6 +33,9 @@ func (s *Store) prepare(g fence.Grant, r fence.Row, set []fence.Col, needSet boo
 	}
 	row, err := engine.CheckRow(s.d.dialect(), r, set, needSet)
 	if err != nil {
+		return nil, err
+	}
+	if err := s.d.probe(ctx, s); err != nil {
 		return nil, err
 	}
 	return &rowStmt{Row: row, name: r.Table, where: strings.Join(row.Keys, " = ? AND ") + " = ?", g: c}, nil
@@ -120,11 +123,8 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 // without clientFoundRows, fence.ErrSchema without fence_tokens, fence.ErrBusy.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
-	st, err := s.prepare(g, r, set, true)
+	st, err := s.prepare(ctx, g, r, set, true)
 	if err != nil {
-		return err
-	}
-	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
 	if err := s.d.update(ctx, s, st); err != nil {

@@ -17,11 +17,8 @@ import (
 // *nolock.DuplicateError that changes no other row. Errors are those of Update.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
-	st, err := s.prepare(g, r, set, false)
+	st, err := s.prepare(ctx, g, r, set, false)
 	if err != nil {
-		return err
-	}
-	if err := s.d.probe(ctx, s); err != nil {
 		return err
 	}
 	g = st.g
@@ -64,14 +61,11 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // (the tombstone a stale Upsert meets). Errors are those of Update.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe("delete", &err)
-	st, err := s.prepare(g, r, nil, false)
+	st, err := s.prepare(ctx, g, r, nil, false)
 	if err != nil {
 		return err
 	}
 	g = st.g
-	if err := s.d.probe(ctx, s); err != nil {
-		return err
-	}
 	q := s.d.rebind("DELETE FROM " + st.Table + " WHERE " + st.where + " AND " + st.Token + " <= ?")
 	args := append(append([]any{}, st.KeyVals...), int64(g.Token()))
 	err = s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
