@@ -5,11 +5,14 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// QuoteTable exposes the table quoting every builder uses, for the fuzz test.
-var QuoteTable = quoteTable
+// QuoteTable is the table quoting every builder uses (internal/engine, shared with
+// sqlfence and the migrations generator), for the fuzz test.
+func QuoteTable(name string) (string, error) { return engine.QuoteTable(engine.Postgres, name) }
 
-// QuoteColumn exposes the column quoting every builder uses, for the fuzz test.
-var QuoteColumn = quoteColumn
+// QuoteColumn is the column quoting every builder uses, for the fuzz test.
+func QuoteColumn(name string) (string, error) {
+	return engine.CheckIdent(engine.Postgres, "column", name)
+}
 
 // RaiseSQL is the fence raise Fenced sends, for the benchmark that compares it with
 // the alternatives.

@@ -103,11 +103,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
-	qt, err := quoteTable(table)
-	if err != nil {
-		return err
-	}
-	names, err := engine.CheckColumns(engine.Postgres, table, cols)
+	qt, names, err := engine.CheckInsert(engine.Postgres, table, cols)
 	if err != nil {
 		return err
 	}

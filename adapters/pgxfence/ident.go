@@ -46,17 +46,6 @@ type row struct {
 	token    string // quoted token column
 }
 
-// quoteTable checks and quotes "table" or "schema.table" with the one PostgreSQL
-// quoting fencegate has (internal/engine, shared with sqlfence and the
-// migrations generator): double quotes, embedded ones doubled, 63 bytes at most per
-// name, as pgx.Identifier would quote it.
-func quoteTable(name string) (string, error) { return engine.QuoteTable(engine.Postgres, name) }
-
-// quoteColumn checks and quotes a column name.
-func quoteColumn(name string) (string, error) {
-	return engine.CheckIdent(engine.Postgres, "column", name)
-}
-
 // checkRow validates r and the columns to set, and quotes every name
 // (engine.CheckRow); it returns the quoted set columns too.
 func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error) {

@@ -90,9 +90,6 @@ func newDatabase(d migrations.Dialect) (database, error) {
 	return nil, fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 }
 
-// table checks and quotes a table name; one dot separates a schema from the table.
-func (s *Store) table(name string) (string, error) { return engine.QuoteTable(s.d.dialect(), name) }
-
 // findType returns the first error in err's tree (as errors.As walks it) that is a
 // pointer to the named type of package pkg, or nil. The package reads the errors of
 // github.com/go-sql-driver/mysql and modernc.org/sqlite this way, without importing

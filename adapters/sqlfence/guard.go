@@ -122,11 +122,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err := s.usable(); err != nil {
 		return err
 	}
-	qt, err := s.table(table)
-	if err != nil {
-		return err
-	}
-	names, err := engine.CheckColumns(s.d.dialect(), table, cols)
+	qt, names, err := engine.CheckInsert(s.d.dialect(), table, cols)
 	if err != nil {
 		return err
 	}

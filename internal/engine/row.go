@@ -92,21 +92,24 @@ func CheckCounter(d Dialect, c nolock.Counter) (Counter, error) {
 	return out, nil
 }
 
-// CheckColumns checks and quotes the columns of an insert into table, refusing none
-// and a column named twice (in any case).
-func CheckColumns(d Dialect, table string, cols []fence.Col) ([]string, error) {
+// CheckInsert checks and quotes the table and columns of an insert, refusing no
+// columns and a column named twice (in any case).
+func CheckInsert(d Dialect, table string, cols []fence.Col) (string, []string, error) {
+	qt, err := QuoteTable(d, table)
+	if err != nil {
+		return "", nil, err
+	}
 	if len(cols) == 0 {
-		return nil, fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
+		return "", nil, fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
 	}
 	names := names{d: d, seen: make([]string, 0, len(cols))}
 	out := make([]string, len(cols))
 	for i, c := range cols {
-		var err error
 		if out[i], err = names.use("column", c.Name); err != nil {
-			return nil, err
+			return "", nil, err
 		}
 	}
-	return out, nil
+	return qt, out, nil
 }
 
 // names checks and quotes a statement's column names one by one, refusing one that

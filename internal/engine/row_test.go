@@ -65,15 +65,18 @@ func TestCheckCounter(t *testing.T) {
 	}
 }
 
-func TestCheckColumns(t *testing.T) {
-	if _, err := engine.CheckColumns(engine.SQLite, "t", nil); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("CheckColumns of none = %v", err)
+func TestCheckInsert(t *testing.T) {
+	if _, _, err := engine.CheckInsert(engine.SQLite, "t", nil); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("CheckInsert of none = %v", err)
 	}
-	if _, err := engine.CheckColumns(engine.SQLite, "t", []fence.Col{{Name: "a"}, {Name: "A"}}); !errors.Is(err, fence.ErrInvalidArgument) {
-		t.Fatalf("CheckColumns of a twice = %v", err)
+	if _, _, err := engine.CheckInsert(engine.SQLite, "t", []fence.Col{{Name: "a"}, {Name: "A"}}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("CheckInsert of a twice = %v", err)
 	}
-	got, err := engine.CheckColumns(engine.Postgres, "t", []fence.Col{{Name: "a"}, {Name: `b"c`}})
-	if err != nil || len(got) != 2 || got[0] != `"a"` || got[1] != `"b""c"` {
-		t.Fatalf("CheckColumns on postgres = %v, %v", got, err)
+	if _, _, err := engine.CheckInsert(engine.SQLite, "", []fence.Col{{Name: "a"}}); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("CheckInsert into no table = %v", err)
+	}
+	qt, got, err := engine.CheckInsert(engine.Postgres, "s.t", []fence.Col{{Name: "a"}, {Name: `b"c`}})
+	if err != nil || qt != `"s"."t"` || len(got) != 2 || got[0] != `"a"` || got[1] != `"b""c"` {
+		t.Fatalf("CheckInsert on postgres = %q, %v, %v", qt, got, err)
 	}
 }
