@@ -1,12 +1,8 @@
 // Package engine is the production code the adapters, lockclient and migrations
-// share, linked into users' binaries. grant.go is one fenced write's path from an
-// adapter's door to COMMIT: the grant checked and normalized once, the options every
-// SQL Store takes alike, and the one lifecycle of a fenced transaction over a handle
-// each adapter implements. postgres.go is PostgreSQL's fence raise, its refusal and
-// its single-row Update, written once for pgx and database/sql; dialect.go the one SQL
-// Dialect with its identifier checks and quoting; shapes.go the bounded cache of
-// statement shapes; idemkey.go the no-lock path's checks, bounds and backoff;
-// lockname.go the lock names' check. fence imports none of it.
+// share: one fenced write's path from an adapter's door to COMMIT (grant.go), the
+// statements and errors of PostgreSQL written once for both drivers (postgres.go),
+// the one Dialect with its quoting (dialect.go, row.go), the statement-shape cache,
+// and the no-lock path's checks and bounds. fence imports none of it.
 package engine
 
 import (
@@ -20,11 +16,9 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Checked is a grant checked and normalized once, at an adapter's door: its resources
-// sorted and each once, its token, lease and Done channel read once. It implements
-// fence.Grant, fence.Set, fence.Leased and fence.Watched, so every layer below the
-// door takes it where it took the caller's grant, and the helpers of this package
-// read its fields instead of asking (and sorting) again.
+// Checked is a grant checked and normalized once, at an adapter's door: resources
+// sorted and distinct, token, lease and Done channel read once. It implements
+// fence.Grant, Set, Leased and Watched, so every layer below the door takes it.
 type Checked struct {
 	resource  string
 	resources []string // sorted, distinct
@@ -33,8 +27,8 @@ type Checked struct {
 	done      <-chan struct{} // nil: the grant is not fence.Watched
 }
 
-// Check is fence.CheckGrant, then the normalized grant. A *Checked is returned as it
-// is: a door that calls another door checks once.
+// Check is fence.CheckGrant, then the normalized grant; a *Checked is returned as it
+// is, so a door that calls another door checks once.
 func Check(g fence.Grant) (*Checked, error) {
 	if c, ok := g.(*Checked); ok && c != nil {
 		return c, nil
@@ -58,82 +52,9 @@ func (c *Checked) Resources() []string   { return c.resources }
 func (c *Checked) Lease() time.Duration  { return c.lease }
 func (c *Checked) Done() <-chan struct{} { return c.done }
 
-// DefaultIdleTimeout is how long a fenced transaction may sit idle on the server
-// (no statement running) before the server ends it, when neither the Store's option
-// nor the grant (fence.Leased) says: the lock service's default lease.
-const DefaultIdleTimeout = 10 * time.Second
-
-// IdleTimeout returns how long a fenced transaction of g may sit idle: override when
-// it is > 0 (a Store option), else g's Lease when g is fence.Leased and it is > 0,
-// else DefaultIdleTimeout. It is never under a millisecond, the servers' unit.
-func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
-	d := override
-	if c, ok := g.(*Checked); ok && d <= 0 {
-		d = c.lease
-	} else if d <= 0 {
-		if l, ok := g.(fence.Leased); ok && !IsNil(g) {
-			d = l.Lease()
-		}
-	}
-	if d <= 0 {
-		d = DefaultIdleTimeout
-	}
-	return max(d, time.Millisecond)
-}
-
-// CheckLost returns fence.ErrLost (see Lost) when g is a fence.Watched
-// grant whose Done channel is closed, and nil otherwise. Adapters call it (after
-// fence.CheckGrant, which makes the same check) immediately before COMMIT, so that a
-// fenced transaction whose grant is known lost by the time fn returns rolls back
-// instead of committing, and before every request of a write that makes several.
-func CheckLost(g fence.Grant) error {
-	if c, ok := g.(*Checked); ok {
-		select {
-		case <-c.done: // a nil channel never is
-			return Lost(c.resource, c.token)
-		default:
-			return nil
-		}
-	}
-	w, ok := g.(fence.Watched)
-	if !ok || IsNil(g) {
-		return nil
-	}
-	if d := w.Done(); d != nil {
-		select {
-		case <-d:
-			return Lost(g.Resource(), g.Token())
-		default:
-		}
-	}
-	return nil
-}
-
-// Lost returns fence.ErrLost for the lock of resource at token, naming them.
-func Lost(resource string, token fence.Token) error {
-	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
-}
-
-// CommitUnknown returns fence.ErrCommitUnknown for op (COMMIT, or a single-row
-// write's one statement) under g whose reply was lost, wrapping the driver's err.
-func CommitUnknown(g fence.Grant, op string, err error) error {
-	if err == nil {
-		return fmt.Errorf("%w: %s for %q at token %d", fence.ErrCommitUnknown, op, g.Resource(), g.Token())
-	}
-	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
-}
-
-// CheckSingle is fence.CheckGrant for a write that fences exactly one resource (the
-// adapters' single-row Update, Upsert and Delete, an s3fence object write): it also
-// refuses, with fence.ErrInvalidArgument and before any I/O, a fence.Set of more
-// than one resource, rather than fence one resource of the set. A Set of one
-// resource is that resource's grant.
-func CheckSingle(g fence.Grant) error {
-	_, err := CheckOne(g)
-	return err
-}
-
-// CheckOne is Check for a write that fences one resource (see CheckSingle).
+// CheckOne is Check for a write that fences one resource (a single-row write, an
+// object write): a fence.Set of several is refused with fence.ErrInvalidArgument
+// before any I/O, rather than fence one of them.
 func CheckOne(g fence.Grant) (*Checked, error) {
 	c, err := Check(g)
 	if err != nil {
@@ -145,10 +66,66 @@ func CheckOne(g fence.Grant) (*Checked, error) {
 	return c, nil
 }
 
-// Resources returns the resources g fences, sorted (byte order) and each once: a
-// fence.Set's Resources, or g.Resource() alone. Adapters raise the marks in this
-// order, so that two transactions over overlapping sets lock their fence rows in the
-// same order.
+// CheckSingle is CheckOne's check alone.
+func CheckSingle(g fence.Grant) error {
+	_, err := CheckOne(g)
+	return err
+}
+
+// DefaultIdleTimeout bounds a fenced transaction's idle time when neither the Store
+// nor the grant (fence.Leased) says: the lock service's default lease.
+const DefaultIdleTimeout = 10 * time.Second
+
+// IdleTimeout is how long a fenced transaction of g may sit idle: override when > 0,
+// else g's lease when > 0, else DefaultIdleTimeout; never under the servers' unit, a
+// millisecond.
+func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
+	d := override
+	if c, ok := g.(*Checked); ok && d <= 0 {
+		d = c.lease
+	} else if l, ok := g.(fence.Leased); ok && d <= 0 && !IsNil(g) {
+		d = l.Lease()
+	}
+	if d <= 0 {
+		d = DefaultIdleTimeout
+	}
+	return max(d, time.Millisecond)
+}
+
+// CheckLost returns fence.ErrLost when g is a fence.Watched grant whose Done channel
+// has closed, else nil. Adapters call it right before COMMIT and before each request
+// of a write that makes several.
+func CheckLost(g fence.Grant) error {
+	var done <-chan struct{}
+	if c, ok := g.(*Checked); ok {
+		done = c.done
+	} else if w, ok := g.(fence.Watched); ok && !IsNil(g) {
+		done = w.Done()
+	}
+	select {
+	case <-done: // a nil channel never is
+		return Lost(g.Resource(), g.Token())
+	default:
+		return nil
+	}
+}
+
+// Lost returns fence.ErrLost for the lock of resource at token, naming them.
+func Lost(resource string, token fence.Token) error {
+	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
+}
+
+// CommitUnknown returns fence.ErrCommitUnknown for op (COMMIT, or a single-row
+// write's statement) under g whose reply was lost, wrapping the driver's err.
+func CommitUnknown(g fence.Grant, op string, err error) error {
+	if err == nil {
+		return fmt.Errorf("%w: %s for %q at token %d", fence.ErrCommitUnknown, op, g.Resource(), g.Token())
+	}
+	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
+}
+
+// Resources returns the resources g fences, sorted by bytes and each once; adapters
+// raise the marks in this order, so overlapping sets lock in one order.
 func Resources(g fence.Grant) []string {
 	if c, ok := g.(*Checked); ok {
 		return c.resources
@@ -166,27 +143,18 @@ func sortedResources(g fence.Grant) []string {
 	return slices.Compact(res)
 }
 
-// Multi reports whether g fences more than one resource: a fence.Set naming two or
-// more. Every *lockclient.Lock is a fence.Set; one on a single name takes the
-// single-resource path (one raise of g.Resource()).
+// Multi reports whether g fences more than one resource. A *lockclient.Lock is a
+// fence.Set; one on a single name takes the single-resource path.
 func Multi(g fence.Grant) bool {
 	if c, ok := g.(*Checked); ok {
 		return len(c.resources) > 1
 	}
 	set, ok := g.(fence.Set)
-	if !ok {
-		return false
-	}
-	res := set.Resources()
-	if len(res) < 2 {
-		return false
-	}
-	return len(Resources(g)) > 1
+	return ok && len(set.Resources()) > 1 && len(Resources(g)) > 1
 }
 
 // IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
-// function: a typed nil that satisfies an interface but whose methods would
-// dereference it.
+// function: a typed nil whose methods would dereference it.
 func IsNil(v any) bool {
 	if v == nil {
 		return true
@@ -200,22 +168,15 @@ func IsNil(v any) bool {
 
 // Tx is an open fenced transaction as its adapter runs it.
 type Tx interface {
-	// Refused returns the fence's refusal if one happened while fn ran (a raise
-	// that travelled with fn's first statement), or nil.
-	Refused() error
-	// Commit commits and returns the adapter's error for a failed commit (a
-	// fence.ErrCommitUnknown when its reply was lost).
-	Commit() error
-	// Rollback ends the transaction if it is still open; it must be safe to call
-	// after a failed Commit.
-	Rollback()
+	Refused() error // the fence's refusal met while fn ran (a raise sent with fn's first statement), or nil
+	Commit() error  // the adapter's error for a failed commit (fence.ErrCommitUnknown for a lost reply)
+	Rollback()      // ends the transaction if still open; safe after a failed Commit
 }
 
 // RunTx calls fn, then commits tx unless fn failed, the fence refused (even if fn
-// swallowed the refusal), or g's Done channel has closed (fence.ErrLost: the grant
-// is known lost, so nothing commits). Every error and every panic rolls tx back; a
-// panic then goes on. When fn fails after swallowing a refusal, both errors are
-// returned, joined.
+// swallowed the refusal) or g is known lost (fence.ErrLost). Every error and panic
+// rolls tx back; a panic then goes on. A refusal fn swallowed before failing is
+// joined to fn's error.
 func RunTx(g *Checked, tx Tx, fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -297,4 +258,21 @@ func Apply[S any, O ~func(S) error](s S, opts []O) error {
 		}
 	}
 	return nil
+}
+
+// WriteResult classifies the error a fenced write returned, for metric labels and logs:
+// "accepted" (nil), "stale" (fence.ErrStale), "lost" (fence.ErrLost),
+// "commit_unknown" (fence.ErrCommitUnknown) or "error" (anything else).
+func WriteResult(err error) string {
+	switch {
+	case err == nil:
+		return "accepted"
+	case errors.Is(err, fence.ErrStale):
+		return "stale"
+	case errors.Is(err, fence.ErrLost):
+		return "lost"
+	case errors.Is(err, fence.ErrCommitUnknown):
+		return "commit_unknown"
+	}
+	return "error"
 }

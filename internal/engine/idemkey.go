@@ -15,10 +15,9 @@ import (
 // MaxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
 const MaxFingerprintLen = 255
 
-// CheckIdemKey refuses, with fence.ErrInvalidArgument, what idempotency_keys cannot store
-// alike on every database: an empty key, a key over nolock.MaxKeyLen bytes, a key or
-// fingerprint that is not UTF-8 or holds a NUL byte (PostgreSQL text cannot), and a
-// fingerprint over MaxFingerprintLen characters.
+// CheckIdemKey refuses (fence.ErrInvalidArgument) what idempotency_keys cannot store
+// alike on every database: an empty key or one over nolock.MaxKeyLen bytes, text that
+// is not UTF-8 or holds a NUL, a fingerprint over MaxFingerprintLen characters.
 func CheckIdemKey(key, fingerprint string) error {
 	switch {
 	case key == "":
@@ -35,9 +34,8 @@ func CheckIdemKey(key, fingerprint string) error {
 	return nil
 }
 
-// CheckKeyTTL refuses, with an error naming the option WithKeyTTL and wrapping
-// fence.ErrInvalidArgument, a time-to-live for idempotency keys under one
-// microsecond, the precision the expiry is stored with.
+// CheckKeyTTL refuses (fence.ErrInvalidArgument) a WithKeyTTL under the microsecond
+// an expiry is stored to.
 func CheckKeyTTL(ttl time.Duration) error {
 	if ttl < time.Microsecond {
 		return fmt.Errorf("WithKeyTTL(%v): under the 1µs precision stored: %w", ttl, fence.ErrInvalidArgument)
@@ -45,25 +43,17 @@ func CheckKeyTTL(ttl time.Duration) error {
 	return nil
 }
 
-// How often the no-lock path's loops go round; each round is a fresh statement or
-// transaction, so the bounds limit work, never correctness.
+// The no-lock path's bounds: each round is a fresh statement or transaction, so they
+// limit work, never correctness.
 const (
-	// MaxOnceAttempts bounds how often Once starts over when the key's claim meets a
-	// lock conflict (a deadlock, a lock wait timeout, a serialization failure, a busy
-	// SQLite) before fn has run.
-	MaxOnceAttempts = 10
-	// MaxClaimTries: claim, drop an expired key and claim again, once more for a race.
-	MaxClaimTries = 3
-	// PurgeBatch is how many expired keys one DELETE of PurgeExpiredKeys removes.
-	PurgeBatch = 1000
-	// MaxDecrementLooks bounds how often Decrement takes again when its guarded
-	// UPDATE changed nothing yet the look that follows finds enough left.
-	MaxDecrementLooks = 3
+	MaxOnceAttempts   = 10   // Once's starts over after a lock conflict met before fn ran
+	MaxClaimTries     = 3    // claim, drop an expired key, claim again, once more for a race
+	PurgeBatch        = 1000 // expired keys one DELETE of PurgeExpiredKeys removes
+	MaxDecrementLooks = 3    // takes again when a take changed nothing yet enough is left
 )
 
-// TakeRefused is what the look after a guarded take that changed nothing found: the
-// row missing (fence.ErrNotFound), less than n left (nolock.ErrInsufficient, with
-// left), or enough left, nil: take again, unless this was the last try.
+// TakeRefused is what the look after a take that changed nothing means: no row
+// (fence.ErrNotFound), under n left (nolock.ErrInsufficient), or nil: take again.
 func TakeRefused(c nolock.Counter, n, left int64, found bool, try int) error {
 	switch {
 	case !found:
@@ -83,9 +73,8 @@ func DescribeKey(key []fence.Col) string {
 	return strings.Join(parts, " AND ")
 }
 
-// Pause waits about *wait (half to one and a half of it: jitter keeps retrying
-// writers apart) and doubles *wait up to most; it returns context.Cause(ctx) when
-// ctx ends first.
+// Pause waits a jittered *wait (half to one and a half of it), then doubles it up to
+// most; context.Cause(ctx) when ctx ends first.
 func Pause(ctx context.Context, wait *time.Duration, most time.Duration) error {
 	t := time.NewTimer(*wait/2 + rand.N(*wait))
 	defer t.Stop()

@@ -11,35 +11,26 @@ import (
 // PGStaleMarker starts the text PGRaiseSQL casts to bigint when it refuses.
 const PGStaleMarker = "fencegate-stale:"
 
-// PGRaiseSQL raises the fence in one statement of the extended protocol (prepared once
-// per connection by pgx's statement cache): it inserts the resource's row or raises
-// it to the token, and locks it to commit. When a higher token is stored, the CASE
-// casts 'fencegate-stale:<stored>' to bigint, which fails (SQLSTATE 22P02) and aborts
-// the transaction, so a statement behind it in the same batch never runs; refusal
-// reads the stored token from the message. It needs no function, and is faster than
-// fence_raise (PL/pgSQL, migration 3) in the same batch (BENCHMARKS.md). When the row
-// already holds the token (another
-// transaction of the same grant) it is locked but not rewritten: ON CONFLICT DO
-// UPDATE locks the conflicting row even where its WHERE is false.
+// PGRaiseSQL inserts the resource's fence row or raises it to the token, locking it
+// to commit. Over a higher token the CASE casts 'fencegate-stale:<stored>' to bigint,
+// which fails (22P02) and aborts the transaction, so a statement batched behind it
+// never runs; PGMarkedStale reads the stored token back. A row already at the token
+// is locked (ON CONFLICT DO UPDATE locks even where its WHERE is false), not rewritten.
 const PGRaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
 
-// raiseConflict is the raise's ON CONFLICT clause, shared by its forms.
 const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 	"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token)::bigint END, " +
 	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 
 // PGRaiseIdleSQL is PGRaiseSQL that also bounds the transaction's idle time ($3, see
-// PGIdleFrom): the form a pipelined Fenced sends, one statement fewer in its batch.
+// PGIdleFrom), with no statement of its own.
 const PGRaiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
 	PGIdleFrom + " " + raiseConflict
 
-// PGRaiseSetSQL is PGRaiseSQL for a fence.Set grant: one statement raises every resource's
-// row, inserting the missing ones, in byte order of the resource names (the order
-// Resources gives), so that transactions over overlapping sets lock their rows
-// in one order. A refusal names the resource whose stored token is higher:
-// 'fencegate-stale:<stored>/<resource>'. Arguments: the sorted, distinct resources
-// (a varchar[]) and the token; fenceFirstSQL writes them as literals. from is
-// prepended to the FROM list (PGIdleFrom, or nothing).
+// PGRaiseSetSQL is PGRaiseSQL for a fence.Set: every resource's row raised in byte
+// order (Resources' order), so overlapping sets lock in one order; a refusal reads
+// 'fencegate-stale:<stored>/<resource>'. resources is a varchar[] and token a bigint,
+// as placeholders or literals; from is prepended to the FROM list (PGIdleFrom, or "").
 func PGRaiseSetSQL(resources, token, from string) string {
 	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
 		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
@@ -48,30 +39,22 @@ func PGRaiseSetSQL(resources, token, from string) string {
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 }
 
-// PGRaiseSetParams and PGRaiseSetIdleParams are PGRaiseSetSQL for the extended protocol,
-// the second also bounding the idle time ($3).
+// PGRaiseSetSQL over $1 and $2, the second form also bounding the idle time ($3).
 var (
 	PGRaiseSetParams     = PGRaiseSetSQL("$1", "$2", "")
 	PGRaiseSetIdleParams = PGRaiseSetSQL("$1", "$2", PGIdleFrom+", ")
 )
 
-// PGIdleFrom bounds how long the fenced transaction may sit idle on the server, for this
-// transaction only (is_local): a client that stops inside fn (a frozen process)
-// holding the fence row is ended by PostgreSQL after that long (FATAL 25P03), its
-// locks released and nothing of it committed, so the next holder's write waits about
-// one lease, not until the frozen process wakes. It is a FROM item of the raise
-// (PGRaiseIdleSQL), whose one row the INSERT reads, so set_config runs in the raise
-// itself: no round trip and no statement of its own (BENCHMARKS.md measures what one
-// costs). lock_timeout
-// and statement_timeout are left alone: a transaction that waits on a lock or runs a
-// long statement is working, not frozen.
+// PGIdleFrom sets idle_in_transaction_session_timeout for this transaction only, as a
+// FROM item of the raise: a frozen holder of the fence row is ended by PostgreSQL
+// (FATAL 25P03) after that long, nothing of it committed, so its successor waits
+// about one lease. lock_timeout and statement_timeout are left alone: a transaction
+// waiting on a lock or running a long statement is working, not frozen.
 const PGIdleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"
 
-// PGMarkedStale reads the stored token from the error PGRaiseSQL makes when it refuses:
-// invalid input syntax for type bigint: "fencegate-stale:41", or for a set
-// "fencegate-stale:41/res-a" naming the resource. Only the quoted value is taken,
-// since the words around it follow the server's lc_messages; the resource runs to the
-// last double quote (a resource may hold one itself).
+// PGMarkedStale reads the stored token (and, for a set, the resource) from a raise's
+// refusal, "...: \"fencegate-stale:41/res-a\"". Only the quoted value is read: the
+// words around it follow lc_messages; the resource runs to the last double quote.
 func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	_, rest, ok := strings.Cut(msg, PGStaleMarker)
 	if !ok {
@@ -94,12 +77,9 @@ func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// literal quotes a resource name as a PostgreSQL escape-string constant, for the one
-// place a value cannot be a parameter (the simple-protocol message that carries BEGIN
-// and the fence raise). In E'...' only the backslash and the single quote are special,
-// whatever standard_conforming_strings says; both are doubled. A resource has passed
-// fence.CheckResource (valid UTF-8, no NUL), and pgx always speaks UTF-8, so no byte
-// sequence can end the constant early.
+// PGLiteral quotes a resource as an escape-string constant, for the simple-protocol
+// message that carries BEGIN and the raise. In E'...' only \ and ' are special,
+// whatever standard_conforming_strings says; a checked resource is UTF-8 without NUL.
 func PGLiteral(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 4)
@@ -117,9 +97,8 @@ func PGLiteral(s string) string {
 	return b.String()
 }
 
-// PGRaise returns the fence raise of g and its arguments: PGRaiseSQL for one resource,
-// PGRaiseSetParams for a fence.Set. With idleMS set (a transaction's idle bound in
-// milliseconds, see PGIdleFrom) the raise also sets it.
+// PGRaise returns g's raise and its arguments, for one resource or a set; with idleMS
+// (milliseconds, see PGIdleFrom) it also bounds the idle time.
 func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 	args := []any{g.Resource(), int64(g.Token())}
 	if Multi(g) {
@@ -136,10 +115,8 @@ func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 	return PGRaiseIdleSQL, append(args, idleMS)
 }
 
-// PGRaiseLiteral is the simple-protocol raise of g, with its values as literals (see
-// PGLiteral), for the message that carries BEGIN and the raise: the set form, which
-// for one resource is PGRaiseSQL's, so that every refusal PostgreSQL sends is the one
-// PGStaleMarker encoding.
+// PGRaiseLiteral is g's raise with literal values (PGLiteral), in the set form for any
+// grant, so every refusal is the one PGStaleMarker encoding.
 func PGRaiseLiteral(g fence.Grant) string {
 	res := Resources(g)
 	lits := make([]string, len(res))
@@ -162,10 +139,9 @@ const (
 	PGIdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
 )
 
-// PGRefusal is what a PostgreSQL error (SQLSTATE state, message msg) of a fenced
-// transaction's raise or COMMIT means: a *fence.StaleError for the raise's refusal,
-// fence.ErrBusy for a serialization failure, fence.ErrSchema without the migrations,
-// fence.ErrIdleTimeout for a transaction the server ended for idling; nil otherwise.
+// PGRefusal is what an error (SQLSTATE state, message msg) of a raise or COMMIT
+// means: a *fence.StaleError, fence.ErrBusy (40001), fence.ErrSchema or
+// fence.ErrIdleTimeout; nil for any other.
 func PGRefusal(g fence.Grant, state, msg string, err error) error {
 	switch state {
 	case PGBadText:
@@ -185,15 +161,11 @@ func PGRefusal(g fence.Grant, state, msg string, err error) error {
 	return nil
 }
 
-// PGUpdateSQL is the single-row Update of both PostgreSQL adapters over quoted names:
-// a data-modifying CTE raises the fence row, then the UPDATE writes the row and the
-// token. The CTE is an InitPlan of the UPDATE's EXISTS, run before any target row is
-// locked, so Update locks in the order Fenced does: fence row, then data. bump raises
-// an existing fence row with a plain UPDATE, which costs the server less than the
-// upsert (no speculative insertion) but writes nothing when the resource has no fence
-// row yet. Either way the raise's WHERE (token <= ours) is re-checked on the newest
-// version of a fence row it waited for. Arguments: the resource, the token, the set
-// values, the key values.
+// PGUpdateSQL is both PostgreSQL adapters' single-row Update over quoted names: a CTE
+// raises the fence row (an InitPlan, run before any target row is locked: the order
+// Fenced locks in), then the UPDATE writes the row and token. bump raises an existing
+// fence row by a plain UPDATE, cheaper than the upsert but a no-op without one.
+// Arguments: the resource, the token, the set values, the key values.
 func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
 	n := 2
 	next := func() string { n++; return "$" + strconv.Itoa(n) }
@@ -227,9 +199,8 @@ func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
 	return b.String()
 }
 
-// PGFenceCTE is the CTE that raises the fence row of resource res to token tok
-// (placeholders), inserting it if missing, when cond holds: a single-row write's
-// statement runs behind it only if it returned a row.
+// PGFenceCTE raises (or inserts) the fence row of res to tok when cond holds; the
+// write behind it runs only if it returned a row.
 func PGFenceCTE(res, tok, cond string) string {
 	return "WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT " +
 		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +

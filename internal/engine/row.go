@@ -9,8 +9,7 @@ import (
 )
 
 // Row is a fence.Row checked and quoted for one dialect, with the columns a write
-// sets: the parts every single-row statement is built from. Values only ever travel
-// as arguments.
+// sets. Values only ever travel as arguments.
 type Row struct {
 	Table   string   // quoted, possibly schema-qualified
 	Token   string   // the quoted token column
@@ -20,38 +19,28 @@ type Row struct {
 	SetVals []any
 }
 
-// CheckRow checks r and the columns to set and quotes every name. It refuses, with
-// fence.ErrInvalidArgument, no key, no column to set when needSet, an unusable name,
-// and a column named twice among the token, key and set columns (in any case).
+// CheckRow checks r and the columns to set and quotes every name, refusing
+// (fence.ErrInvalidArgument) no key, no column to set when needSet, an unusable name,
+// and a column named twice among the token, key and set columns, in any case.
 func CheckRow(d Dialect, r fence.Row, set []fence.Col, needSet bool) (Row, error) {
-	var out Row
-	var err error
-	if out.Table, err = QuoteTable(d, r.Table); err != nil {
-		return Row{}, err
-	}
-	if len(r.Key) == 0 {
-		return Row{}, fmt.Errorf("%w: row of %q has no key columns", fence.ErrInvalidArgument, r.Table)
-	}
-	if needSet && len(set) == 0 {
-		return Row{}, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
-	}
 	tok := r.TokenColumn
 	if tok == "" {
 		tok = fence.DefaultTokenColumn
 	}
-	if out.Token, err = CheckIdent(d, "token column", tok); err != nil {
+	var out Row
+	var n names
+	var err error
+	if out.Table, out.Token, out.Keys, n, err = checkKeyed(d, "row of", r.Table, "token column", tok, r.Key); err != nil {
 		return Row{}, err
 	}
-	names := names{d: d, seen: append(make([]string, 0, 1+len(r.Key)+len(set)), tok), first: "the token column"}
+	if needSet && len(set) == 0 {
+		return Row{}, fmt.Errorf("%w: no columns to set in %q", fence.ErrInvalidArgument, r.Table)
+	}
 	for _, k := range r.Key {
-		q, err := names.use("key column", k.Name)
-		if err != nil {
-			return Row{}, err
-		}
-		out.Keys, out.KeyVals = append(out.Keys, q), append(out.KeyVals, k.Value)
+		out.KeyVals = append(out.KeyVals, k.Value)
 	}
 	for _, c := range set {
-		q, err := names.use("column", c.Name)
+		q, err := n.use("column", c.Name)
 		if err != nil {
 			return Row{}, err
 		}
@@ -66,34 +55,39 @@ type Counter struct {
 	Keys          []string // quoted key columns, in c.Key's order
 }
 
-// CheckCounter checks and quotes c's names, refusing with fence.ErrInvalidArgument no
-// key, an unusable name and a key column that is also the counter column or is named
-// twice (in any case).
+// CheckCounter checks and quotes c's names, refusing (fence.ErrInvalidArgument) no
+// key, an unusable name, and a key column named twice or like the counter, in any case.
 func CheckCounter(d Dialect, c nolock.Counter) (Counter, error) {
-	var out Counter
-	var err error
-	if out.Table, err = QuoteTable(d, c.Table); err != nil {
-		return Counter{}, err
+	t, col, keys, _, err := checkKeyed(d, "counter in", c.Table, "counter column", c.Column, c.Key)
+	return Counter{Table: t, Column: col, Keys: keys}, err
+}
+
+// checkKeyed checks and quotes a table, its one named column (the token or counter)
+// and its key columns; the names it returns go on checking the rest.
+func checkKeyed(d Dialect, of, table, role, col string, key []fence.Col) (string, string, []string, names, error) {
+	qt, err := QuoteTable(d, table)
+	if err != nil {
+		return "", "", nil, names{}, err
 	}
-	if out.Column, err = CheckIdent(d, "counter column", c.Column); err != nil {
-		return Counter{}, err
+	if len(key) == 0 {
+		return "", "", nil, names{}, fmt.Errorf("%w: %s %q has no key columns", fence.ErrInvalidArgument, of, table)
 	}
-	if len(c.Key) == 0 {
-		return Counter{}, fmt.Errorf("%w: counter in %q has no key columns", fence.ErrInvalidArgument, c.Table)
+	qc, err := CheckIdent(d, role, col)
+	if err != nil {
+		return "", "", nil, names{}, err
 	}
-	names := names{d: d, seen: append(make([]string, 0, 1+len(c.Key)), c.Column), first: "the counter column"}
-	for _, k := range c.Key {
-		q, err := names.use("key column", k.Name)
-		if err != nil {
-			return Counter{}, err
+	n := names{d: d, seen: append(make([]string, 0, 4+len(key)), col), first: "the " + role}
+	keys := make([]string, len(key))
+	for i, k := range key {
+		if keys[i], err = n.use("key column", k.Name); err != nil {
+			return "", "", nil, names{}, err
 		}
-		out.Keys = append(out.Keys, q)
 	}
-	return out, nil
+	return qt, qc, keys, n, nil
 }
 
 // CheckInsert checks and quotes the table and columns of an insert, refusing no
-// columns and a column named twice (in any case).
+// columns and a column named twice, in any case.
 func CheckInsert(d Dialect, table string, cols []fence.Col) (string, []string, error) {
 	qt, err := QuoteTable(d, table)
 	if err != nil {
@@ -102,22 +96,22 @@ func CheckInsert(d Dialect, table string, cols []fence.Col) (string, []string, e
 	if len(cols) == 0 {
 		return "", nil, fmt.Errorf("%w: insert into %q of no columns", fence.ErrInvalidArgument, table)
 	}
-	names := names{d: d, seen: make([]string, 0, len(cols))}
+	n := names{d: d, seen: make([]string, 0, len(cols))}
 	out := make([]string, len(cols))
 	for i, c := range cols {
-		if out[i], err = names.use("column", c.Name); err != nil {
+		if out[i], err = n.use("column", c.Name); err != nil {
 			return "", nil, err
 		}
 	}
 	return qt, out, nil
 }
 
-// names checks and quotes a statement's column names one by one, refusing one that
-// names a column already used; a handful of columns: a linear scan beats a map.
+// names checks and quotes a statement's columns one by one, refusing one already
+// used; a handful of columns: a linear scan beats a map.
 type names struct {
 	d     Dialect
 	seen  []string
-	first string // what seen[0] is, when it was given: "the token column", ...
+	first string // what seen[0] is, when given: "the token column", ...
 }
 
 func (n *names) use(what, name string) (string, error) {

@@ -7,34 +7,29 @@ import (
 	"sync/atomic"
 )
 
-// MaxShapes bounds how many shapes a ShapeMap keeps. Past it, a shape not yet kept is built on
-// every call, as if there were no cache: names made at run time (a table per tenant)
-// cannot grow an adapter's Store without bound. Nothing is evicted: a caller may be
-// using it.
+// MaxShapes bounds a ShapeMap, so names made at run time (a table per tenant) cannot
+// grow a Store without bound; past it a new shape is built on every call. Nothing is
+// evicted: a caller may be using it.
 const MaxShapes = 256
 
-// AppendShapeLen appends a count to a key, such as the number of key columns before the set
-// columns, so that (k1, k2 | s1) and (k1 | k2, s1) differ.
+// AppendShapeLen appends a count to a key, so (k1, k2 | s1) and (k1 | k2, s1) differ.
 func AppendShapeLen(key []byte, n int) []byte { return binary.AppendUvarint(key, uint64(n)) }
 
-// AppendShapeName appends one name to a key: its length, then its bytes. A key is looked up
-// before the names are checked, so it must be unambiguous for any names, even those
-// the check will refuse: with a separator byte, table "a\x00b" would spell the key of
-// table "a" and column "b".
+// AppendShapeName appends a name's length, then its bytes: a key is looked up before
+// the names are checked, so it must be unambiguous even for names the check refuses.
 func AppendShapeName(key []byte, name string) []byte {
 	return append(AppendShapeLen(key, len(name)), name...)
 }
 
-// ShapeMap is a bounded map from shape keys to what is kept for them. Readers load an
-// immutable map and take no lock; a writer copies it, at most MaxShapes times. The zero ShapeMap
-// is empty and ready; it is safe for concurrent use.
+// ShapeMap is a bounded, concurrent map from shape keys to what is kept for them:
+// readers load an immutable map with no lock; a writer copies it, at most MaxShapes
+// times. The zero ShapeMap is empty and ready.
 type ShapeMap[V any] struct {
 	m  atomic.Pointer[map[string]V]
 	mu sync.Mutex // writers
 }
 
-// Load returns the value kept for key. Indexing with string(key) does not allocate,
-// so a lookup with a key built in a stack buffer allocates nothing.
+// Load returns the value kept for key; string(key) in an index does not allocate.
 func (c *ShapeMap[V]) Load(key []byte) (V, bool) {
 	if m := c.m.Load(); m != nil {
 		v, ok := (*m)[string(key)]
@@ -50,10 +45,9 @@ func (c *ShapeMap[V]) Full() bool {
 	return m != nil && len(*m) >= MaxShapes
 }
 
-// Store keeps v under key and returns it with true. When a value is kept under key
-// already, that value is kept and returned instead, unless replace (nil: never)
-// says v should replace it. When the map is full and holds nothing under key, v is
-// returned with false: nothing is kept.
+// Store keeps v under key and returns it with true; a value kept already stays and
+// is returned unless replace (nil: never) says otherwise. A full map keeps nothing
+// new and returns v with false.
 func (c *ShapeMap[V]) Store(key string, v V, replace func(old V) bool) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
