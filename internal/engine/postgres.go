@@ -206,3 +206,19 @@ func PGFenceCTE(res, tok, cond string) string {
 		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) "
 }
+
+// PGReplyLost reports whether an error reply (SQLSTATE state; severity unlocalized, or
+// "" where the driver does not say) to COMMIT, or to a write sent outside a
+// transaction, leaves the outcome unknown. A FATAL or PANIC ends the session and may
+// come after the commit was recorded; an ERROR decides it; so does 25P03, the session
+// ended idle before COMMIT arrived. Without a severity, the classes that end a session
+// say it: 08 (connection exception) and 57P (operator intervention).
+func PGReplyLost(state, severity string) bool {
+	switch {
+	case state == PGIdleTimeout:
+		return false
+	case severity != "":
+		return severity == "FATAL" || severity == "PANIC"
+	}
+	return strings.HasPrefix(state, "08") || strings.HasPrefix(state, "57P")
+}

@@ -57,3 +57,27 @@ func TestPGUpdateSQL(t *testing.T) {
 		}
 	}
 }
+
+func TestPGReplyLost(t *testing.T) {
+	tests := []struct {
+		name, state, severity string
+		want                  bool
+	}{
+		{"an ERROR decides", "23505", "ERROR", false},
+		{"a FATAL may follow the commit", "XX000", "FATAL", true},
+		{"a PANIC may follow the commit", "XX000", "PANIC", true},
+		{"a terminated backend", "57P01", "FATAL", true},
+		{"ended idle before COMMIT arrived", engine.PGIdleTimeout, "FATAL", false},
+		{"no severity: a connection exception", "08006", "", true},
+		{"no severity: operator intervention", "57P02", "", true},
+		{"no severity: a serialization failure", engine.PGSerialization, "", false},
+		{"no severity: idle timeout", engine.PGIdleTimeout, "", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := engine.PGReplyLost(tt.state, tt.severity); got != tt.want {
+				t.Errorf("PGReplyLost(%q, %q) = %v, want %v", tt.state, tt.severity, got, tt.want)
+			}
+		})
+	}
+}
