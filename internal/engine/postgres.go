@@ -50,7 +50,23 @@ var (
 // (FATAL 25P03) after that long, nothing of it committed, so its successor waits
 // about one lease. lock_timeout and statement_timeout are left alone: a transaction
 // waiting on a lock or running a long statement is working, not frozen.
-const PGIdleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"
+const PGIdleFrom = pgIdleHead + "$3" + pgIdleTail
+
+const (
+	pgIdleHead = "(SELECT set_config('idle_in_transaction_session_timeout', "
+	pgIdleTail = ", true)) AS fencegate_idle"
+)
+
+// PGRaiseSetEach is PGRaiseSetSQL for n resources sent a parameter each ($1..$n), for
+// a driver that cannot send a varchar[]: the token is $n+1, the idle bound $n+2.
+func PGRaiseSetEach(n int) string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = "$" + strconv.Itoa(i+1)
+	}
+	return PGRaiseSetSQL("ARRAY["+strings.Join(ps, ", ")+"]", "$"+strconv.Itoa(n+1),
+		pgIdleHead+"$"+strconv.Itoa(n+2)+pgIdleTail+", ")
+}
 
 // PGMarkedStale reads the stored token (and, for a set, the resource) from a raise's
 // refusal, "...: \"fencegate-stale:41/res-a\"". Only the quoted value is read: the

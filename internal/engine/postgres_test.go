@@ -81,3 +81,12 @@ func TestPGReplyLost(t *testing.T) {
 		})
 	}
 }
+
+func TestPGRaiseSetEach_numbering(t *testing.T) {
+	q := engine.PGRaiseSetEach(2)
+	for _, want := range []string{"unnest(ARRAY[$1, $2]::varchar[])", "SELECT fencegate_r, $3::bigint", "timeout', $4, true"} {
+		if !strings.Contains(q, want) {
+			t.Errorf("PGRaiseSetEach(2) lacks %q:\n%s", want, q)
+		}
+	}
+}
