@@ -3,8 +3,11 @@ package sqlfence
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"reflect"
+	"regexp"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -13,71 +16,103 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// database is what differs between the databases a Store speaks to. Every statement
-// whose text or argument order differs, and every reading of a driver's errors, sits
-// in its database's file (postgres.go, mysql.go, sqlite.go); the rest of the package
-// is one code path over this interface. Statements are written with ? placeholders
-// and passed through rebind.
+// database is what differs between the databases: every statement whose text or
+// argument order differs, and every reading of a driver's errors, is in its file
+// (postgres.go, mysql.go and mysqlconn.go, sqlite.go). Statements are written with ?
+// placeholders and passed through rebind.
 //
-//   - MySQL is MariaDB 10.5 and later (tested on 10.11) or MySQL 8 through
-//     github.com/go-sql-driver/mysql; the connection must report matched rows
-//     (clientFoundRows=true), which probe checks.
-//   - SQLite is SQLite 3.35 and later through modernc.org/sqlite (driver name
-//     "sqlite"); see sqlfence/sqlite's Open for what concurrent writers need.
-//   - PostgreSQL is PostgreSQL 12 and later through a database/sql driver such as
-//     github.com/jackc/pgx/v5/stdlib; its raise is pgxfence's (internal/engine).
+//   - MySQL: MariaDB 10.5 and later (tested on 10.11) or MySQL 8, through
+//     github.com/go-sql-driver/mysql with clientFoundRows=true (probe checks it).
+//   - SQLite: 3.35 and later through modernc.org/sqlite (driver name "sqlite").
+//   - PostgreSQL: 12 and later through a database/sql driver such as pgx's stdlib;
+//     its raise is pgxfence's (internal/engine).
 type database interface {
 	dialect() engine.Dialect
 	rebind(q string) string
 	now() string // the database's clock, to the microsecond
 
-	// fenced is Fenced after the door's checks: begin, raise, fn, commit.
+	probe(ctx context.Context, s *Store) error // checks the pool once, before its first write
+	isolation(l sql.IsolationLevel) error      // refuses a level it cannot give a fenced transaction
 	fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error
-	// probe checks the pool once before its first write.
-	probe(ctx context.Context, s *Store) error
-	// isolation refuses a level the database cannot give a fenced transaction.
-	isolation(l sql.IsolationLevel) error
+	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // one grant; set.go raises a set
+	// raiseSetTail ends a set's multi-row fence-row INSERT; counts: its row count says
+	// whether every row was raised.
+	raiseSetTail() (tail string, counts bool)
 
-	// raise raises a single grant's fence row inside tx (set.go raises a set).
-	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error
-	// raiseSetTail ends the multi-row fence-row INSERT of a set; countsRaised reports
-	// that its row count says whether every row was raised.
-	raiseSetTail() string
-	countsRaised() bool
-
-	// update is Store.Update after the checks.
 	update(ctx context.Context, s *Store, st *rowStmt) error
-	// upsertTail turns the INSERT of key, set and token columns into a fenced upsert;
+	// upsertTail makes the INSERT of key, set and token columns a fenced upsert;
 	// upserted reads its result: check means the row must be read back.
 	upsertTail(st *rowStmt) string
 	upserted(res sql.Result) (check bool, err error)
 
-	// decrementSQL is the guarded take. Arguments: n, key values..., n. take runs
-	// sh's once; took is false when it changed nothing. prepares reports whether a
-	// Store prepares it.
+	// decrementSQL is the guarded take (arguments: n, key values..., n); take runs it
+	// once, took false when it changed nothing; prepares: the Store prepares it.
 	decrementSQL(table, col, where string) string
 	take(ctx context.Context, db *sql.DB, sh *shape, args []any) (left int64, took bool, err error)
 	prepares() bool
 
-	// The idempotency-key statements that differ (once.go has the rest). claimed
-	// reports that a claim's error means the key is already stored.
-	claimKeySQL() string
-	readKeySQL() string
-	purgeKeysSQL() string
+	keySQL() keySQL // the idempotency-key statements that differ: claim, read, purge
 	ttlArg(ttl time.Duration) any
-	claimed(err error) bool
+	claimed(err error) bool // a claim's error says the key is stored already
 
-	// How the driver reports what the package acts on.
 	busy(err error) bool
 	duplicate(err error, table string) *nolock.DuplicateError
 	missingTable(err error, table string) bool
 	replyLost(err error, commit bool) bool
-	// idleEnded reports that err says the server ended the transaction for idling;
-	// overdue that it was open at least its idle timeout.
+	// idleEnded: err says the server ended the transaction for idling; overdue: it was
+	// open at least its idle timeout.
 	idleEnded(err error, commit, overdue bool) bool
 }
 
-// newDatabase returns the database of dialect d.
+// base is the methods two databases share; each embeds it and overrides the rest.
+type base struct{}
+
+func (base) rebind(q string) string                { return q }
+func (base) probe(context.Context, *Store) error   { return nil }
+func (base) isolation(sql.IsolationLevel) error    { return nil }
+func (base) raiseSetTail() (string, bool)          { return onConflictRaise, true }
+func (base) upserted(res sql.Result) (bool, error) { n, err := res.RowsAffected(); return n == 0, err }
+func (base) prepares() bool                        { return true }
+func (base) claimed(error) bool                    { return false }
+func (base) idleEnded(error, bool, bool) bool      { return false }
+
+func (base) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
+	return s.run(ctx, s.db, g, fn)
+}
+
+func (base) decrementSQL(table, col, where string) string {
+	return "UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col
+}
+
+func (base) take(ctx context.Context, db *sql.DB, sh *shape, args []any) (left int64, took bool, err error) {
+	err = sh.queryRow(ctx, db, args).Scan(&left)
+	if errors.Is(err, sql.ErrNoRows) {
+		return 0, false, nil
+	}
+	return left, err == nil, err
+}
+
+// ttlArg is a time-to-live in microseconds, or NULL: never expires.
+func (base) ttlArg(ttl time.Duration) any {
+	if ttl <= 0 {
+		return nil
+	}
+	return ttl.Microseconds()
+}
+
+// dupErr is a unique-key violation naming the constraint that re's first group finds
+// in msg, with a doubled quote (if given) undone.
+func dupErr(err error, table string, re *regexp.Regexp, msg, doubled string) *nolock.DuplicateError {
+	name := ""
+	if m := re.FindStringSubmatch(msg); m != nil {
+		name = m[1]
+		if doubled != "" {
+			name = strings.ReplaceAll(name, doubled, doubled[:1])
+		}
+	}
+	return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
+}
+
 func newDatabase(d migrations.Dialect) (database, error) {
 	switch d {
 	case engine.Postgres:
@@ -91,9 +126,8 @@ func newDatabase(d migrations.Dialect) (database, error) {
 }
 
 // findType returns the first error in err's tree (as errors.As walks it) that is a
-// pointer to the named type of package pkg, or nil. The package reads the errors of
-// github.com/go-sql-driver/mysql and modernc.org/sqlite this way, without importing
-// either driver, so a program on one database links no other's driver.
+// pointer to the named type of package pkg, or nil: the MySQL and SQLite drivers'
+// errors are read without importing either driver.
 func findType(err error, pkg, name string) error {
 	for err != nil {
 		if t := reflect.TypeOf(err); t.Kind() == reflect.Pointer && t.Elem().Name() == name && t.Elem().PkgPath() == pkg {

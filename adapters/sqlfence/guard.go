@@ -55,14 +55,14 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			left, took, err = s.retryTake(ctx, sh, args)
 		}
 		if err != nil {
-			return 0, counterErr("decrement", c.Table, err)
+			return 0, s.wrap(err, "decrement", c.Table, "")
 		}
 		if took {
 			return left, nil
 		}
 		left, err = s.look(ctx, sh, keyArgs)
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return 0, counterErr("decrement: look up", c.Table, err)
+			return 0, s.wrap(err, "decrement: look up", c.Table, "")
 		}
 		if err := engine.TakeRefused(c, n, left, err == nil, try); err != nil {
 			return left, err
@@ -70,18 +70,8 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	}
 }
 
-// counterErr wraps a driver error of Decrement; fence.ErrBusy and ctx's errors pass as they
-// are.
-func counterErr(op, table string, err error) error {
-	if errors.Is(err, fence.ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return fmt.Errorf("sqlfence: %s %q: %w", op, table, err)
-}
-
-// retryTake is take retried while SQLite is busy (see retry). It is apart from
-// Decrement so that the closure's variables do not move Decrement's to the heap on
-// every call.
+// retryTake is take retried while busy, apart from Decrement so that the closure's
+// variables do not move Decrement's to the heap on every call.
 func (s *Store) retryTake(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
 	err = s.retry(ctx, func() (err error) {
 		left, took, err = s.take(ctx, sh, args)
@@ -96,22 +86,10 @@ func (s *Store) look(ctx context.Context, sh *shape, keyArgs []any) (left int64,
 	return left, err
 }
 
-// take runs the guarded decrement of sh once: took is false when it changed no row.
 func (s *Store) take(ctx context.Context, sh *shape, args []any) (left int64, took bool, err error) {
 	left, took, err = s.d.take(ctx, s.db, sh, args)
-	// The cleanup that closes sh.stmt waits for s to be unreachable: not before the
-	// take is done.
-	runtime.KeepAlive(s)
+	runtime.KeepAlive(s) // the cleanup that closes sh.stmt waits for s to be unreachable
 	return left, took, err
-}
-
-// takeReturning is take where the UPDATE returns the new value (RETURNING).
-func takeReturning(ctx context.Context, db *sql.DB, sh *shape, args []any) (left int64, took bool, err error) {
-	err = sh.queryRow(ctx, db, args).Scan(&left)
-	if errors.Is(err, sql.ErrNoRows) {
-		return 0, false, nil
-	}
-	return left, err == nil, err
 }
 
 // Insert is nolock's unique-key insert: one INSERT, names quoted, values as
@@ -130,7 +108,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	for i, c := range cols {
 		args[i] = c.Value
 	}
-	q := s.d.rebind("INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (?" + strings.Repeat(", ?", len(cols)-1) + ")")
+	q := s.d.rebind("INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (" + marks(len(cols)) + ")")
 	err = s.retry(ctx, func() error {
 		_, err := s.db.ExecContext(ctx, q, args...)
 		return err

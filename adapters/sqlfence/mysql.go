@@ -10,49 +10,34 @@ import (
 	"reflect"
 	"regexp"
 	"strings"
-	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql. The connection
-// must report matched rows (clientFoundRows, checked by probe: mysqlconn.go, with the
-// begin routes of Fenced). MySQL evaluates ON DUPLICATE KEY assignments left to
-// right, each seeing the columns already assigned, and has no UPDATE ... RETURNING:
-// several statements below hand a value back as LAST_INSERT_ID(expr), which the
-// server reports in the OK packet with the row count, saving a round trip.
-type mysql struct{}
+// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql; mysqlconn.go
+// has the probe and Fenced's begin routes. MySQL evaluates ON DUPLICATE KEY
+// assignments left to right, each seeing those before it, and has no UPDATE ...
+// RETURNING: statements below hand a value back as LAST_INSERT_ID(expr), which the
+// OK packet reports with the row count, saving a round trip.
+type mysql struct{ base }
 
 func (mysql) dialect() engine.Dialect                   { return engine.MySQL }
-func (mysql) rebind(q string) string                    { return q }
 func (mysql) now() string                               { return "CURRENT_TIMESTAMP(6)" }
 func (mysql) probe(ctx context.Context, s *Store) error { return s.probeFoundRows(ctx) }
-func (mysql) isolation(sql.IsolationLevel) error        { return nil }
-func (mysql) prepares() bool                            { return true } // the binary protocol beats interpolated text
 
-func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
-	if s.fast(g) {
-		return s.fencedFast(ctx, g, fn)
-	}
-	return s.fencedPinned(ctx, g, fn)
-}
-
-// mysqlBumpSQL raises an existing fence row whose token is not higher. Arguments:
-// token, resource, token.
-const mysqlBumpSQL = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?"
-
-// mysqlRaiseSQL inserts or raises the fence row. updated_at is decided before token
-// changes; a refused raise leaves the row as it was and hands the stored token back
-// as LAST_INSERT_ID (fence_tokens has no AUTO_INCREMENT column, so a raise reports
-// 0). Arguments: resource, token.
+// mysqlRaiseSQL inserts or raises the fence row (arguments: resource, token).
+// updated_at is decided before token changes; a refusal leaves the row as it was and
+// hands the stored token back as LAST_INSERT_ID (fence_tokens has no AUTO_INCREMENT
+// column, so a raise reports 0).
 const mysqlRaiseSQL = "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 	"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 	"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
 
 func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
-	return s.bumpOrUpsert(ctx, tx, g, mysqlBumpSQL, mysqlRaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
+	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?"
+	return s.bumpOrUpsert(ctx, tx, g, bump, mysqlRaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
 		id, err := res.LastInsertId()
 		return id > 0, fence.Token(id), err
 	})
@@ -60,18 +45,16 @@ func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked)
 
 // raiseSetTail never lowers a row; a row left as it was counts as found
 // (clientFoundRows), so the set's lookup always runs.
-func (mysql) raiseSetTail() string {
+func (mysql) raiseSetTail() (string, bool) {
 	return " ON DUPLICATE KEY UPDATE updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
-		"token = GREATEST(token, VALUES(token))"
+		"token = GREATEST(token, VALUES(token))", false
 }
-func (mysql) countsRaised() bool { return false }
 
 // update is one multi-table UPDATE of the fence row joined (STRAIGHT_JOIN: fence row
-// first, the order Fenced locks in) with the row. The join needs the fence row: a
-// resource's first write goes in a transaction that inserts it.
+// first, the order Fenced locks in) with the row, every column qualified (the
+// table's may be named like fence_tokens'). The join needs the fence row: a
+// resource's first write is a transaction that inserts it.
 func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
-	// Every column is qualified: the caller's table may have columns named like
-	// fence_tokens' own.
 	const t = "fencegate_t."
 	var b strings.Builder
 	b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON ")
@@ -92,8 +75,7 @@ func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 	if n, err := s.updateTry(ctx, st, b.String(), args); err != nil || n > 0 {
 		return err
 	}
-	found, err := s.fenceStale(ctx, st.g)
-	switch {
+	switch found, err := s.fenceStale(ctx, st.g); {
 	case err != nil:
 		return err
 	case !found:
@@ -103,10 +85,9 @@ func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 }
 
 // upsertTail: ON DUPLICATE KEY UPDATE fires on any unique key, so every column is
-// guarded by the same condition on the old token and on the key (a clash on another
-// unique key must not update that other row), and the token is assigned last. A
-// refused update reports the stored token + 1 (never 0, even for a row with token 0)
-// as LAST_INSERT_ID; the caller reads the row back to tell that from an
+// guarded by the old token and the key (a clash on another unique key must not
+// update that other row), the token assigned last. A refusal reports the stored
+// token + 1 (never 0) as LAST_INSERT_ID; Upsert reads the row back to tell it from an
 // AUTO_INCREMENT id.
 func (mysql) upsertTail(st *rowStmt) string {
 	var b strings.Builder
@@ -127,9 +108,8 @@ func (mysql) upserted(res sql.Result) (bool, error) {
 	return id != 0, err
 }
 
-// decrementSQL hands the new value back as LAST_INSERT_ID: the take stays one round
-// trip and needs no transaction. The column must be an integer >= 0 after the take,
-// which the guard ensures.
+// decrementSQL hands the new value back as LAST_INSERT_ID: one round trip, no
+// transaction. The guard keeps the column >= 0, as LAST_INSERT_ID needs.
 func (mysql) decrementSQL(table, col, where string) string {
 	return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
 }
@@ -146,21 +126,16 @@ func (mysql) take(ctx context.Context, db *sql.DB, sh *shape, args []any) (int64
 	return left, err == nil, err
 }
 
-// claimKeySQL: a key already stored is error 1062, which leaves the transaction open
-// (claimed).
-func (mysql) claimKeySQL() string {
-	return claimKeyCols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))"
+// keySQL: a stored key is error 1062, which leaves the transaction open (claimed).
+// The read locks: under REPEATABLE READ a plain SELECT could read a snapshot older
+// than the duplicate it just waited for.
+func (d mysql) keySQL() keySQL {
+	return keySQL{
+		claim: claimKeyCols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))",
+		read:  readKeyQuery(d) + " LOCK IN SHARE MODE",
+		purge: "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?",
+	}
 }
-
-// readKeySQL is a locking read: under REPEATABLE READ a plain SELECT could read a
-// snapshot older than the duplicate it just waited for.
-func (d mysql) readKeySQL() string { return readKeyQuery(d) + " LOCK IN SHARE MODE" }
-
-func (mysql) purgeKeysSQL() string {
-	return "DELETE FROM idempotency_keys WHERE expires_at <= CURRENT_TIMESTAMP(6) LIMIT ?"
-}
-
-func (mysql) ttlArg(ttl time.Duration) any { return ttlMicros(ttl) }
 
 func (d mysql) claimed(err error) bool { return d.duplicate(err, "idempotency_keys") != nil }
 
@@ -206,17 +181,10 @@ func (mysql) duplicate(err error, table string) *nolock.DuplicateError {
 	if !ok || me.Number != 1062 {
 		return nil
 	}
-	name := ""
-	if m := mysqlDupKeyRE.FindStringSubmatch(me.Message); m != nil {
-		// MySQL 8 says 'table.index', MariaDB 'index'.
-		name = strings.ReplaceAll(m[1], "''", "'")
-		last := table
-		if i := strings.LastIndexByte(table, '.'); i >= 0 {
-			last = table[i+1:]
-		}
-		name = strings.TrimPrefix(name, last+".")
-	}
-	return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
+	de := dupErr(err, table, mysqlDupKeyRE, me.Message, "''")
+	// MySQL 8 says 'table.index', MariaDB 'index'.
+	de.Constraint = strings.TrimPrefix(de.Constraint, table[strings.LastIndexByte(table, '.')+1:]+".")
+	return de
 }
 
 func (mysql) missingTable(err error, table string) bool {
@@ -233,13 +201,13 @@ func (mysql) replyLost(err error, commit bool) bool {
 	return undecided(err, commit)
 }
 
-// idleEnded: MySQL 8.0.24 and later say so (4031, ER_CLIENT_INTERACTION_TIMEOUT).
-// MariaDB's idle_transaction_timeout and older MySQL's wait_timeout close the
-// connection without a word, so there the sign is a connection that broke in a
-// transaction open at least its idle timeout: a statement that found it closed
-// (driver.ErrBadConn: nothing was sent, COMMIT included), or, for fn's statements,
-// one that lost its reply (nothing commits without COMMIT). A COMMIT whose reply was
-// lost stays fence.ErrCommitUnknown: it may have arrived in time.
+// idleEnded: MySQL 8.0.24 and later say so (4031). MariaDB's
+// idle_transaction_timeout and older MySQL's wait_timeout close the connection
+// silently, so there the sign is a connection that broke in a transaction open at
+// least its idle timeout: a statement that found it closed (driver.ErrBadConn:
+// nothing was sent, COMMIT included) or, for fn's statements, one that lost its reply
+// (nothing commits without COMMIT). A COMMIT whose reply was lost stays
+// fence.ErrCommitUnknown: it may have arrived in time.
 func (mysql) idleEnded(err error, commit, overdue bool) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == 4031

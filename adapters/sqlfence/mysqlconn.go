@@ -15,26 +15,32 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// On MariaDB a fenced transaction through a pool opened by sqlfence/mysql costs the
-// round trips of an unfenced one: that package wraps the pool's connections so that
-// the begin of a fenced transaction is one anonymous compound statement (BEGIN NOT ATOMIC ... END,
-// one statement to the server) that sets the session's idle_transaction_timeout,
-// starts the transaction and raises the fence row; and its COMMIT or ROLLBACK is one
-// that also restores the timeout to the server's default. The compound's exit handler
-// rolls back and restores the timeout before it hands any error back, so a refused
-// raise leaves the connection as it found it. A user's own transactions on the same
-// pool take the driver's path unchanged. The statements are this package's; the
-// wrapped connections only send them (internal/fastbegin).
+// Fenced on MySQL takes one of two routes. On MariaDB through a pool opened by
+// sqlfence/mysql (fast), the begin is one anonymous compound statement that sets the
+// session's idle_transaction_timeout, starts the transaction and raises the fence
+// row, and COMMIT or ROLLBACK is one that also restores the timeout: the round trips
+// of an unfenced transaction. The compound's exit handler rolls back and restores the
+// timeout before it hands an error back, so a refusal leaves the connection as it
+// was. The statements are this package's; the wrapped connections only send them
+// (internal/fastbegin). Otherwise the transaction runs on a pinned connection whose
+// idle timeout is set before BEGIN and restored after (fencedPinned).
+func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
+	if !engine.Multi(g) && s.mariadb && s.txOpts == nil {
+		if _, ok := s.db.Driver().(fastbegin.Driver); ok {
+			return s.fencedFast(ctx, g, fn)
+		}
+	}
+	return s.fencedPinned(ctx, g, fn)
+}
 
 const restoreIdle = "SET SESSION idle_transaction_timeout = DEFAULT"
 
-// staleMsg starts the message of the error the compound raises for a refused raise;
-// the stored token follows it.
+// staleMsg starts the message the compound raises for a refusal, before the stored token.
 const staleMsg = "fencegate: stored fence token "
 
 // fastBeginSQL sets the idle timeout, begins and raises the fence row: the bump of
-// bumpSQL; if it matched nothing, the row is inserted unless present, read under
-// lock, and refused (SIGNAL with the stored token) when higher, else raised.
+// mysql.raise; if that matched nothing, the row is inserted unless present, read
+// under lock and refused (SIGNAL with the stored token) when higher, else raised.
 // Arguments: fastBeginArgs.
 const fastBeginSQL = "BEGIN NOT ATOMIC " +
 	"DECLARE seen BIGINT DEFAULT NULL; " +
@@ -61,17 +67,6 @@ func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
 	return args
 }
 
-// fast reports whether Fenced can take the one-statement begin: MariaDB, a pool
-// opened by sqlfence/mysql, the server's default transaction options, a single grant.
-func (s *Store) fast(g *engine.Checked) bool {
-	if engine.Multi(g) || !s.mariadb || s.txOpts != nil {
-		return false
-	}
-	_, ok := s.db.Driver().(fastbegin.Driver)
-	return ok
-}
-
-// fencedFast is Fenced on MariaDB through a sqlfence/mysql pool.
 func (s *Store) fencedFast(ctx context.Context, g *engine.Checked, fn func(*sql.Tx) error) error {
 	b := &fastbegin.Begin{
 		Query:    fastBeginSQL,
@@ -81,13 +76,11 @@ func (s *Store) fencedFast(ctx context.Context, g *engine.Checked, fn func(*sql.
 	}
 	bctx := fastbegin.With(ctx, b)
 	var tx *sql.Tx
-	err := s.retry(ctx, func() error {
-		var err error
-		tx, err = s.db.BeginTx(bctx, nil)
-		switch {
-		case err != nil:
+	err := s.retry(ctx, func() (err error) {
+		if tx, err = s.db.BeginTx(bctx, nil); err != nil {
 			return s.fastBeginErr(g, err)
-		case !b.Sent:
+		}
+		if !b.Sent {
 			_ = tx.Rollback()
 			return errors.New("sqlfence: the pool's connection did not raise the fence row")
 		}
@@ -99,83 +92,18 @@ func (s *Store) fencedFast(ctx context.Context, g *engine.Checked, fn func(*sql.
 	return s.finish(ctx, tx, g, fn)
 }
 
-func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(engine.IdleTimeout(g, s.set.Idle).Seconds()))
-}
-
 // fastBeginErr turns the compound's refusal into a *fence.StaleError.
 func (s *Store) fastBeginErr(g fence.Grant, err error) error {
 	if me, ok := asMySQL(err); ok && me.SQLState == "45000" && strings.HasPrefix(me.Message, staleMsg) {
 		if seen, perr := strconv.ParseInt(strings.TrimPrefix(me.Message, staleMsg), 10, 64); perr == nil {
-			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: fence.Token(seen)}
+			return stale(g, fence.Token(seen))
 		}
 	}
 	return s.raiseErr(g, err)
 }
 
-// errFoundRows is the refusal of a MySQL pool that counts changed rows instead of
-// matched rows, so a fenced write of unchanged values would look refused.
-var errFoundRows = fmt.Errorf("%w: sqlfence: the mysql connection lacks clientFoundRows=true", fence.ErrInvalidArgument)
-
-// probeResource is a fence row name no grant can present (fence refuses NUL bytes).
-const probeResource = "\x00sqlfence:clientFoundRows probe"
-
-// probeFoundRows checks once per Store that the MySQL pool reports matched rows: in
-// a transaction that is always rolled back it writes the probe row and then writes it
-// again unchanged, which reports 1 row with clientFoundRows and 0 without. A verdict
-// is kept; an error that is not a verdict (ctx ended, network) is returned and the
-// check runs again next time.
-func (s *Store) probeFoundRows(ctx context.Context) error {
-	if s.probeOK.Load() {
-		return nil
-	}
-	s.probeMu.Lock()
-	defer s.probeMu.Unlock()
-	if s.probed {
-		return s.probeE
-	}
-	err := s.retry(ctx, func() error {
-		tx, err := s.db.BeginTx(ctx, nil)
-		if err != nil {
-			return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-		}
-		defer tx.Rollback()
-		const q = "INSERT INTO fence_tokens (resource, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token"
-		var n int64
-		for range 2 {
-			res, err := tx.ExecContext(ctx, q, probeResource)
-			if s.missingSchema(err) {
-				return fmt.Errorf("%w: check mysql connection: %w", fence.ErrSchema, err)
-			}
-			if err != nil {
-				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-			}
-			if n, err = res.RowsAffected(); err != nil {
-				return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-			}
-		}
-		var version string
-		if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
-			return fmt.Errorf("sqlfence: check mysql connection: %w", err)
-		}
-		s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
-		if n == 0 {
-			return fmt.Errorf("%w: rows changed are counted instead of rows matched, so a valid "+
-				"write of unchanged values would look refused; add clientFoundRows=true to the DSN "+
-				"(user:pass@tcp(host:3306)/db?clientFoundRows=true&interpolateParams=true) or open "+
-				"the pool with sqlfence/mysql's Open", errFoundRows)
-		}
-		return nil
-	})
-	if err == nil || errors.Is(err, errFoundRows) {
-		s.probed, s.probeE = true, err
-		s.probeOK.Store(err == nil)
-	}
-	return err
-}
-
-// fencedPinned is Fenced on MySQL: the transaction runs on a connection pinned for it,
-// whose session idle timeout is set before BEGIN and restored after.
+// fencedPinned sets the session's idle timeout (MariaDB's idle_transaction_timeout,
+// MySQL's wait_timeout) on a pinned connection before BEGIN and restores it after.
 func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sql.Tx) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -186,8 +114,7 @@ func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sq
 	if s.mariadb {
 		v = "idle_transaction_timeout"
 	}
-	secs := idleSecs(s, g)
-	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", secs); err != nil {
+	if _, err := conn.ExecContext(ctx, "SET SESSION "+v+" = ?", idleSecs(s, g)); err != nil {
 		return fmt.Errorf("sqlfence: set %s: %w", v, err)
 	}
 	defer func() {
@@ -197,4 +124,66 @@ func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sq
 		}
 	}()
 	return s.run(ctx, conn, g, fn)
+}
+
+func idleSecs(s *Store, g fence.Grant) int64 {
+	return int64(math.Ceil(engine.IdleTimeout(g, s.set.Idle).Seconds()))
+}
+
+// errFoundRows refuses a pool that counts changed rows, not matched rows, so a fenced
+// write of unchanged values would look refused.
+var errFoundRows = fmt.Errorf("%w: sqlfence: the mysql connection lacks clientFoundRows=true", fence.ErrInvalidArgument)
+
+// probeResource is a fence row name no grant can present (fence refuses NUL bytes).
+const probeResource = "\x00sqlfence:clientFoundRows probe"
+
+// probeFoundRows checks once per Store that the pool reports matched rows (see the
+// package doc). A verdict is kept; another error (ctx ended, network) is returned
+// and the check runs again next time.
+func (s *Store) probeFoundRows(ctx context.Context) error {
+	if s.probeOK.Load() {
+		return nil
+	}
+	s.probeMu.Lock()
+	defer s.probeMu.Unlock()
+	if s.probed {
+		return s.probeE
+	}
+	err := s.retry(ctx, func() error { return s.foundRows(ctx) })
+	if err == nil || errors.Is(err, errFoundRows) {
+		s.probed, s.probeE = true, err
+		s.probeOK.Store(err == nil)
+	}
+	return err
+}
+
+// foundRows writes the probe row twice, unchanged the second time (1 row with
+// clientFoundRows, 0 without), in a transaction it rolls back, and learns whether
+// the server is MariaDB.
+func (s *Store) foundRows(ctx context.Context) error {
+	failed := func(err error) error { return s.wrap(err, "check mysql connection", "", "fence_tokens") }
+	tx, err := s.db.BeginTx(ctx, nil)
+	if err != nil {
+		return failed(err)
+	}
+	defer tx.Rollback()
+	var n int64
+	for range 2 {
+		const q = "INSERT INTO fence_tokens (resource, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token"
+		if n, err = affected(tx.ExecContext(ctx, q, probeResource)); err != nil {
+			return failed(err)
+		}
+	}
+	var version string
+	if err := tx.QueryRowContext(ctx, "SELECT VERSION()").Scan(&version); err != nil {
+		return failed(err)
+	}
+	s.mariadb = strings.Contains(strings.ToLower(version), "mariadb")
+	if n == 0 {
+		return fmt.Errorf("%w: rows changed are counted instead of rows matched, so a valid "+
+			"write of unchanged values would look refused; add clientFoundRows=true to the DSN "+
+			"(user:pass@tcp(host:3306)/db?clientFoundRows=true&interpolateParams=true) or open "+
+			"the pool with sqlfence/mysql's Open", errFoundRows)
+	}
+	return nil
 }

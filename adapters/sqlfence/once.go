@@ -12,12 +12,12 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// The idempotency-key statements, with ? placeholders; the ones that differ are the
-// database's (claimKeySQL, readKeySQL, purgeKeysSQL). The database's clock decides
-// expiry, so clients with skewed clocks agree.
+// keySQL is a Store's idempotency-key statements, built once by New (keyStmts). The
+// database's clock decides expiry, so clients with skewed clocks agree.
+type keySQL struct{ claim, read, purge, drop, store string }
 
-// claimKeyCols starts every claimKeySQL. Its arguments: key, fingerprint, and the
-// time-to-live of ttlArg (NULL: never expires).
+// claimKeyCols starts every claim. Its arguments: key, fingerprint, and ttlArg's
+// time-to-live (NULL: never expires).
 const claimKeyCols = "INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at) VALUES (?, ?, "
 
 // readKeyQuery reads a stored key and whether it has expired.
@@ -25,21 +25,21 @@ func readKeyQuery(d database) string {
 	return "SELECT fingerprint, result, CASE WHEN expires_at <= " + d.now() + " THEN 1 ELSE 0 END FROM idempotency_keys WHERE idem_key = ?"
 }
 
-// ttlMicros is a time-to-live in microseconds, or NULL: never expires.
-func ttlMicros(ttl time.Duration) any {
-	if ttl <= 0 {
-		return nil
-	}
-	return ttl.Microseconds()
+func keyStmts(d database) keySQL {
+	k := d.keySQL()
+	k.drop = d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= " + d.now())
+	k.store = d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?")
+	return k
 }
 
-// Once runs fn at most once per idempotency key, as nolock's package doc says, in a
-// transaction at the Store's isolation level (WithTxOptions). A duplicate waits on
-// the first call's uncommitted key (InnoDB, PostgreSQL) or for SQLite's write lock.
-// A deadlock or lock wait timeout, a serialization failure or a busy SQLite met
-// before fn runs starts the call over, up to 10 times within ctx; fence.ErrBusy when
-// no retry is left or the lock was met after fn ran (nothing was written: run the
-// call again). Other failures wrap the driver's error.
+func (s *Store) keyErr(op string, err error) error { return s.wrap(err, op, "", "idempotency_keys") }
+
+// Once is nolock's idempotent call (see the nolock package doc), in a transaction at
+// the Store's isolation level (WithTxOptions). A duplicate waits on the first call's
+// uncommitted key (InnoDB, PostgreSQL) or for SQLite's write lock. A deadlock, lock
+// wait timeout, serialization failure or busy SQLite met before fn runs starts the
+// call over, up to 10 times within ctx; fence.ErrBusy when no retry is left or the
+// lock was met after fn ran (nothing was written: run the call again).
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (nolock.Result, error) {
 	if err := s.usable(); err != nil {
 		return nolock.Result{}, err
@@ -66,33 +66,26 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 }
 
 // PurgeExpiredKeys deletes the idempotency keys whose expiry has passed (keys stored
-// without WithKeyTTL never expire) and returns how many it deleted. It deletes in batches
-// of 1,000, each its own statement, until none is left or ctx ends; a purge cut short
-// has deleted what it reports. Schedule it as often as the table's growth calls for.
-//
-// Errors: fence.ErrInvalidArgument for a nil Store or an unknown dialect, fence.ErrBusy when
-// the database stayed locked until ctx ended, or the driver's error wrapped.
+// without WithKeyTTL never expire) and returns how many, in batches of 1,000, each
+// its own statement, until none is left or ctx ends; a purge cut short has deleted
+// what it reports. Errors: fence.ErrInvalidArgument for a nil Store or an unknown
+// dialect, fence.ErrBusy when the database stayed locked until ctx ended, or the
+// driver's error wrapped.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
 	var total int64
-	q := s.d.purgeKeysSQL()
 	for {
 		var n int64
-		err := s.retry(ctx, func() error {
-			res, err := s.db.ExecContext(ctx, q, engine.PurgeBatch)
-			if err != nil {
-				return err
-			}
-			n, err = res.RowsAffected()
+		err := s.retry(ctx, func() (err error) {
+			n, err = affected(s.db.ExecContext(ctx, s.keys.purge, engine.PurgeBatch))
 			return err
 		})
 		if err != nil {
 			return total, s.keyErr("purge expired idempotency keys", err)
 		}
-		total += n
-		if n < engine.PurgeBatch {
+		if total += n; n < engine.PurgeBatch {
 			return total, nil
 		}
 	}
@@ -109,46 +102,38 @@ const (
 )
 
 // onceAttempt is one transaction of Once.
-func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (r nolock.Result, stage onceStage, err error) {
+func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, ttl any, fn func(*sql.Tx) ([]byte, error)) (nolock.Result, onceStage, error) {
 	tx, err := s.db.BeginTx(ctx, s.txOpts)
 	if err != nil {
 		return nolock.Result{}, beforeFn, s.keyErr("once: begin", err)
 	}
-	done := false
+	committing := false
 	defer func() {
-		if !done {
-			tx.Rollback() // fn panicked; the panic goes on
+		if !committing {
+			_ = tx.Rollback() // nothing to keep, or fn failed or panicked (the panic goes on)
 		}
 	}()
-	end := func(r nolock.Result, stage onceStage, err error) (nolock.Result, onceStage, error) {
-		done = true
-		tx.Rollback() // nothing to keep, or fn failed
-		return r, stage, err
-	}
-
 	r, mine, err := s.claimKey(ctx, tx, key, fingerprint, ttl)
 	if err != nil || !mine {
-		return end(r, beforeFn, err)
+		return r, beforeFn, err
 	}
-
 	val, err := fn(tx)
 	if err != nil {
-		return end(nolock.Result{}, fnFailed, err)
+		return nolock.Result{}, fnFailed, err
 	}
-	if _, err := tx.ExecContext(ctx, s.d.rebind("UPDATE idempotency_keys SET result = ? WHERE idem_key = ?"), val, key); err != nil {
-		return end(nolock.Result{}, fnRan, s.keyErr("once: store result", err))
+	if _, err := tx.ExecContext(ctx, s.keys.store, val, key); err != nil {
+		return nolock.Result{}, fnRan, s.keyErr("once: store result", err)
 	}
-	done = true
+	committing = true
 	if err := tx.Commit(); err != nil {
 		return nolock.Result{}, fnRan, s.commitErr(ctx, err)
 	}
 	return nolock.Result{Value: val}, fnRan, nil
 }
 
-// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
-// that the key is now this transaction's, so fn is to run; otherwise r is the
-// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
-// claim's failure.
+// claimKey inserts key in tx. mine reports that the key is now this transaction's,
+// so fn is to run; otherwise r is the stored result (a replay) or err says why not:
+// nolock.ErrKeyReused, or the claim's failure.
 func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (r nolock.Result, mine bool, err error) {
 	var (
 		expired  int64 // 1: the stored key has expired
@@ -156,13 +141,10 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 		stored   []byte
 	)
 	for try := 1; ; try++ {
-		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil {
-			return r, false, s.keyErr("once: claim key", err)
+		if mine, err = s.claim(ctx, tx, key, fingerprint, ttl); err != nil || mine {
+			return r, mine, s.keyErr("once: claim key", err)
 		}
-		if mine {
-			return r, true, nil
-		}
-		err := tx.QueryRowContext(ctx, s.d.readKeySQL(), key).Scan(&storedFP, &stored, &expired)
+		err := tx.QueryRowContext(ctx, s.keys.read, key).Scan(&storedFP, &stored, &expired)
 		if errors.Is(err, sql.ErrNoRows) && try < engine.MaxClaimTries {
 			continue // deleted in between (purged, or replaced as expired): claim again
 		}
@@ -173,7 +155,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
-		if _, err := tx.ExecContext(ctx, s.d.rebind("DELETE FROM idempotency_keys WHERE idem_key = ? AND expires_at <= "+s.d.now()), key); err != nil {
+		if _, err := tx.ExecContext(ctx, s.keys.drop, key); err != nil {
 			return r, false, s.keyErr("once: drop expired key", err)
 		}
 	}
@@ -186,15 +168,11 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 	return nolock.Result{Value: stored, Replayed: true}, false, nil
 }
 
-// claim inserts the key in tx; false means it is already stored.
+// claim inserts the key in tx; false means it is stored already.
 func (s *Store) claim(ctx context.Context, tx *sql.Tx, key, fingerprint string, ttl any) (bool, error) {
-	res, err := tx.ExecContext(ctx, s.d.claimKeySQL(), key, fingerprint, ttl)
-	if err != nil {
-		if s.d.claimed(err) {
-			return false, nil
-		}
-		return false, err
+	n, err := affected(tx.ExecContext(ctx, s.keys.claim, key, fingerprint, ttl))
+	if err != nil && s.d.claimed(err) {
+		return false, nil
 	}
-	n, err := res.RowsAffected()
 	return n > 0, err
 }

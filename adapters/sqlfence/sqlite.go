@@ -14,21 +14,12 @@ import (
 )
 
 // sqlite is SQLite through modernc.org/sqlite. One writer holds the database's lock
-// and statements run in this process, so a write of several statements costs no
-// round trips, and every error is the engine's own answer, never a lost reply.
-type sqlite struct{}
+// and statements run in this process: a write of several statements costs no round
+// trips, and every error is the engine's own answer, never a lost reply.
+type sqlite struct{ base }
 
-func (sqlite) dialect() engine.Dialect             { return engine.SQLite }
-func (sqlite) rebind(q string) string              { return q }
-func (sqlite) now() string                         { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
-func (sqlite) probe(context.Context, *Store) error { return nil }
-func (sqlite) raiseSetTail() string                { return onConflictRaise }
-func (sqlite) countsRaised() bool                  { return true }
-func (sqlite) prepares() bool                      { return true } // modernc parses every text anew
-
-func (sqlite) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
-	return s.run(ctx, s.db, g, fn)
-}
+func (sqlite) dialect() engine.Dialect { return engine.SQLite }
+func (sqlite) now() string             { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
 // isolation: SQLite transactions are always serializable.
 func (sqlite) isolation(l sql.IsolationLevel) error {
@@ -38,13 +29,12 @@ func (sqlite) isolation(l sql.IsolationLevel) error {
 	return nil
 }
 
-const sqliteBumpSQL = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE resource = ? AND token <= ?"
-
 func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
-	return s.bumpOrUpsert(ctx, tx, g, sqliteBumpSQL, "INSERT INTO fence_tokens (resource, token) VALUES (?, ?)"+onConflictRaise,
+	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE resource = ? AND token <= ?"
+	return s.bumpOrUpsert(ctx, tx, g, bump, "INSERT INTO fence_tokens (resource, token) VALUES (?, ?)"+onConflictRaise,
 		func(res sql.Result) (bool, fence.Token, error) {
-			none, err := rowsNone(res)
-			return none, 0, err
+			n, err := res.RowsAffected()
+			return n == 0, 0, err
 		})
 }
 
@@ -52,25 +42,15 @@ func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked
 func (sqlite) update(ctx context.Context, s *Store, st *rowStmt) error { return s.txUpdate(ctx, st) }
 
 // upsertTail: an unqualified name in DO UPDATE is the existing row.
-func (sqlite) upsertTail(st *rowStmt) string         { return onConflictTail(st, st.Token) }
-func (sqlite) upserted(res sql.Result) (bool, error) { return rowsNone(res) }
+func (sqlite) upsertTail(st *rowStmt) string { return onConflictTail(st, st.Token) }
 
-func (sqlite) decrementSQL(table, col, where string) string {
-	return "UPDATE " + table + " SET " + col + " = " + col + " - ? WHERE " + where + " AND " + col + " >= ? RETURNING " + col
-}
-
-func (sqlite) take(ctx context.Context, db *sql.DB, sh *shape, args []any) (int64, bool, error) {
-	return takeReturning(ctx, db, sh, args)
-}
-
-// claimKeySQL: the time-to-live is a "+N seconds" modifier (ttlArg).
-func (d sqlite) claimKeySQL() string {
-	return claimKeyCols + "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)) ON CONFLICT (idem_key) DO NOTHING"
-}
-func (d sqlite) readKeySQL() string { return readKeyQuery(d) }
-
-func (d sqlite) purgeKeysSQL() string {
-	return "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= " + d.now() + " LIMIT ?)"
+// keySQL: the time-to-live is a "+N seconds" modifier (ttlArg).
+func (d sqlite) keySQL() keySQL {
+	return keySQL{
+		claim: claimKeyCols + "strftime('%Y-%m-%d %H:%M:%f', 'now', ?)) ON CONFLICT (idem_key) DO NOTHING",
+		read:  readKeyQuery(d),
+		purge: "DELETE FROM idempotency_keys WHERE rowid IN (SELECT rowid FROM idempotency_keys WHERE expires_at <= " + d.now() + " LIMIT ?)",
+	}
 }
 
 func (sqlite) ttlArg(ttl time.Duration) any {
@@ -79,8 +59,6 @@ func (sqlite) ttlArg(ttl time.Duration) any {
 	}
 	return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 }
-
-func (sqlite) claimed(error) bool { return false }
 
 // sqliteError returns the first *sqlite.Error in err's tree: its result code (with
 // the extended bits) and message.
@@ -107,11 +85,7 @@ func (sqlite) duplicate(err error, table string) *nolock.DuplicateError {
 	if !ok || code != 2067 && code != 1555 { // SQLITE_CONSTRAINT_UNIQUE, _PRIMARYKEY
 		return nil
 	}
-	name := ""
-	if m := sqliteUniqueRE.FindStringSubmatch(msg); m != nil {
-		name = m[1]
-	}
-	return &nolock.DuplicateError{Table: table, Constraint: name, Err: err}
+	return dupErr(err, table, sqliteUniqueRE, msg, "")
 }
 
 func (sqlite) missingTable(err error, table string) bool {
@@ -120,11 +94,6 @@ func (sqlite) missingTable(err error, table string) bool {
 }
 
 func (sqlite) replyLost(err error, commit bool) bool {
-	if _, _, ok := sqliteError(err); ok {
-		return false
-	}
-	return undecided(err, commit)
+	_, _, ok := sqliteError(err)
+	return !ok && undecided(err, commit)
 }
-
-// idleEnded: nothing ends an idle SQLite transaction but its own process.
-func (sqlite) idleEnded(error, bool, bool) bool { return false }

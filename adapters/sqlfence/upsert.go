@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -21,40 +22,31 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
-	g = st.g
-	cols := append(append(append([]string{}, st.Keys...), st.Set...), st.Token)
-	q := s.d.rebind("INSERT INTO " + st.Table + " (" + strings.Join(cols, ", ") + ") VALUES (" +
-		strings.TrimSuffix(strings.Repeat("?, ", len(cols)), ", ") + ")" +
-		s.d.upsertTail(st))
-	args := append(append(append([]any{}, st.KeyVals...), st.SetVals...), int64(g.Token()))
-
-	err = s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
+	cols := slices.Concat(st.Keys, st.Set, []string{st.Token})
+	q := s.d.rebind("INSERT INTO " + st.Table + " (" + strings.Join(cols, ", ") + ") VALUES (" + marks(len(cols)) + ")" + s.d.upsertTail(st))
+	args := slices.Concat(st.KeyVals, st.SetVals, []any{int64(st.g.Token())})
+	return s.failed(st, "upsert", s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
 		if err != nil {
 			return err
 		}
-		check, err := s.d.upserted(res)
-		if err != nil || !check {
+		if check, err := s.d.upserted(res); err != nil || !check {
 			return err
 		}
 		stored, found, err := s.stored(ctx, tx, st)
 		switch {
 		case err != nil:
 			return err
-		case found && stored == g.Token():
+		case found && stored == st.g.Token():
 			return nil // MySQL: an AUTO_INCREMENT id, not a refusal
-		case found && stored > g.Token():
-			return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: stored}
+		case found && stored > st.g.Token():
+			return stale(st.g, stored)
 		}
 		// MySQL only: the insert hit another unique key and the guarded update left
 		// that row alone.
 		return &nolock.DuplicateError{Table: r.Table,
 			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
-	})
-	if err != nil {
-		return s.failed(st, "upsert", err)
-	}
-	return nil
+	}))
 }
 
 // Delete is fence's single-row Delete, in a transaction that raises the fence row
@@ -65,34 +57,24 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err != nil {
 		return err
 	}
-	g = st.g
 	q := s.d.rebind("DELETE FROM " + st.Table + " WHERE " + st.where + " AND " + st.Token + " <= ?")
-	args := append(append([]any{}, st.KeyVals...), int64(g.Token()))
-	err = s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, q, args...)
-		if err != nil {
-			return err
-		}
-		n, err := res.RowsAffected()
-		switch {
+	args := slices.Concat(st.KeyVals, []any{int64(st.g.Token())})
+	return s.failed(st, "delete", s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
+		switch n, err := affected(tx.ExecContext(ctx, q, args...)); {
 		case err != nil:
 			return err
-		case n == 1:
-			return nil
 		case n > 1:
 			return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was deleted", fence.ErrInvalidArgument, r.Table, n)
+		case n == 0:
+			return s.refused(ctx, tx, st)
 		}
-		return s.refused(ctx, tx, st)
-	})
-	if err != nil {
-		return s.failed(st, "delete", err)
-	}
-	return nil
+		return nil
+	}))
 }
 
 // onConflictTail is the upsert clause of PostgreSQL and SQLite: ON CONFLICT on the
-// key columns, the row updated only if its token, old (as the database names the
-// existing row's column), is not higher.
+// key, the row updated unless its token, old (as the database names the existing
+// row's column), is higher.
 func onConflictTail(st *rowStmt, old string) string {
 	var b strings.Builder
 	b.WriteString(" ON CONFLICT (" + strings.Join(st.Keys, ", ") + ") DO UPDATE SET ")
@@ -101,10 +83,4 @@ func onConflictTail(st *rowStmt, old string) string {
 	}
 	b.WriteString(st.Token + " = excluded." + st.Token + " WHERE " + old + " <= excluded." + st.Token)
 	return b.String()
-}
-
-// rowsNone reports that a statement changed no row.
-func rowsNone(res sql.Result) (bool, error) {
-	n, err := res.RowsAffected()
-	return n == 0, err
 }
