@@ -16,27 +16,23 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// database is what differs between the databases: every statement whose text or
+// database is what differs between the databases: MariaDB 10.5+ (tested on 10.11)
+// or MySQL 8 through go-sql-driver/mysql, SQLite 3.35+ through modernc.org/sqlite,
+// PostgreSQL 12+ through any database/sql driver. Every statement whose text or
 // argument order differs, and every reading of a driver's errors, is in its file
-// (postgres.go, mysql.go and mysqlconn.go, sqlite.go). Statements are written with ?
+// (mysql.go and mysqlconn.go, sqlite.go, postgres.go). Statements are written with ?
 // placeholders and passed through rebind.
-//
-//   - MySQL: MariaDB 10.5 and later (tested on 10.11) or MySQL 8, through
-//     github.com/go-sql-driver/mysql with clientFoundRows=true (probe checks it).
-//   - SQLite: 3.35 and later through modernc.org/sqlite (driver name "sqlite").
-//   - PostgreSQL: 12 and later through a database/sql driver such as pgx's stdlib;
-//     its raise is pgxfence's (internal/engine).
 type database interface {
 	dialect() engine.Dialect
 	rebind(q string) string
 	now() string // the database's clock, to the microsecond
 
 	probe(ctx context.Context, s *Store) error // checks the pool once, before its first write
-	isolation(l sql.IsolationLevel) error      // refuses a level it cannot give a fenced transaction
+	isolation(l sql.IsolationLevel) error      // refuses a level it cannot fence
 	fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error
-	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // one grant; set.go raises a set
-	// raiseSetTail ends a set's multi-row fence-row INSERT; counts: its row count says
-	// whether every row was raised.
+	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // a single grant
+	// raiseSetTail ends a set's fence-row INSERT; counts: its row count says whether
+	// every row was raised.
 	raiseSetTail() (tail string, counts bool)
 
 	update(ctx context.Context, s *Store, st *rowStmt) error
@@ -100,8 +96,8 @@ func (base) ttlArg(ttl time.Duration) any {
 	return ttl.Microseconds()
 }
 
-// dupErr is a unique-key violation naming the constraint that re's first group finds
-// in msg, with a doubled quote (if given) undone.
+// dupErr names the constraint that re's first group finds in msg, a doubled quote
+// (if given) undone.
 func dupErr(err error, table string, re *regexp.Regexp, msg, doubled string) *nolock.DuplicateError {
 	name := ""
 	if m := re.FindStringSubmatch(msg); m != nil {
@@ -126,28 +122,25 @@ func newDatabase(d migrations.Dialect) (database, error) {
 }
 
 // findType returns the first error in err's tree (as errors.As walks it) that is a
-// pointer to the named type of package pkg, or nil: the MySQL and SQLite drivers'
-// errors are read without importing either driver.
+// non-nil pointer to the type pkg.name, or nil: the MySQL and SQLite drivers' errors
+// are read without importing either driver.
 func findType(err error, pkg, name string) error {
-	for err != nil {
-		if t := reflect.TypeOf(err); t.Kind() == reflect.Pointer && t.Elem().Name() == name && t.Elem().PkgPath() == pkg {
-			if reflect.ValueOf(err).IsNil() {
-				return nil
-			}
-			return err
+	if t := reflect.TypeOf(err); t == nil {
+		return nil
+	} else if t.Kind() == reflect.Pointer && t.Elem().Name() == name && t.Elem().PkgPath() == pkg {
+		if reflect.ValueOf(err).IsNil() {
+			return nil
 		}
-		switch u := err.(type) {
-		case interface{ Unwrap() error }:
-			err = u.Unwrap()
-		case interface{ Unwrap() []error }:
-			for _, e := range u.Unwrap() {
-				if f := findType(e, pkg, name); f != nil {
-					return f
-				}
+		return err
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() error }:
+		return findType(u.Unwrap(), pkg, name)
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if f := findType(e, pkg, name); f != nil {
+				return f
 			}
-			return nil
-		default:
-			return nil
 		}
 	}
 	return nil

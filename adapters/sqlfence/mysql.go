@@ -9,6 +9,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -16,11 +17,10 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql; mysqlconn.go
-// has the probe and Fenced's begin routes. MySQL evaluates ON DUPLICATE KEY
-// assignments left to right, each seeing those before it, and has no UPDATE ...
-// RETURNING: statements below hand a value back as LAST_INSERT_ID(expr), which the
-// OK packet reports with the row count, saving a round trip.
+// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql (mysqlconn.go:
+// the probe and Fenced's routes). MySQL evaluates ON DUPLICATE KEY assignments left
+// to right and has no UPDATE ... RETURNING: statements below hand a value back as
+// LAST_INSERT_ID(expr), which the OK packet reports with the row count.
 type mysql struct{ base }
 
 func (mysql) dialect() engine.Dialect                   { return engine.MySQL }
@@ -56,23 +56,12 @@ func (mysql) raiseSetTail() (string, bool) {
 // resource's first write is a transaction that inserts it.
 func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 	const t = "fencegate_t."
-	var b strings.Builder
-	b.WriteString("UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON ")
-	for i, k := range st.Keys {
-		if i > 0 {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(t + k + " = ?")
-	}
-	b.WriteString(" SET ")
-	for _, c := range st.Set {
-		b.WriteString(t + c + " = ?, ")
-	}
-	b.WriteString(t + st.Token + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
-		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.Token + " <= ?")
+	q := "UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON " + eqs(t, st.Keys, " AND ") +
+		" SET " + eqs(t, st.Set, ", ") + ", " + t + st.Token + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
+		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.Token + " <= ?"
 	tok := int64(st.g.Token())
-	args := append(append(append([]any{}, st.KeyVals...), st.SetVals...), tok, tok, st.g.Resource(), tok, tok)
-	if n, err := s.updateTry(ctx, st, b.String(), args); err != nil || n > 0 {
+	args := slices.Concat(st.KeyVals, st.SetVals, []any{tok, tok, st.g.Resource(), tok, tok})
+	if n, err := s.updateTry(ctx, st, q, args); err != nil || n > 0 {
 		return err
 	}
 	switch found, err := s.fenceStale(ctx, st.g); {
@@ -154,16 +143,12 @@ func asMySQL(err error) (mysqlError, bool) {
 	}
 	v := reflect.ValueOf(e).Elem()
 	num, state, msg := v.FieldByName("Number"), v.FieldByName("SQLState"), v.FieldByName("Message")
-	if !num.IsValid() || num.Kind() != reflect.Uint16 || !msg.IsValid() || msg.Kind() != reflect.String {
+	if num.Kind() != reflect.Uint16 || msg.Kind() != reflect.String {
 		return mysqlError{}, false
 	}
 	me := mysqlError{Number: uint16(num.Uint()), Message: msg.String()}
-	if state.IsValid() && state.Kind() == reflect.Array && state.Type().Elem().Kind() == reflect.Uint8 {
-		b := make([]byte, state.Len())
-		for i := range b {
-			b[i] = byte(state.Index(i).Uint())
-		}
-		me.SQLState = string(b)
+	if state.Kind() == reflect.Array && state.Type().Elem().Kind() == reflect.Uint8 {
+		me.SQLState = string(state.Bytes())
 	}
 	return me, true
 }
@@ -201,13 +186,12 @@ func (mysql) replyLost(err error, commit bool) bool {
 	return undecided(err, commit)
 }
 
-// idleEnded: MySQL 8.0.24 and later say so (4031). MariaDB's
-// idle_transaction_timeout and older MySQL's wait_timeout close the connection
-// silently, so there the sign is a connection that broke in a transaction open at
-// least its idle timeout: a statement that found it closed (driver.ErrBadConn:
-// nothing was sent, COMMIT included) or, for fn's statements, one that lost its reply
-// (nothing commits without COMMIT). A COMMIT whose reply was lost stays
-// fence.ErrCommitUnknown: it may have arrived in time.
+// idleEnded: MySQL 8.0.24 and later say so (4031). MariaDB and older MySQL close the
+// connection silently, so there the sign is a connection broken in a transaction
+// open at least its idle timeout: a statement that found it closed (ErrBadConn:
+// nothing sent) or, for fn's statements, one that lost its reply (nothing commits
+// without COMMIT). A COMMIT whose reply was lost may have arrived in time: it stays
+// fence.ErrCommitUnknown.
 func (mysql) idleEnded(err error, commit, overdue bool) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == 4031

@@ -15,15 +15,12 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// Fenced on MySQL takes one of two routes. On MariaDB through a pool opened by
-// sqlfence/mysql (fast), the begin is one anonymous compound statement that sets the
-// session's idle_transaction_timeout, starts the transaction and raises the fence
-// row, and COMMIT or ROLLBACK is one that also restores the timeout: the round trips
-// of an unfenced transaction. The compound's exit handler rolls back and restores the
-// timeout before it hands an error back, so a refusal leaves the connection as it
-// was. The statements are this package's; the wrapped connections only send them
-// (internal/fastbegin). Otherwise the transaction runs on a pinned connection whose
-// idle timeout is set before BEGIN and restored after (fencedPinned).
+// fenced: on MariaDB through a sqlfence/mysql pool, the begin is one compound
+// statement that sets the session's idle_transaction_timeout, begins and raises the
+// fence row, and COMMIT or ROLLBACK one that also restores the timeout; its exit
+// handler rolls back and restores before handing an error back. The wrapped
+// connections only send these statements (internal/fastbegin). Otherwise the
+// transaction runs on a pinned connection (fencedPinned).
 func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
 	if !engine.Multi(g) && s.mariadb && s.txOpts == nil {
 		if _, ok := s.db.Driver().(fastbegin.Driver); ok {
@@ -137,23 +134,22 @@ var errFoundRows = fmt.Errorf("%w: sqlfence: the mysql connection lacks clientFo
 // probeResource is a fence row name no grant can present (fence refuses NUL bytes).
 const probeResource = "\x00sqlfence:clientFoundRows probe"
 
-// probeFoundRows checks once per Store that the pool reports matched rows (see the
-// package doc). A verdict is kept; another error (ctx ended, network) is returned
-// and the check runs again next time.
+// probeFoundRows checks once per Store that the pool reports matched rows. A verdict
+// is kept; after another error (ctx ended, network) the check runs again next time.
 func (s *Store) probeFoundRows(ctx context.Context) error {
 	if s.probeOK.Load() {
 		return nil
 	}
 	s.probeMu.Lock()
 	defer s.probeMu.Unlock()
-	if s.probed {
+	if s.probeOK.Load() || s.probeE != nil {
 		return s.probeE
 	}
 	err := s.retry(ctx, func() error { return s.foundRows(ctx) })
-	if err == nil || errors.Is(err, errFoundRows) {
-		s.probed, s.probeE = true, err
-		s.probeOK.Store(err == nil)
+	if errors.Is(err, errFoundRows) {
+		s.probeE = err
 	}
+	s.probeOK.Store(err == nil)
 	return err
 }
 

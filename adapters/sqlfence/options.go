@@ -32,13 +32,12 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// WithTxOptions sets the isolation level of the transactions Fenced and Once begin.
-// MySQL and PostgreSQL fence READ UNCOMMITTED, READ COMMITTED, REPEATABLE READ and
-// SERIALIZABLE alike: the fence row is written, so it is locked and read current at
-// any level (on PostgreSQL a raise that meets a newer raise after its snapshot is a
-// serialization failure, and the Store begins again, nothing of the caller's having
-// run). A level other than the default costs a round trip per transaction (SET
-// TRANSACTION). SQLite accepts only the default and sql.LevelSerializable. Other
+// WithTxOptions sets the isolation level of Fenced's and Once's transactions. MySQL
+// and PostgreSQL fence every level alike: the fence row is written, so it is locked
+// and read current (on PostgreSQL a raise that meets a newer one after its snapshot
+// is a serialization failure, and the Store begins again, nothing of the caller's
+// having run). A level other than the default costs a round trip per transaction
+// (SET TRANSACTION). SQLite takes only the default and sql.LevelSerializable. Other
 // levels and a read-only transaction (it cannot raise the fence) are refused: New's
 // error wraps fence.ErrInvalidArgument.
 func WithTxOptions(o sql.TxOptions) Option {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/nolock"
 )
 
 // rowStmt is a checked, quoted fence.Row with the columns to set (engine.Row) and the
@@ -38,10 +39,13 @@ func (s *Store) prepare(ctx context.Context, g fence.Grant, r fence.Row, set []f
 	if err := s.d.probe(ctx, s); err != nil {
 		return nil, err
 	}
-	return &rowStmt{Row: row, name: r.Table, where: whereKeys(row.Keys), g: c}, nil
+	return &rowStmt{Row: row, name: r.Table, where: eqs("", row.Keys, " AND "), g: c}, nil
 }
 
-func whereKeys(keys []string) string { return strings.Join(keys, " = ? AND ") + " = ?" }
+// eqs is "p.c1 = ?<sep>p.c2 = ?" for one or more columns.
+func eqs(p string, cols []string, sep string) string {
+	return p + strings.Join(cols, " = ?"+sep+p) + " = ?"
+}
 
 // marks is n comma-separated placeholders.
 func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
@@ -94,13 +98,8 @@ func (s *Store) updateTry(ctx context.Context, st *rowStmt, q string, args []any
 // txUpdate is Update as UPDATE t SET c = ?, tok = ? WHERE key AND tok <= ?, in a
 // transaction that raises the fence row first.
 func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
-	var b strings.Builder
-	b.WriteString("UPDATE " + st.Table + " SET ")
-	for _, c := range st.Set {
-		b.WriteString(c + " = ?, ")
-	}
-	b.WriteString(st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
-	q, tok := s.d.rebind(b.String()), int64(st.g.Token())
+	q := s.d.rebind("UPDATE " + st.Table + " SET " + eqs("", st.Set, ", ") + ", " + st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
+	tok := int64(st.g.Token())
 	args := slices.Concat(st.SetVals, []any{tok}, st.KeyVals, []any{tok})
 	return s.writeTx(ctx, "update", st.g, func(tx *sql.Tx) error {
 		n, err := affected(tx.ExecContext(ctx, q, args...))
@@ -109,6 +108,79 @@ func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
 		}
 		return s.refused(ctx, tx, st)
 	})
+}
+
+// Upsert is fence's single-row Upsert, in a transaction that raises the fence row;
+// r.Key must be a primary key or unique index. MySQL: ON DUPLICATE KEY UPDATE, every
+// column guarded by the old token and the key, so a clash on another unique key is a
+// *nolock.DuplicateError that changes no other row. Errors are those of Update.
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe("upsert", &err)
+	st, err := s.prepare(ctx, g, r, set, false)
+	if err != nil {
+		return err
+	}
+	cols := slices.Concat(st.Keys, st.Set, []string{st.Token})
+	q := s.d.rebind("INSERT INTO " + st.Table + " (" + strings.Join(cols, ", ") + ") VALUES (" + marks(len(cols)) + ")" + s.d.upsertTail(st))
+	args := slices.Concat(st.KeyVals, st.SetVals, []any{int64(st.g.Token())})
+	return s.failed(st, "upsert", s.writeTx(ctx, "upsert", st.g, func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, q, args...)
+		if err != nil {
+			return err
+		}
+		if check, err := s.d.upserted(res); err != nil || !check {
+			return err
+		}
+		stored, found, err := s.stored(ctx, tx, st)
+		switch {
+		case err != nil:
+			return err
+		case found && stored == st.g.Token():
+			return nil // MySQL: an AUTO_INCREMENT id, not a refusal
+		case found && stored > st.g.Token():
+			return stale(st.g, stored)
+		}
+		// MySQL only: the insert hit another unique key and the guarded update left
+		// that row alone.
+		return &nolock.DuplicateError{Table: r.Table,
+			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
+	}))
+}
+
+// Delete is fence's single-row Delete, in a transaction that raises the fence row
+// (the tombstone a stale Upsert meets). Errors are those of Update.
+func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
+	defer s.observe("delete", &err)
+	st, err := s.prepare(ctx, g, r, nil, false)
+	if err != nil {
+		return err
+	}
+	q := s.d.rebind("DELETE FROM " + st.Table + " WHERE " + st.where + " AND " + st.Token + " <= ?")
+	args := slices.Concat(st.KeyVals, []any{int64(st.g.Token())})
+	return s.failed(st, "delete", s.writeTx(ctx, "delete", st.g, func(tx *sql.Tx) error {
+		switch n, err := affected(tx.ExecContext(ctx, q, args...)); {
+		case err != nil:
+			return err
+		case n > 1:
+			return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was deleted", fence.ErrInvalidArgument, r.Table, n)
+		case n == 0:
+			return s.refused(ctx, tx, st)
+		}
+		return nil
+	}))
+}
+
+// onConflictTail is the upsert clause of PostgreSQL and SQLite: ON CONFLICT on the
+// key, the row updated unless its token, old (as the database names the existing
+// row's column), is higher.
+func onConflictTail(st *rowStmt, old string) string {
+	var b strings.Builder
+	b.WriteString(" ON CONFLICT (" + strings.Join(st.Keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range st.Set {
+		b.WriteString(c + " = excluded." + c + ", ")
+	}
+	b.WriteString(st.Token + " = excluded." + st.Token + " WHERE " + old + " <= excluded." + st.Token)
+	return b.String()
 }
 
 // writeTx runs fn in a transaction that first raises g's fence row, and commits,
@@ -162,17 +234,9 @@ func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
 // fenceStale reads g's mark after a one-statement Update changed nothing: a
 // *fence.StaleError when it is higher than g's token; found: a mark is stored.
 func (s *Store) fenceStale(ctx context.Context, g *engine.Checked) (found bool, err error) {
-	var v int64
-	err = s.db.QueryRowContext(ctx, s.d.rebind(readMarkSQL), g.Resource()).Scan(&v)
-	switch {
-	case errors.Is(err, sql.ErrNoRows):
-		return false, nil
-	case err != nil && s.missingSchema(err):
-		return false, fmt.Errorf("%w: %w", fence.ErrSchema, err)
-	case err != nil:
-		return false, fmt.Errorf("sqlfence: read fence row %q: %w", g.Resource(), err)
-	case fence.Token(v) > g.Token():
-		return true, stale(g, fence.Token(v))
+	seen, found, err := s.mark(ctx, s.db, g.Resource())
+	if err == nil && seen > g.Token() {
+		return true, stale(g, seen)
 	}
-	return true, nil
+	return found, err
 }

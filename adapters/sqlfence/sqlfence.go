@@ -1,11 +1,10 @@
-// Package sqlfence is fencegate's adapter for database/sql on MySQL/MariaDB
+// Package sqlfence fences writes made through database/sql on MySQL/MariaDB
 // (github.com/go-sql-driver/mysql), SQLite (modernc.org/sqlite, pure Go) and
 // PostgreSQL (any database/sql driver, such as pgx's stdlib). A Store runs a function
 // in a transaction that first raises the resource's row in fence_tokens to the
-// grant's token, so a holder that lost its lock is refused by the database itself,
-// and it makes single-row writes conditional on a table's token column (see the fence
-// package doc). It imports no driver: the subpackages sqlfence/mysql and
-// sqlfence/sqlite open pools set up for a Store, so a program links only its own.
+// grant's token, and makes single-row writes conditional on a token column (see the
+// fence package doc). It imports no driver: sqlfence/mysql and sqlfence/sqlite open
+// pools set up for a Store, so a program links only its own database's driver.
 //
 //	db, err := sqlite.Open("app.db") // sqlfence/sqlite; or sqlfence/mysql's mysql.Open(dsn)
 //	...
@@ -18,22 +17,21 @@
 //	})
 //	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 //
-// What differs between the databases (quoting, placeholders, the upsert, how the
-// driver reports unique-key violations and lock contention) follows the
-// migrations.Dialect the Store is given; the code path is one.
+// What differs per database (quoting, placeholders, the upsert, the driver's errors)
+// follows the Store's migrations.Dialect; the code path is one.
 //
-// MySQL: a Store needs clientFoundRows=true (an UPDATE that writes the values a row
-// already has must count as done, not refused). It checks once, on first use, by
-// writing a probe row in fence_tokens twice in a transaction it rolls back, and
-// refuses a pool without the flag with an error wrapping fence.ErrInvalidArgument
-// that says so. It does not check interpolateParams (without it the driver prepares
-// and closes a statement per call). sqlfence/mysql's Open sets both.
+// MySQL: a Store needs clientFoundRows=true (an UPDATE writing the values a row
+// already has must count as done). It checks once, on first use, by writing a probe
+// row in fence_tokens twice in a transaction it rolls back, and refuses a pool
+// without it with an error wrapping fence.ErrInvalidArgument that says so. It does
+// not check interpolateParams (without it the driver prepares and closes a statement
+// per call). sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers need WAL, a busy timeout and BEGIN IMMEDIATE, which
-// sqlfence/sqlite's Open sets. A fenced begin that finds the database locked (nothing
-// of the caller's has run yet) is tried again until ctx ends, then returns ctx's
-// error, wrapped in fence.ErrBusy when the driver gave up first. The driver's raw
-// "database is locked" never reaches the caller from the Store's own statements.
+// sqlfence/sqlite's Open sets. A fenced begin that finds the database locked is tried
+// again until ctx ends, then returns ctx's error, wrapped in fence.ErrBusy when the
+// driver gave up first; the driver's raw "database is locked" never reaches the
+// caller from the Store's own statements.
 package sqlfence
 
 import (
@@ -64,10 +62,9 @@ type Store struct {
 	keys    keySQL          // the idempotency-key statements, built by New
 	mariadb bool            // set by the MySQL probe, before probeOK
 
-	probeOK atomic.Bool // the MySQL probe passed: the fast path
+	probeOK atomic.Bool // the MySQL probe passed
 	probeMu sync.Mutex
-	probed  bool  // the probe reached a verdict,
-	probeE  error // this one: nil or the refusal
+	probeE  error // the MySQL probe's refusal, once it refused
 
 	shapes shapeCache // Decrement's statements (stmtcache.go)
 }
@@ -174,14 +171,9 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 	return fmt.Errorf("sqlfence: commit: %w", err)
 }
 
-// readMarkSQL reads a resource's fence token.
-const readMarkSQL = "SELECT token FROM fence_tokens WHERE resource = ?"
-
-// bumpOrUpsert is the raise of MySQL and SQLite. The common case, a row whose token
-// is not higher, is the plain UPDATE bump (cheaper for the server than an upsert,
-// which tries the insert first). If it matched nothing, upsert inserts the row, or
-// raised reports it refused and the stored token when the database hands it back (0:
-// read it).
+// bumpOrUpsert is the raise of MySQL and SQLite: the plain UPDATE bump for a row
+// whose token is not higher (cheaper than an upsert, which tries the insert first),
+// else upsert, whose result raised reads: refused, and the stored token (0: read it).
 func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked, bump, upsert string,
 	raised func(sql.Result) (stale bool, seen fence.Token, err error)) error {
 	tok := int64(g.Token())
@@ -198,21 +190,29 @@ func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked,
 		return s.raiseErr(g, err)
 	}
 	if seen == 0 {
-		var v int64
-		if err := tx.QueryRowContext(ctx, readMarkSQL, g.Resource()).Scan(&v); err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return fmt.Errorf("sqlfence: read fence row %q: %w", g.Resource(), err)
+		if seen, _, err = s.mark(ctx, tx, g.Resource()); err != nil {
+			return err
 		}
-		seen = fence.Token(v)
 	}
 	return stale(g, seen)
 }
 
-// stale is the refusal of g by a stored token seen.
+// mark reads a resource's fence token; found: a fence row is stored.
+func (s *Store) mark(ctx context.Context, q querier, resource string) (tok fence.Token, found bool, err error) {
+	var v int64
+	switch err = q.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), resource).Scan(&v); {
+	case errors.Is(err, sql.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, s.wrap(err, fmt.Sprintf("read fence row %q", resource), "", "fence_tokens")
+	}
+	return fence.Token(v), true, nil
+}
+
 func stale(g fence.Grant, seen fence.Token) error {
 	return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 }
 
-// affected is the row count of an ExecContext's result.
 func affected(res sql.Result, err error) (int64, error) {
 	if err != nil {
 		return 0, err
@@ -220,10 +220,9 @@ func affected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-// retry runs attempt until it returns an error that is not busy, or ctx ends; a
-// failed attempt must leave nothing behind. The backoff is short: the database's own
-// lock wait (busy_timeout, innodb_lock_wait_timeout) does the waiting, this only
-// covers a lock that outlasts it.
+// retry runs attempt, which must leave nothing behind when it fails, until its error
+// is not busy or ctx ends. The database's own lock wait (busy_timeout,
+// innodb_lock_wait_timeout) does the waiting; the short backoff covers what outlasts it.
 func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	wait := time.Millisecond
 	for {
@@ -237,11 +236,10 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	}
 }
 
-// undecided is replyLost for an error no database's reading decided: what
-// database/sql or the driver raise before sending is decided (driver.ErrBadConn, a
-// done Tx or Conn, ctx's own error from Tx.Commit, which checks it before sending); a
-// broken connection (EOF, a network error, ctx ending while the reply was awaited,
-// which the driver wraps) leaves the outcome unknown.
+// undecided is replyLost for an error no database's reading decided: what is raised
+// before sending (driver.ErrBadConn, a done Tx or Conn, ctx's own error from
+// Tx.Commit) is decided; a broken connection (EOF, a network error, ctx ending while
+// the reply was awaited, which the driver wraps) leaves the outcome unknown.
 func undecided(err error, commit bool) bool {
 	switch {
 	case err == nil, errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone), errors.Is(err, sql.ErrConnDone):
@@ -261,8 +259,8 @@ func (s *Store) unknownOutcome(op string, g fence.Grant, err error, commit bool)
 	return engine.CommitUnknown(g, op, err)
 }
 
-// idleEnded is fence.ErrIdleTimeout when err, of fn (commit false) or of COMMIT, says
-// the server ended the transaction begun at begun for idling; otherwise nil.
+// idleEnded is fence.ErrIdleTimeout when err, of fn or of COMMIT, says the server
+// ended the transaction begun at begun for idling; otherwise nil.
 func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool) error {
 	if err == nil || errors.Is(err, fence.ErrIdleTimeout) ||
 		!s.d.idleEnded(err, commit, time.Since(begun) >= engine.IdleTimeout(g, s.set.Idle)) {
@@ -280,18 +278,13 @@ func (s *Store) raiseErr(g fence.Grant, err error) error {
 	return s.wrap(err, fmt.Sprintf("raise fence row %q to %d", g.Resource(), g.Token()), "", "fence_tokens")
 }
 
-// wrap names op (and table) in a driver's error, which is fence.ErrSchema when it
-// says the table schema is missing. Refusals, fence's errors and ctx's pass as they
-// are; busy still sees the driver's error through the wrapping.
+// wrap names op (and table) in a driver's error, fence.ErrSchema when it says the
+// table schema is missing; refusals, fence's errors and ctx's pass as they are.
 func (s *Store) wrap(err error, op, table, schema string) error {
-	var (
-		se *fence.StaleError
-		de *nolock.DuplicateError
-	)
 	switch {
 	case err == nil:
 		return nil
-	case errors.As(err, &se), errors.As(err, &de), errors.Is(err, fence.ErrNotFound),
+	case errors.Is(err, fence.ErrStale), errors.Is(err, nolock.ErrDuplicate), errors.Is(err, fence.ErrNotFound),
 		errors.Is(err, fence.ErrCommitUnknown), errors.Is(err, fence.ErrInvalidArgument), errors.Is(err, fence.ErrBusy),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		return err

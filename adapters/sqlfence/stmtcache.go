@@ -61,64 +61,49 @@ func (l *stmtList) close() {
 	l.list = nil
 }
 
-// shapeOf returns c's shape: the cached one, or checked and built now and cached
-// below the bound. A counter that fails the checks is never cached, so it fails on
-// every call with the same error.
+// shapeOf returns c's shape: the cached one, or checked and built now, its take
+// prepared where the database prepares, and cached below the bound. A counter that
+// fails the checks is never cached, so it fails on every call with the same error;
+// a cached shape whose prepare failed is replaced once one succeeds.
 func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length
 	key := engine.AppendShapeName(engine.AppendShapeName(buf[:0], c.Table), c.Column)
 	for _, k := range c.Key {
 		key = engine.AppendShapeName(key, k.Name)
 	}
-	sh, _ := s.shapes.m.Load(key)
-	if sh != nil && (sh.stmt != nil || !s.d.prepares()) {
-		return sh, nil
+	cached, _ := s.shapes.m.Load(key)
+	if cached != nil && (cached.stmt != nil || !s.d.prepares()) {
+		return cached, nil
 	}
-	if sh == nil {
-		ct, err := engine.CheckCounter(s.d.dialect(), c)
-		if err != nil {
-			return nil, err
-		}
-		where := whereKeys(ct.Keys)
-		sh = &shape{
-			take: s.d.rebind(s.d.decrementSQL(ct.Table, ct.Column, where)),
-			look: s.d.rebind("SELECT " + ct.Column + " FROM " + ct.Table + " WHERE " + where),
-		}
+	ct, err := engine.CheckCounter(s.d.dialect(), c)
+	if err != nil {
+		return nil, err
 	}
-	return s.remember(ctx, key, sh), nil
-}
-
-// remember caches sh under key, its take prepared first where the database
-// prepares, and returns the shape to use: the one cached, or sh when the cache is
-// full. A cached shape whose prepare failed is replaced once one succeeds.
-func (s *Store) remember(ctx context.Context, key []byte, sh *shape) *shape {
-	c := &s.shapes
-	if _, ok := c.m.Load(key); !ok && c.m.Full() {
-		return sh // nothing would be kept: do not prepare
+	where := eqs("", ct.Keys, " AND ")
+	sh := &shape{
+		take: s.d.rebind(s.d.decrementSQL(ct.Table, ct.Column, where)),
+		look: s.d.rebind("SELECT " + ct.Column + " FROM " + ct.Table + " WHERE " + where),
 	}
-	v := sh
+	if cached == nil && s.shapes.m.Full() {
+		return sh, nil // nothing would be kept: do not prepare
+	}
 	if s.d.prepares() {
-		// A failure is not kept: the take runs as text and reports it.
-		if st, err := s.db.PrepareContext(ctx, sh.take); err == nil {
-			v = &shape{take: sh.take, look: sh.look, stmt: st} // sh may be shared: copy
-		}
+		sh.stmt, _ = s.db.PrepareContext(ctx, sh.take) // a failure: the take runs as text and reports it
 	}
-	kept, ok := c.m.Store(string(key), v, func(old *shape) bool { return old.stmt == nil && v.stmt != nil })
+	kept, ok := s.shapes.m.Store(string(key), sh, func(old *shape) bool { return old.stmt == nil && sh.stmt != nil })
 	switch {
-	case v.stmt == nil:
-	case !ok || kept != v:
-		v.stmt.Close() // never handed out
+	case sh.stmt == nil:
+	case !ok || kept != sh:
+		sh.stmt.Close() // never handed out
+		sh.stmt = nil
 	default:
-		c.once.Do(func() {
-			c.stmts = &stmtList{}
-			runtime.AddCleanup(s, (*stmtList).close, c.stmts)
+		s.shapes.once.Do(func() {
+			s.shapes.stmts = &stmtList{}
+			runtime.AddCleanup(s, (*stmtList).close, s.shapes.stmts)
 		})
-		c.stmts.mu.Lock()
-		c.stmts.list = append(c.stmts.list, v.stmt)
-		c.stmts.mu.Unlock()
+		s.shapes.stmts.mu.Lock()
+		s.shapes.stmts.list = append(s.shapes.stmts.list, sh.stmt)
+		s.shapes.stmts.mu.Unlock()
 	}
-	if !ok {
-		return sh
-	}
-	return kept
+	return kept, nil
 }

@@ -1,15 +1,13 @@
 // Package mysql opens MySQL and MariaDB pools for sqlfence through
-// github.com/go-sql-driver/mysql. It is a package of its own so that a program on
+// github.com/go-sql-driver/mysql, in a package of its own so that a program on
 // another database links no MySQL driver.
 //
 //	db, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/billing")
 //	...
 //	store, err := sqlfence.New(db, migrations.MySQL)
 //
-// A Store needs the connection flag clientFoundRows=true (an UPDATE that writes the
-// values a row already has must count as done, not as refused); Open sets it. A pool
-// opened otherwise without it is refused on first use with an error wrapping
-// fence.ErrInvalidArgument that says so.
+// A Store needs clientFoundRows=true, which Open sets; a pool opened otherwise
+// without it is refused on first use (see sqlfence).
 package mysql
 
 import (
@@ -25,25 +23,19 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Open opens a MySQL/MariaDB pool for a Store: it parses dsn with the driver's
-// ParseDSN and sets clientFoundRows=true (matched rows, so a fenced write of
-// unchanged values counts as done) and interpolateParams=true (one round trip per
-// statement instead of prepare, execute and close; left off for the few collations
-// the driver will not interpolate into, such as sjis). Like sql.Open it does no I/O,
-// and like any *sql.DB the pool keeps only 2 idle connections unless told otherwise:
-// under concurrent load call SetMaxIdleConns, or connections are opened and closed
-// all the time.
+// Open opens a pool for a Store: it parses dsn with the driver's ParseDSN and sets
+// clientFoundRows=true and interpolateParams=true (one round trip per statement
+// instead of prepare, execute and close; left off for the collations the driver will
+// not interpolate into, such as sjis). A DSN the driver cannot parse is an error
+// wrapping fence.ErrInvalidArgument and the driver's error. Like sql.Open it does no
+// I/O, and the pool keeps 2 idle connections: under concurrent load call
+// SetMaxIdleConns.
 //
-// On MariaDB, a fenced transaction through the pool costs the round trips of an
-// unfenced one: its begin, idle timeout and fence raise travel as one statement, its
-// COMMIT and the timeout's restore as another (see sqlfence.WithIdleTimeout). For
-// this the pool's connections are the driver's wrapped: every interface of the
-// driver's connection is kept, but sql.Conn.Raw hands out the wrapper, not the
-// driver's type. A user's own transactions on the pool take the driver's path
-// unchanged.
-//
-// A DSN the driver cannot parse returns an error wrapping fence.ErrInvalidArgument
-// and the driver's error.
+// On MariaDB a fenced transaction through the pool costs the round trips of an
+// unfenced one (see sqlfence.WithIdleTimeout). For this the pool's connections are
+// the driver's, wrapped: every interface of the driver's connection is kept, but
+// sql.Conn.Raw hands out the wrapper. The caller's own transactions take the
+// driver's path unchanged.
 func Open(dsn string) (*sql.DB, error) {
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
@@ -53,8 +45,7 @@ func Open(dsn string) (*sql.DB, error) {
 	cfg.InterpolateParams = true
 	conn, err := gomysql.NewConnector(cfg)
 	if err != nil {
-		// The driver will not interpolate into multi-byte collations whose
-		// encoding can hide a quote (sjis, gbk, ...): prepare per call there.
+		// Multi-byte collations whose encoding can hide a quote (sjis, gbk): prepare.
 		cfg.InterpolateParams = false
 		conn, err = gomysql.NewConnector(cfg)
 	}
@@ -62,15 +53,14 @@ func Open(dsn string) (*sql.DB, error) {
 		return nil, fmt.Errorf("%w: mysql dsn: %w", fence.ErrInvalidArgument, err)
 	}
 	if cfg.InterpolateParams {
-		// The one-statement begin of a fenced transaction on MariaDB sends its
-		// arguments interpolated.
+		// The one-statement fenced begin sends its arguments interpolated.
 		return sql.OpenDB(fastConnector{conn}), nil
 	}
 	return sql.OpenDB(conn), nil
 }
 
-// driverConn is what the wrapper needs of the driver's connection: everything the
-// go-sql-driver connection implements, so that wrapping hides none of it.
+// driverConn is every interface the go-sql-driver connection implements, so that
+// wrapping hides none.
 type driverConn interface {
 	driver.Conn
 	driver.ConnBeginTx
@@ -83,8 +73,7 @@ type driverConn interface {
 	driver.Validator
 }
 
-// fastConnector wraps the go-sql-driver connector; its Driver tells sqlfence the
-// pool's connections honour a fastbegin.Begin.
+// fastConnector's Driver tells sqlfence that the connections honour a fastbegin.Begin.
 type fastConnector struct{ driver.Connector }
 
 func (c fastConnector) Driver() driver.Driver { return fastbegin.Driver{Driver: c.Connector.Driver()} }
@@ -96,16 +85,14 @@ func (c fastConnector) Connect(ctx context.Context) (driver.Conn, error) {
 	}
 	mc, ok := dc.(driverConn)
 	if !ok {
-		// Not the connection this was written for: a closed one, so the pool
-		// never hands out a connection whose fenced begin would not raise.
+		// Never hand out a connection whose fenced begin would not raise.
 		_ = dc.Close()
 		return nil, errors.New("sqlfence/mysql: driver connection lacks an interface the store needs")
 	}
 	return &fastConn{driverConn: mc}, nil
 }
 
-// fastConn is the driver's connection; its BeginTx runs a fastbegin.Begin carried
-// by ctx.
+// fastConn's BeginTx sends the fastbegin.Begin that ctx carries.
 type fastConn struct{ driverConn }
 
 func (c *fastConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.Tx, error) {
@@ -120,8 +107,8 @@ func (c *fastConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 	return fastTx{c: c, commit: b.Commit, rollback: b.Rollback}, nil
 }
 
-// fastTx ends a fenced transaction with the Begin's statements. Like the driver's
-// own, it does not watch a context.
+// fastTx ends a fenced transaction with the Begin's statements; like the driver's
+// own, it watches no context.
 type fastTx struct {
 	c                *fastConn
 	commit, rollback string

@@ -1,5 +1,5 @@
 // Package sqlite opens SQLite databases for sqlfence through modernc.org/sqlite (pure
-// Go, driver name "sqlite"). It is a package of its own so that a program on another
+// Go, driver name "sqlite"), in a package of its own so that a program on another
 // database links no SQLite.
 //
 //	db, err := sqlite.Open("app.db")
@@ -19,21 +19,15 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// busyTimeoutMS is how long one statement waits for another connection's write lock
-// before SQLITE_BUSY.
-const busyTimeoutMS = 5000
-
 // Open opens the SQLite database file at path (created if missing) for concurrent
 // writers from many goroutines and processes: WAL (readers do not block the writer),
-// a busy timeout of 5 seconds (how long one statement waits for another connection's
+// a busy timeout of 5 seconds (how long a statement waits for another connection's
 // write lock; a Store retries past it until its ctx ends), synchronous=NORMAL
 // (durable at checkpoints, safe from corruption, as SQLite recommends with WAL) and
-// BEGIN IMMEDIATE, so a transaction takes the write lock at begin and a fenced
-// transaction holds its fence from its first statement. Like sql.Open it does no I/O.
-//
-// path is a file name, not a URI; an empty path, ":memory:" (each pooled connection
-// would get its own empty database), a "file:" URI and a NUL byte are refused with an
-// error wrapping fence.ErrInvalidArgument.
+// BEGIN IMMEDIATE (a transaction takes the write lock at begin, so a fenced one holds
+// its fence from its first statement). Like sql.Open it does no I/O. path is a file
+// name: an empty path, ":memory:" (each pooled connection would get its own empty
+// database), a "file:" URI and a NUL byte are errors wrapping fence.ErrInvalidArgument.
 func Open(path string) (*sql.DB, error) {
 	switch {
 	case path == "":
@@ -50,7 +44,7 @@ func Open(path string) (*sql.DB, error) {
 	// A file: URI, so a '?' or '%' in the path is escaped rather than cut off.
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}
 	q := url.Values{}
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", busyTimeoutMS))
+	q.Add("_pragma", "busy_timeout(5000)")
 	q.Add("_pragma", "journal_mode(WAL)")
 	q.Add("_pragma", "synchronous(NORMAL)")
 	q.Set("_txlock", "immediate")

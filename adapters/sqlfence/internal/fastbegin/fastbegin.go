@@ -1,7 +1,6 @@
-// Package fastbegin is the contract between sqlfence and sqlfence/mysql for the
-// one-statement begin of a fenced transaction on MariaDB, so that sqlfence itself
-// imports no driver. sqlfence decides the statements; a pool opened by sqlfence/mysql
-// reports Driver and its connections send them.
+// Package fastbegin is the contract between sqlfence, which decides the statements
+// of the one-statement fenced begin on MariaDB and imports no driver, and
+// sqlfence/mysql, whose pools report Driver and whose connections send them.
 package fastbegin
 
 import (
@@ -9,9 +8,8 @@ import (
 	"database/sql/driver"
 )
 
-// Begin is what a fenced begin asks of the connection: Query (with Args) starts the
-// transaction and raises the fence in one statement, Commit and Rollback end it. The
-// connection sets Sent once it sent Query.
+// Begin is what a fenced begin asks of the connection: Query (with Args) begins and
+// raises the fence, Commit and Rollback end the transaction; Sent is set once Query is.
 type Begin struct {
 	Query            string
 	Args             []driver.NamedValue
