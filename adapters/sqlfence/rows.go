@@ -42,9 +42,19 @@ func (s *Store) prepare(ctx context.Context, g fence.Grant, r fence.Row, set []f
 	return &rowStmt{Row: row, name: r.Table, where: eqs("", row.Keys, " AND "), g: c}, nil
 }
 
-// eqs is "p.c1 = ?<sep>p.c2 = ?" for one or more columns.
+// eqs is "p.c1 = ?<sep>p.c2 = ?", built in one allocation.
 func eqs(p string, cols []string, sep string) string {
-	return p + strings.Join(cols, " = ?"+sep+p) + " = ?"
+	var b strings.Builder
+	b.Grow(len(cols) * (len(p) + len(sep) + 16))
+	for i, c := range cols {
+		if i > 0 {
+			b.WriteString(sep)
+		}
+		b.WriteString(p)
+		b.WriteString(c)
+		b.WriteString(" = ?")
+	}
+	return b.String()
 }
 
 // marks is n comma-separated placeholders.
@@ -98,11 +108,10 @@ func (s *Store) updateTry(ctx context.Context, st *rowStmt, q string, args []any
 // txUpdate is Update as UPDATE t SET c = ?, tok = ? WHERE key AND tok <= ?, in a
 // transaction that raises the fence row first.
 func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
-	q := s.d.rebind("UPDATE " + st.Table + " SET " + eqs("", st.Set, ", ") + ", " + st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
-	tok := int64(st.g.Token())
-	args := slices.Concat(st.SetVals, []any{tok}, st.KeyVals, []any{tok})
 	return s.writeTx(ctx, "update", st.g, func(tx *sql.Tx) error {
-		n, err := affected(tx.ExecContext(ctx, q, args...))
+		q := s.d.rebind("UPDATE " + st.Table + " SET " + eqs("", st.Set, ", ") + ", " + st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
+		tok := int64(st.g.Token())
+		n, err := affected(tx.ExecContext(ctx, q, slices.Concat(st.SetVals, []any{tok}, st.KeyVals, []any{tok})...))
 		if err != nil || n > 0 {
 			return err
 		}
