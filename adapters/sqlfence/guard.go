@@ -13,14 +13,6 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// usable refuses a Store that cannot run a statement, before any I/O.
-func (s *Store) usable() error {
-	if s == nil || s.db == nil || s.d == nil {
-		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // Decrement is nolock's guarded take (see the nolock package doc) in one statement
 // outside any transaction; MySQL returns the new value through LAST_INSERT_ID,
 // SQLite and PostgreSQL through RETURNING. On SQLite and MySQL a counter shape is

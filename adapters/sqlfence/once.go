@@ -39,7 +39,8 @@ func (s *Store) keyErr(op string, err error) error { return s.wrap(err, op, "", 
 // uncommitted key (InnoDB, PostgreSQL) or for SQLite's write lock. A deadlock, lock
 // wait timeout, serialization failure or busy SQLite met before fn runs starts the
 // call over, up to 10 times within ctx; fence.ErrBusy when no retry is left or the
-// lock was met after fn ran (nothing was written: run the call again).
+// lock was met after fn ran (nothing was written: run the call again). Other
+// failures wrap the driver's error.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.Tx) ([]byte, error)) (nolock.Result, error) {
 	if err := s.usable(); err != nil {
 		return nolock.Result{}, err

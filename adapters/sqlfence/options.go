@@ -89,8 +89,9 @@ func (s *Store) observe(op string, errp *error) {
 // WithIdleTimeout sets how long a fenced transaction may sit idle on the server
 // (between statements, or before COMMIT) before the server ends it, so that a holder
 // frozen inside fn cannot hold up its successor much longer than its lease. The
-// default is the grant's lease when it implements fence.Leased, else 10 s. A d under
-// a millisecond is refused (fence.ErrInvalidArgument).
+// default is the grant's lease when it implements fence.Leased, else 10 s (the lock
+// service's default lease). A d under a millisecond is refused
+// (fence.ErrInvalidArgument).
 //
 //   - PostgreSQL: idle_in_transaction_session_timeout for the transaction only, set
 //     inside the raise statement (no round trip of its own); the server ends the

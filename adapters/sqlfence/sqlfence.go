@@ -28,10 +28,10 @@
 // per call). sqlfence/mysql's Open sets both.
 //
 // SQLite: concurrent writers need WAL, a busy timeout and BEGIN IMMEDIATE, which
-// sqlfence/sqlite's Open sets. A fenced begin that finds the database locked is tried
-// again until ctx ends, then returns ctx's error, wrapped in fence.ErrBusy when the
-// driver gave up first; the driver's raw "database is locked" never reaches the
-// caller from the Store's own statements.
+// sqlfence/sqlite's Open sets. A fenced begin that finds the database locked (before
+// fn runs) is tried again until ctx ends, then returns ctx's error, wrapped in
+// fence.ErrBusy when the driver gave up first; the driver's raw "database is locked"
+// never reaches the caller from the Store's own statements.
 package sqlfence
 
 import (
@@ -89,10 +89,18 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	return s.d.fenced(ctx, s, c, fn)
 }
 
-// check refuses a nil store or a grant that cannot be used, before any I/O.
+// usable and check refuse a Store that cannot run a statement, or a grant that
+// cannot be presented, before any I/O.
+func (s *Store) usable() error {
+	if s == nil || s.db == nil || s.d == nil {
+		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
+	}
+	return nil
+}
+
 func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
-	if s == nil || s.db == nil {
-		return nil, fmt.Errorf("%w: nil store", fence.ErrInvalidArgument)
+	if err := s.usable(); err != nil {
+		return nil, err
 	}
 	return engine.Check(g)
 }
