@@ -15,7 +15,8 @@ import (
 
 // sqlite is SQLite through modernc.org/sqlite. One writer holds the database's lock
 // and statements run in this process: a write of several statements costs no round
-// trips, and every error is the engine's own answer, never a lost reply.
+// trips, every error is the engine's own answer, never a lost reply, and nothing but
+// its own process ends an idle transaction (base.idleEnded).
 type sqlite struct{ base }
 
 func (sqlite) dialect() engine.Dialect { return engine.SQLite }

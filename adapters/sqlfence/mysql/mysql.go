@@ -104,22 +104,20 @@ func (c *fastConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 	if _, err := c.ExecContext(ctx, b.Query, b.Args); err != nil {
 		return nil, err
 	}
-	return fastTx{c: c, commit: b.Commit, rollback: b.Rollback}, nil
+	return fastTx{c: c, b: b}, nil
 }
 
 // fastTx ends a fenced transaction with the Begin's statements; like the driver's
 // own, it watches no context.
 type fastTx struct {
-	c                *fastConn
-	commit, rollback string
+	c *fastConn
+	b *fastbegin.Begin
 }
 
-func (t fastTx) Commit() error {
-	_, err := t.c.ExecContext(context.Background(), t.commit, nil)
-	return err
-}
+func (t fastTx) Commit() error   { return t.send(t.b.Commit) }
+func (t fastTx) Rollback() error { return t.send(t.b.Rollback) }
 
-func (t fastTx) Rollback() error {
-	_, err := t.c.ExecContext(context.Background(), t.rollback, nil)
+func (t fastTx) send(q string) error {
+	_, err := t.c.ExecContext(context.Background(), q, nil)
 	return err
 }
