@@ -30,7 +30,8 @@ type database interface {
 	probe(ctx context.Context, s *Store) error // checks the pool once, before its first write
 	isolation(l sql.IsolationLevel) error      // refuses a level it cannot fence
 	fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error
-	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // a single grant
+	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error    // a single grant
+	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // a fence.Set; base's is set.go's
 	// raiseSetTail ends a set's fence-row INSERT; counts: its row count says whether
 	// every row was raised.
 	raiseSetTail() (tail string, counts bool)
@@ -71,6 +72,10 @@ func (base) upserted(res sql.Result) (bool, error) { n, err := res.RowsAffected(
 func (base) prepares() bool                        { return true }
 func (base) claimed(error) bool                    { return false }
 func (base) idleEnded(error, bool, bool) bool      { return false }
+
+func (base) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+	return s.raiseSet(ctx, tx, g)
+}
 
 func (base) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
 	return s.run(ctx, s.db, g, fn)

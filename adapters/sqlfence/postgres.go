@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
@@ -44,16 +45,32 @@ func (postgres) rebind(q string) string {
 	return b.String()
 }
 
-// raise inserts or raises the fence row, locks it to commit and bounds the
-// transaction's idle time in one statement; a refusal names the stored token.
+// raise inserts or raises g's fence rows, locks them to commit and bounds the
+// transaction's idle time in one statement, pgxfence's (engine.PGRaiseIdleSQL, or for
+// a set PGRaiseSetEach: a parameter per resource, which any driver can send). Its
+// errors are read as pgxfence reads them (engine.PGRefusal).
 func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
-	_, err := tx.ExecContext(ctx, engine.PGRaiseIdleSQL, g.Resource(), int64(g.Token()), s.set.IdleMS(g))
-	if err != nil && sqlState(err) == engine.PGBadText {
-		if seen, _, ok := engine.PGMarkedStale(err.Error()); ok {
-			return stale(g, seen)
+	q, args := engine.PGRaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
+	if engine.Multi(g) {
+		res := g.Resources()
+		q, args = engine.PGRaiseSetEach(len(res)), make([]any, len(res), len(res)+2)
+		for i, r := range res {
+			args[i] = r
 		}
+		args = append(args, int64(g.Token()), s.set.IdleMS(g))
+	}
+	_, err := tx.ExecContext(ctx, q, args...)
+	if err == nil {
+		return nil
+	}
+	if e := engine.PGRefusal(g, sqlState(err), err.Error(), err); e != nil {
+		return e
 	}
 	return s.raiseErr(g, err)
+}
+
+func (d postgres) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+	return d.raise(ctx, s, tx, g)
 }
 
 // update is one statement (engine.PGUpdateSQL) that raises the fence row by a plain
@@ -123,9 +140,29 @@ func (postgres) missingTable(err error, table string) bool {
 
 func (postgres) replyLost(err error, commit bool) bool {
 	if st := sqlState(err); st != "" {
-		return engine.PGReplyLost(st, "")
+		return engine.PGReplyLost(st, pgSeverity(err))
 	}
 	return undecided(err, commit)
+}
+
+// pgSeverity returns the unlocalized severity of a PostgreSQL driver's error where
+// it reports one (pgx's *pgconn.PgError does, as SeverityUnlocalized), else "".
+func pgSeverity(err error) string {
+	var e interface{ SQLState() string }
+	if !errors.As(err, &e) {
+		return ""
+	}
+	v := reflect.ValueOf(e)
+	if v.Kind() == reflect.Pointer {
+		v = v.Elem()
+	}
+	if v.Kind() != reflect.Struct {
+		return ""
+	}
+	if f := v.FieldByName("SeverityUnlocalized"); f.IsValid() && f.Kind() == reflect.String {
+		return f.String()
+	}
+	return ""
 }
 
 func (postgres) idleEnded(err error, _, _ bool) bool { return sqlState(err) == engine.PGIdleTimeout }

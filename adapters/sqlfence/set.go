@@ -11,7 +11,7 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// onConflictRaise ends an INSERT of fence rows on PostgreSQL and SQLite: a row is
+// onConflictRaise ends an INSERT of fence rows on SQLite: a row is
 // raised unless a higher token is stored, and the row count says how many were.
 const onConflictRaise = " ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = CURRENT_TIMESTAMP " +
 	"WHERE fence_tokens.token <= excluded.token"

@@ -127,7 +127,7 @@ func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions,
 		return nil, fmt.Errorf("sqlfence: begin: %w", err)
 	}
 	if engine.Multi(g) {
-		err = s.raiseSet(ctx, tx, g)
+		err = s.d.raiseSet(ctx, s, tx, g)
 	} else {
 		err = s.d.raise(ctx, s, tx, g)
 	}
