@@ -1,6 +1,7 @@
 package pgxfence
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -77,29 +78,18 @@ func writeError(op, table string, err error) error {
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
 }
 
-// replyLost reports whether err, from a COMMIT or from a single-row write sent
-// outside a transaction, leaves the outcome unknown: the statement was (or may have
-// been) sent and no answer of the server's decides it. An ERROR reply decides it
-// (nothing committed); a FATAL or PANIC one ends the session and may come after the
-// commit was recorded (a terminated backend waiting for synchronous replication
-// says so), so it does not. Errors pgx raises before sending anything (SafeToRetry,
-// a failed connect, a closed pool, ctx ended before the statement went out) decide
-// it too.
+// replyLost reports whether err, from a COMMIT or a single-row write outside a
+// transaction, leaves the outcome unknown: the statement was (or may have been) sent
+// and no answer decides it. The server's replies are judged by engine.PGReplyLost;
+// errors pgx raises before sending anything (SafeToRetry, a failed connect, a closed
+// pool, ctx ended before the statement went out) decide it.
 func replyLost(err error) bool {
 	if err == nil {
 		return false
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if pgErr.Code == engine.PGIdleTimeout {
-			// Ended while idle in the transaction: COMMIT had not arrived.
-			return false
-		}
-		sev := pgErr.SeverityUnlocalized
-		if sev == "" {
-			sev = pgErr.Severity
-		}
-		return sev == "FATAL" || sev == "PANIC"
+		return engine.PGReplyLost(pgErr.Code, cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity))
 	}
 	var connectErr *pgconn.ConnectError
 	switch {
@@ -114,42 +104,25 @@ func replyLost(err error) bool {
 	return true
 }
 
-// commit commits tx and returns fence.ErrCommitUnknown when COMMIT may have
-// been applied without its reply arriving. Besides replyLost: when the connection
-// dies while COMMIT's reply is awaited, pgx drops the read error and reports the
-// connection it then finds closed as "conn closed", an error it marks safe to retry
-// though COMMIT went out; a connection open just before COMMIT and closed by its end
-// is therefore unknown too.
+// commit commits tx: fence.ErrCommitUnknown when COMMIT may have been applied without
+// its reply arriving. pgx reports a connection that died while the reply was awaited
+// as "conn closed", marked safe to retry though COMMIT went out: a connection open
+// before COMMIT and closed by its end is unknown too.
 func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	open := !tx.Conn().IsClosed()
 	err := tx.Commit(ctx)
-	if err == nil {
-		return nil
-	}
-	if open && errors.Is(err, pgconn.ErrConnClosed) {
+	if err != nil && (open && errors.Is(err, pgconn.ErrConnClosed) || replyLost(err)) {
 		return engine.CommitUnknown(g, "commit", err)
-	}
-	if u := unknownOutcome("commit", g, err); u != nil {
-		return u
 	}
 	return err
 }
 
-// unknownOutcome returns fence.ErrCommitUnknown for err when its reply was lost,
-// or nil.
-func unknownOutcome(op string, g fence.Grant, err error) error {
-	if !replyLost(err) {
+// unknownOutcome returns fence.ErrCommitUnknown for a single-row write's err when its
+// reply was lost, or nil. On a caller's pgx.Tx it decides nothing durable: a lost
+// reply there only ends the caller's transaction, which then cannot commit.
+func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
+	if s.nested || !replyLost(err) {
 		return nil
 	}
 	return engine.CommitUnknown(g, op, err)
-}
-
-// unknownOutcome is the package function for a single-row write, which on a caller's
-// pgx.Tx decides nothing durable: a lost reply there only ends the caller's
-// transaction, which then cannot commit.
-func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
-	if s.nested {
-		return nil
-	}
-	return unknownOutcome(op, g, err)
 }

@@ -13,31 +13,29 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// check is the door of every fenced write: the grant checked and normalized once.
-func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
-	c, err := engine.Check(g)
-	if err != nil {
+// check is the door of every fenced write: the grant checked and normalized once;
+// one for a single-row write (one) refuses a set of several.
+func (s *Store) check(g fence.Grant, one bool) (*engine.Checked, error) {
+	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	if s == nil || s.db == nil {
-		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	if one {
+		return engine.CheckOne(g)
 	}
-	return c, nil
+	return engine.Check(g)
 }
 
 // Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
-// contract says (the fence package doc states it, with its errors). On a pool or
-// connection BEGIN and the raise travel with fn's first statement ("The first
-// statement" above; WithFenceFirst raises before fn runs); on a caller's pgx.Tx the
-// transaction is a savepoint of it, durable only when the caller commits. Besides the
-// contract's errors: fence.ErrBusy for a serialization failure that is not a refusal
-// (retry the whole transaction), fence.ErrSchema without the migrations.
+// contract says. On a pool or connection BEGIN and the raise travel with fn's first
+// statement (see "The first statement"); on a caller's pgx.Tx the transaction is a
+// savepoint of it, durable only when the caller commits. Besides the contract's
+// errors: fence.ErrBusy for a serialization failure that is not a refusal.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	c, err := s.check(g)
+	c, err := s.check(g, false)
 	if err != nil {
 		return err
 	}
@@ -63,10 +61,9 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
 	if !s.fenceFirst {
-		return s.fencedPipelined(ctx, conn, g, fn)
+		return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
 	}
-	// One simple-protocol message: BEGIN and the fence raise. The simple protocol has
-	// no parameters, so the resource goes as an escape-string literal (see literal).
+	// BEGIN and the raise in one simple-protocol message, which has no parameters.
 	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
@@ -97,8 +94,8 @@ func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx
 	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
-// savepoint is a fenced transaction that is a savepoint of the caller's pgx.Tx: its
-// release decides nothing durable, only the caller's commit does.
+// savepoint is a fenced savepoint of the caller's pgx.Tx: its release decides nothing
+// durable, only the caller's commit does.
 type savepoint struct {
 	ctx context.Context
 	tx  pgx.Tx
@@ -115,14 +112,8 @@ func (t savepoint) Commit() error {
 	return nil
 }
 
-// fencedPipelined is Fenced by default on a pool or connection: fn gets a lazyTx, which begins
-// the transaction with fn's first statement.
-func (s *Store) fencedPipelined(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) error {
-	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
-}
-
-// runLazy runs fn on t and commits it (engine.RunTx owns the lifecycle); with
-// WithFenceFirst t's transaction has begun already.
+// runLazy runs fn on t and commits it (engine.RunTx); with WithFenceFirst t's
+// transaction has begun already.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
 	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
 }
@@ -135,9 +126,7 @@ func (r lazyRun) Rollback()      { r.t.rollback(r.t.ctx) }
 
 func (r lazyRun) Commit() error {
 	t, ctx := r.t, r.t.ctx
-	if t.tx == nil {
-		// fn sent nothing: the fence is raised all the same, so that the stored
-		// token moves up to the grant's.
+	if t.tx == nil { // fn sent nothing: the fence is raised all the same
 		if err := t.begin(ctx); err != nil {
 			return err
 		}
@@ -149,12 +138,9 @@ func (r lazyRun) Commit() error {
 	return refusal(ctx, t.g, err, t.conn)
 }
 
-// lazyTx is the pgx.Tx that a pipelined Fenced hands fn. Its transaction begins with
-// fn's first Exec, Query or QueryRow: one pgx batch carries BEGIN, the fence raise and
-// that statement, and the raise's result is read before the statement's. Any other
-// first call begins the transaction (BEGIN and the raise in one round trip) and then
-// delegates. A refusal is remembered: every later call returns it, and Fenced rolls
-// back and returns it even if fn swallowed it.
+// lazyTx is the pgx.Tx a pipelined Fenced hands fn ("The first statement"). A
+// refusal is remembered: every later call returns it, and Fenced rolls back and
+// returns it even if fn swallowed it.
 type lazyTx struct {
 	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
 	s       *Store
@@ -173,8 +159,7 @@ func (t *lazyTx) batch() *pgx.Batch {
 	return b
 }
 
-// begin begins the transaction and raises the fence in one round trip, without a
-// statement of fn's.
+// begin begins the transaction and raises the fence in one round trip.
 func (t *lazyTx) begin(ctx context.Context) error {
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
@@ -191,8 +176,7 @@ func (t *lazyTx) begin(ctx context.Context) error {
 	return nil
 }
 
-// ensure begins the transaction unless it has begun; it returns the remembered
-// refusal, if any.
+// ensure begins the transaction unless it has begun, or returns the refusal.
 func (t *lazyTx) ensure(ctx context.Context) error {
 	if t.refused != nil {
 		return t.refused
@@ -203,16 +187,11 @@ func (t *lazyTx) ensure(ctx context.Context) error {
 	return nil
 }
 
-// sendFirst sends BEGIN, the fence raise and fn's first statement in one batch and
-// reads the results of BEGIN and the raise. It returns the batch results positioned at
-// fn's statement, or nil results when the batch could not be sent (then the
-// transaction has been begun on its own, and the caller runs the statement in it).
-//
-// A refused raise aborts the transaction before PostgreSQL reaches fn's statement: in
-// the extended protocol every message after an error is skipped up to the batch's one
-// Sync, and in the simple protocol (QueryExecModeSimpleProtocol) the rest of the
-// query string is dropped. Either way, had the statement run, it would have run in
-// the aborted transaction and failed with "current transaction is aborted".
+// sendFirst sends BEGIN, the raise and fn's first statement in one batch and reads
+// the first two results; it returns the batch positioned at fn's statement, or nil
+// when the batch could not be sent (the transaction then began on its own). A refused
+// raise aborts the transaction before fn's statement: the extended protocol skips
+// every message up to the batch's Sync, the simple protocol the rest of the string.
 func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := t.batch()
 	b.Queue(sql, args...)
@@ -236,10 +215,10 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 	return br, nil
 }
 
-// refuse remembers the refusal of a failed begin or raise and returns it. A
-// transaction the refusal aborted stays open (and aborted) until Fenced ends, so that
-// nothing fn still sends, not even through Conn, can run. A serialization failure is
-// rolled back at once instead, to look up the stored token on the idle connection.
+// refuse remembers the refusal of a failed begin or raise and returns it. An aborted
+// transaction stays open until Fenced ends, so nothing fn still sends, even through
+// Conn, can run; a serialization failure is rolled back at once, to look up the
+// stored token on the idle connection.
 func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code != engine.PGSerialization &&
@@ -261,8 +240,7 @@ func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	return t.refused
 }
 
-// rollback ends the transaction if it is open; after a commit or a refusal it does
-// nothing.
+// rollback ends the transaction if it is open.
 func (t *lazyTx) rollback(ctx context.Context) {
 	if t.tx != nil {
 		_ = t.tx.Rollback(ctx) // ErrTxClosed once ended
@@ -270,8 +248,7 @@ func (t *lazyTx) rollback(ctx context.Context) {
 }
 
 // ended remembers an error of fn's statement that says the server ended the
-// transaction for idling, so that Fenced returns fence.ErrIdleTimeout even if fn
-// swallows it (COMMIT would then meet only a closed connection).
+// transaction for idling, so Fenced returns fence.ErrIdleTimeout even if fn swallows it.
 func (t *lazyTx) ended(err error) error {
 	if e := fnErr(t.g, err); e != err {
 		t.refused = e

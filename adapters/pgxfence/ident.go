@@ -8,77 +8,31 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// stmt is a single-row write being built: the SQL and its parameters.
-type stmt struct {
-	sql  strings.Builder
-	args []any
-}
-
-// placeholders holds "$1".."$64", so that building a statement does not format them.
-var placeholders = func() (p [64]string) {
-	for i := range p {
-		p[i] = "$" + strconv.Itoa(i+1)
+// params returns the placeholders $from.. of n parameters.
+func params(from, n int) []string {
+	ps := make([]string, n)
+	for i := range ps {
+		ps[i] = "$" + strconv.Itoa(from+i)
 	}
-	return p
-}()
-
-// arg adds a parameter and returns its placeholder.
-func (s *stmt) arg(v any) string {
-	s.args = append(s.args, v)
-	if n := len(s.args); n <= len(placeholders) {
-		return placeholders[n-1]
-	}
-	return "$" + strconv.Itoa(len(s.args))
+	return ps
 }
 
-// write appends parts to the statement's SQL.
-func (s *stmt) write(parts ...string) {
-	for _, p := range parts {
-		s.sql.WriteString(p)
-	}
-}
-
-// row is a fence.Row checked and quoted.
-type row struct {
-	table    string   // quoted, possibly schema-qualified
-	keyNames []string // quoted
-	keyVals  []any
-	token    string // quoted token column
-}
-
-// checkRow validates r and the columns to set, and quotes every name
-// (engine.CheckRow); it returns the quoted set columns too.
-func checkRow(r fence.Row, set []fence.Col, needSet bool) (row, []string, error) {
-	er, err := engine.CheckRow(engine.Postgres, r, set, needSet)
-	if err != nil {
-		return row{}, nil, err
-	}
-	return row{table: er.Table, keyNames: er.Keys, keyVals: er.KeyVals, token: er.Token}, er.Set, nil
-}
-
-// where writes "k1 = $a AND k2 = $b" for the row's key.
-func (r row) where(s *stmt, keyArgs []string) {
-	for i, k := range r.keyNames {
+// eqs is "k1 = $a AND k2 = $b" for the names and their placeholders.
+func eqs(names, ps []string) string {
+	var b strings.Builder
+	for i, k := range names {
 		if i > 0 {
-			s.sql.WriteString(" AND ")
+			b.WriteString(" AND ")
 		}
-		s.write(k, " = ", keyArgs[i])
+		b.WriteString(k + " = " + ps[i])
 	}
-}
-
-func (r row) keyArgs(s *stmt) []string {
-	out := make([]string, len(r.keyVals))
-	for i, v := range r.keyVals {
-		out[i] = s.arg(v)
-	}
-	return out
+	return b.String()
 }
 
 // A Store keeps the SQL of its single-row writes and guarded takes by shape (the
 // operation, the table, the token or counter column, the key and set column names, in
-// order; engine.ShapeMap). A write of a kept shape skips checking and quoting its names
-// and building its statement, client-side work that shows next to the same statement
-// written by hand (BENCHMARKS.md).
+// order; engine.ShapeMap): a write of a kept shape skips checking, quoting and
+// building.
 
 // shapeKey appends the shape of a write to buf.
 func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
@@ -96,7 +50,7 @@ func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
 }
 
 // statement returns the kept statement of a write's shape, or builds it with build
-// (which checks the names) and keeps it. A shape that fails its checks is never kept.
+// (which checks the names) and keeps it; a shape that fails its checks is never kept.
 func (s *Store) statement(op byte, r fence.Row, set []fence.Col, build func() (string, error)) (string, error) {
 	var buf [256]byte
 	key := shapeKey(buf[:0], op, r, set)
@@ -111,16 +65,14 @@ func (s *Store) statement(op byte, r fence.Row, set []fence.Col, build func() (s
 	return q, nil
 }
 
-// shapeArgs returns the arguments of a kept statement: first (the token, or the
-// resource and the token), then the key or set values in the order the statement
-// numbers them.
-func shapeArgs(first []any, cols ...[]fence.Col) []any {
-	n := len(first)
+// shapeArgs is a kept statement's arguments: the resource and the token, then the
+// values of cols in the order the statement numbers them.
+func shapeArgs(g fence.Grant, cols ...[]fence.Col) []any {
+	n := 2
 	for _, cs := range cols {
 		n += len(cs)
 	}
-	args := make([]any, 0, n)
-	args = append(args, first...)
+	args := append(make([]any, 0, n), g.Resource(), int64(g.Token()))
 	for _, cs := range cols {
 		for _, c := range cs {
 			args = append(args, c.Value)

@@ -9,9 +9,8 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// batchRows are the rows of fn's first query, read from the batch that carried it:
-// once they are done the batch is closed, which frees the connection for fn's next
-// statement.
+// batchRows are the rows of fn's first query; once done they close the batch, which
+// frees the connection for fn's next statement.
 type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults
@@ -91,9 +90,8 @@ func (r firstRow) Scan(dest ...any) error {
 
 var _ pgx.Tx = (*lazyTx)(nil)
 
-// pipelinable reports whether fn's statement can go into a batch: pgx batches take a
-// QueryRewriter (pgx.NamedArgs) as first argument, but not a QueryExecMode or
-// result-format option.
+// pipelinable reports whether fn's statement can go into a batch, which takes a
+// QueryRewriter (pgx.NamedArgs) as first argument but no QueryExecMode or result format.
 func pipelinable(args []any) bool {
 	if len(args) == 0 {
 		return true
@@ -105,8 +103,7 @@ func pipelinable(args []any) bool {
 	return true
 }
 
-// Exec runs sql in the transaction; as the first statement of fn, in the same round
-// trip as BEGIN and the fence raise. A refused raise returns the *fence.StaleError.
+// Exec runs sql in the transaction; fn's first statement goes with BEGIN and the raise.
 func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	if t.refused != nil {
 		return pgconn.CommandTag{}, t.refused
@@ -131,9 +128,8 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, t.ended(err)
 }
 
-// Query runs sql in the transaction; as the first statement of fn, in the same round
-// trip as BEGIN and the fence raise. A refused raise is returned as the error and by
-// the rows' Err.
+// Query runs sql in the transaction; fn's first statement goes with BEGIN and the
+// raise. A refusal is the error and the rows' Err.
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.refused != nil {
 		return &failedRows{err: t.refused, conn: t.conn}, t.refused
@@ -158,7 +154,7 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	return t.tx.Query(ctx, sql, args...)
 }
 
-// QueryRow is Query for one row; errors, a refusal among them, are returned by Scan.
+// QueryRow is Query for one row; its errors, a refusal among them, come from Scan.
 func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 	if t.tx != nil && t.refused == nil {
 		return t.tx.QueryRow(ctx, sql, args...)
@@ -175,8 +171,7 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	return t.tx.Begin(ctx)
 }
 
-// Commit commits the transaction, beginning it first (a fenced empty transaction).
-// Fenced commits by itself; a Commit by fn makes Fenced's fail with pgx.ErrTxClosed.
+// Commit commits, beginning first; Fenced's own commit then fails with pgx.ErrTxClosed.
 func (t *lazyTx) Commit(ctx context.Context) error {
 	if err := t.ensure(ctx); err != nil {
 		return err
@@ -184,8 +179,7 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 	return t.tx.Commit(ctx)
 }
 
-// Rollback rolls the transaction back, beginning it first so that it behaves as a
-// begun transaction does (Fenced's commit then fails with pgx.ErrTxClosed).
+// Rollback rolls back, beginning first; Fenced's commit then fails with pgx.ErrTxClosed.
 func (t *lazyTx) Rollback(ctx context.Context) error {
 	if err := t.ensure(ctx); err != nil {
 		return err
@@ -209,8 +203,7 @@ func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	return t.tx.SendBatch(ctx, b)
 }
 
-// Prepare prepares a statement on the transaction's connection, beginning the
-// transaction first.
+// Prepare prepares a statement on the transaction's connection, beginning it first.
 func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
@@ -218,18 +211,16 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	return t.tx.Prepare(ctx, name, sql)
 }
 
-// LargeObjects begins the transaction (under Fenced's context) and returns its
-// large objects. After a refusal every large-object call fails.
+// LargeObjects begins the transaction (under Fenced's ctx) and returns its large
+// objects; after a refusal every call on them fails.
 func (t *lazyTx) LargeObjects() pgx.LargeObjects {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.tx.LargeObjects()
 }
 
-// Conn begins the transaction (under Fenced's context) and returns its connection.
-// After a refusal the connection stays in the aborted transaction until Fenced ends,
-// so statements sent through it fail; after a serialization failure it is no longer
-// in a transaction: do not write through it (Fenced returns the failure whatever fn
-// does).
+// Conn begins the transaction (under Fenced's ctx) and returns its connection. After
+// a refusal it stays in the aborted transaction until Fenced ends; after a
+// serialization failure it is in none: do not write through it (Fenced fails anyway).
 func (t *lazyTx) Conn() *pgx.Conn {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.conn

@@ -15,12 +15,10 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// claimSQL inserts the key, or, when it is already there, returns it. If the insert
-// had to wait for a concurrent transaction holding the same key, which then
-// committed, neither part returns a row: the SELECT ran on the statement's snapshot,
-// taken before the wait. readKeySQL, a new statement, then sees the committed row
-// (READ COMMITTED; the stricter levels raise 40001 instead, and Once starts over).
-// Arguments: key, fingerprint, TTL in microseconds or NULL (never expires).
+// claimSQL inserts the key or returns the stored one (arguments: key, fingerprint,
+// TTL in microseconds or NULL). After waiting for a concurrent holder of the key that
+// committed it returns no row (its snapshot predates the wait): readKeySQL, a new
+// statement, sees the row (READ COMMITTED; stricter levels raise 40001 instead).
 const (
 	claimSQL = `WITH ins AS (
 	INSERT INTO idempotency_keys (idem_key, fingerprint, expires_at)
@@ -38,16 +36,14 @@ SELECT false, fingerprint, result, COALESCE(expires_at <= now(), false)
 	purgeKeysSQL = `DELETE FROM idempotency_keys WHERE idem_key IN (SELECT idem_key FROM idempotency_keys WHERE expires_at <= now() LIMIT $1 FOR UPDATE SKIP LOCKED)`
 )
 
-// Once runs fn at most once per idempotency key, as nolock's package doc says. A
-// duplicate waits on the first call's uncommitted key (PostgreSQL's unique-index
-// wait). A serialization failure (REPEATABLE READ, SERIALIZABLE) or a deadlock met
-// before fn runs starts the call over in a new transaction, up to 10 times within
-// ctx; one that hit fn's work or the commit returns fence.ErrBusy (run the call
-// again). On a Store over a caller's pgx.Tx, Once is a savepoint in it and never
-// retries. Other failures wrap the driver's error.
+// Once runs fn at most once per idempotency key, as nolock's package doc says; a
+// duplicate waits on the first call's uncommitted key. A serialization failure or
+// deadlock before fn runs starts over, up to 10 times within ctx; one after it is
+// fence.ErrBusy (run the call again). On a caller's pgx.Tx, Once is a savepoint in it
+// and never starts over.
 func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.Tx) ([]byte, error)) (nolock.Result, error) {
-	if s == nil || s.db == nil {
-		return nolock.Result{}, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	if err := s.usable(); err != nil {
+		return nolock.Result{}, err
 	}
 	if fn == nil {
 		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
@@ -72,23 +68,20 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	}
 }
 
-// WithKeyTTL makes Once store idempotency keys that expire d after they are stored
-// (see Once); Store.PurgeExpiredKeys deletes them. Without it keys never expire. A d
-// under one microsecond, the precision stored, is an error wrapping
-// fence.ErrInvalidArgument.
+// WithKeyTTL makes Once's idempotency keys expire d after they are stored (without
+// it they never do); PurgeExpiredKeys deletes them. Under a microsecond is refused.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error {
 		return s.set.SetKeyTTL("pgxfence", d)
 	}
 }
 
-// PurgeExpiredKeys deletes the expired idempotency keys (see WithKeyTTL) in
-// batches of 1,000 statements, skipping keys another transaction has locked, and
-// returns how many it deleted, also when ctx cut it short. Errors:
-// fence.ErrInvalidArgument for a nil Store, fence.ErrSchema, or the driver's.
+// PurgeExpiredKeys deletes the expired idempotency keys (WithKeyTTL), 1,000 a
+// statement, skipping keys another transaction has locked, and returns how many it
+// deleted, also when ctx cut it short.
 func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
-	if s == nil || s.db == nil {
-		return 0, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
+	if err := s.usable(); err != nil {
+		return 0, err
 	}
 	var total int64
 	for {
@@ -103,8 +96,8 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 }
 
-// onceAttempt is one transaction of Once. ran reports whether fn was called: after
-// that Once never starts over, since fn may have done more than write.
+// onceAttempt is one transaction of Once. ran reports that fn was called: Once then
+// never starts over, since fn may have done more than write.
 func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros *int64, fn func(pgx.Tx) ([]byte, error)) (r nolock.Result, ran bool, err error) {
 	tx, err := s.beginOnce(ctx)
 	if err != nil {
@@ -142,10 +135,8 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 	return nolock.Result{Value: val}, true, nil
 }
 
-// claimKey inserts key in tx, the first step of an attempt of Once. mine reports
-// that the key is now this transaction's, so fn is to run; otherwise r is the
-// stored result (a replay) or err says why not: nolock.ErrKeyReused, or the
-// claim's failure.
+// claimKey inserts key in tx. mine: the key is this transaction's, fn is to run;
+// otherwise r is the stored result (a replay), or err says why not.
 func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *int64) (r nolock.Result, mine bool, err error) {
 	var (
 		expired  bool
@@ -204,7 +195,7 @@ func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
 	return s.db.Begin(ctx)
 }
 
-// retryable reports a refusal that a fresh transaction may not meet.
+// retryable reports a refusal a fresh transaction may not meet.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
 	return errors.As(err, &pgErr) && (pgErr.Code == engine.PGSerialization || pgErr.Code == engine.PGDeadlock)

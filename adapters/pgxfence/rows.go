@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -11,220 +12,161 @@ import (
 )
 
 // Update is fence's single-row Update (see the fence package doc) in one statement:
-// a data-modifying CTE raises the fence row before the UPDATE locks the row, the
-// order Fenced locks in. A second statement, whose raise also inserts the fence row,
-// runs when the resource has none yet or the first was refused.
+// a CTE raises the fence row before the UPDATE locks the row, the order Fenced locks
+// in. A plain UPDATE raises an existing fence row; the upsert, which also inserts
+// it, runs when there is none yet or the first was refused.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
-	c, err := s.checkSingle(g)
+	c, err := s.check(g, true)
 	if err != nil {
 		return err
 	}
-	g = c
-	args := shapeArgs([]any{g.Resource(), int64(g.Token())}, set, r.Key)
-	// The fence row is raised by a plain UPDATE where it exists, else (or when the
-	// write was refused) by the upsert, which also inserts it.
+	args := shapeArgs(c, set, r.Key)
 	for _, op := range []byte{'U', 'u'} {
 		q, err := s.statement(op, r, set, func() (string, error) { return updateSQL(r, set, op == 'U') })
 		if err != nil {
 			return err
 		}
-		tag, err := s.db.Exec(ctx, q, args...)
-		if err != nil {
-			if u := s.unknownOutcome("update", g, err); u != nil {
-				return u
-			}
-			return writeError("update", r.Table, err)
-		}
-		if tag.RowsAffected() > 0 {
-			return nil
+		if done, err := s.write(ctx, "update", c, r.Table, q, args); done || err != nil {
+			return err
 		}
 	}
-	rw, _, err := checkRow(r, set, true)
-	if err != nil {
-		return err
-	}
-	return s.explain(ctx, g, r, rw, true)
+	return s.explain(ctx, c, r, set, true)
 }
 
-// updateSQL checks and quotes the names of an Update and builds its statement
-// (engine.PGUpdateSQL), whose arguments are the resource, the token, the set values
-// and the key values, in that order.
+// updateSQL builds Update's statement (engine.PGUpdateSQL); its arguments are the
+// resource, the token, the set values and the key values.
 func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
-	rw, setNames, err := checkRow(r, set, true)
+	row, err := engine.CheckRow(engine.Postgres, r, set, true)
 	if err != nil {
 		return "", err
 	}
-	return engine.PGUpdateSQL(rw.table, rw.token, rw.keyNames, setNames, bump), nil
+	return engine.PGUpdateSQL(row.Table, row.Token, row.Keys, row.Set, bump), nil
 }
 
-// explain tells why a write changed no row: a higher token on the row (or, with
-// fenceRow, in the resource's fence row) is a *fence.StaleError; otherwise the row is
-// missing. It reads the committed state once more, after the write.
-func (s *Store) explain(ctx context.Context, g fence.Grant, r fence.Row, rw row, fenceRow bool) error {
-	var st stmt
-	keys := rw.keyArgs(&st)
-	st.sql.WriteString("SELECT (SELECT max(" + rw.token + ") FROM " + rw.table + " WHERE ")
-	rw.where(&st, keys)
-	st.sql.WriteString("), (SELECT count(*) FROM " + rw.table + " WHERE ")
-	rw.where(&st, keys)
-	st.sql.WriteString("), ")
-	if fenceRow {
-		st.sql.WriteString("(SELECT token FROM fence_tokens WHERE resource = " + st.arg(g.Resource()) + ")")
-	} else {
-		st.sql.WriteString("NULL::bigint")
+// write runs a single-row write's one statement; done reports that it changed a row.
+func (s *Store) write(ctx context.Context, op string, g *engine.Checked, table, q string, args []any) (done bool, err error) {
+	tag, err := s.db.Exec(ctx, q, args...)
+	if err != nil {
+		if u := s.unknownOutcome(op, g, err); u != nil {
+			return false, u
+		}
+		return false, writeError(op, table, err)
 	}
-	var rowTok, fenceTok *int64
-	var rows int64
-	if err := s.db.QueryRow(ctx, st.sql.String(), st.args...).Scan(&rowTok, &rows, &fenceTok); err != nil {
-		return writeError("look up", r.Table, err)
-	}
-	if rows > 1 && fenceRow {
-		return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was written", fence.ErrInvalidArgument, r.Table, rows)
-	}
-	seen := fence.Token(0)
-	if rowTok != nil {
-		seen = fence.Token(*rowTok)
-	}
-	if fenceTok != nil && fence.Token(*fenceTok) > seen {
-		seen = fence.Token(*fenceTok)
-	}
-	if seen > g.Token() {
-		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
-	}
-	if rowTok == nil {
-		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
-	}
-	// The row is there with a token <= ours but was not when the write ran (it was
-	// inserted concurrently): the write found nothing to change.
-	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
+	return tag.RowsAffected() > 0, nil
 }
 
-// Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the
-// key columns must be exactly a primary key or unique index. No column to set is
-// allowed: the row is then its key and token.
-func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
-	defer s.observe("upsert", &err)
-	c, err := s.checkSingle(g)
+// explain tells why a write changed no row, reading the committed state once more: a
+// higher token on the row or in the resource's fence row is a *fence.StaleError;
+// otherwise the row is missing.
+func (s *Store) explain(ctx context.Context, g *engine.Checked, r fence.Row, set []fence.Col, needSet bool) error {
+	row, err := engine.CheckRow(engine.Postgres, r, set, needSet)
 	if err != nil {
 		return err
 	}
-	g = c
+	match := eqs(row.Keys, params(1, len(row.Keys)))
+	q := "SELECT (SELECT max(" + row.Token + ") FROM " + row.Table + " WHERE " + match + "), (SELECT count(*) FROM " +
+		row.Table + " WHERE " + match + "), (SELECT token FROM fence_tokens WHERE resource = $" + strconv.Itoa(len(row.Keys)+1) + ")"
+	var rowTok, fenceTok *int64
+	var rows int64
+	if err := s.db.QueryRow(ctx, q, append(row.KeyVals, g.Resource())...).Scan(&rowTok, &rows, &fenceTok); err != nil {
+		return writeError("look up", r.Table, err)
+	}
+	if rows > 1 {
+		return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was written", fence.ErrInvalidArgument, r.Table, rows)
+	}
+	seen := max(deref(rowTok), deref(fenceTok))
+	switch {
+	case seen > g.Token():
+		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
+	case rowTok == nil:
+		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
+	}
+	// There now with a token <= ours, not when the write ran: inserted concurrently.
+	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
+}
+
+func deref(t *int64) fence.Token {
+	if t == nil {
+		return 0
+	}
+	return fence.Token(*t)
+}
+
+// Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the
+// key columns must be exactly a primary key or unique index. With no column to set
+// the row is its key and token.
+func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
+	defer s.observe("upsert", &err)
+	c, err := s.check(g, true)
+	if err != nil {
+		return err
+	}
 	q, err := s.statement('p', r, set, func() (string, error) { return upsertSQL(r, set) })
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key, set)...)
-	if err != nil {
-		if u := s.unknownOutcome("upsert", g, err); u != nil {
-			return u
-		}
-		return writeError("upsert", r.Table, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	rw, _, err := checkRow(r, set, false)
-	if err != nil {
+	if done, err := s.write(ctx, "upsert", c, r.Table, q, shapeArgs(c, r.Key, set)); done || err != nil {
 		return err
 	}
-	err = s.explain(ctx, g, r, rw, true)
+	err = s.explain(ctx, c, r, set, false)
 	if errors.Is(err, fence.ErrNotFound) {
-		// Nothing higher is stored now, yet the write was refused: it lost a race to
-		// a newer token that has since deleted the row; the database did not say which.
-		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token()}
+		// Refused, yet nothing higher is stored now: a newer token deleted the row
+		// since; the database did not say which.
+		return &fence.StaleError{Resource: c.Resource(), Presented: c.Token()}
 	}
 	return err
 }
 
-// upsertSQL checks and quotes the names of an Upsert and builds its statement, whose
-// arguments are the resource, the token, the key values and the set values.
+// upsertSQL builds Upsert's statement; its arguments are the resource, the token, the
+// key values and the set values. The fence row is not raised past a row holding a
+// higher token, so a refused write leaves it as it was.
 func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
-	rw, setNames, err := checkRow(r, set, false)
+	row, err := engine.CheckRow(engine.Postgres, r, set, false)
 	if err != nil {
 		return "", err
 	}
-	var st stmt
-	res, tok := st.arg(nil), st.arg(nil)
-	keys := rw.keyArgs(&st)
-	vals := make([]string, len(set))
-	for i := range set {
-		vals[i] = st.arg(nil)
+	keys, vals := params(3, len(row.Keys)), params(3+len(row.Keys), len(row.Set))
+	var b strings.Builder
+	b.WriteString(engine.PGFenceCTE("$1", "$2", "NOT EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+eqs(row.Keys, keys)+" AND "+row.Token+" > $2)"))
+	cols := append(append(append([]string{}, row.Keys...), row.Set...), row.Token)
+	b.WriteString("INSERT INTO " + row.Table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
+	b.WriteString(strings.Join(append(append(keys, vals...), "$2"), ", "))
+	b.WriteString(" WHERE EXISTS (SELECT 1 FROM fencegate_raised) ON CONFLICT (" + strings.Join(row.Keys, ", ") + ") DO UPDATE SET ")
+	for _, c := range row.Set {
+		b.WriteString(c + " = EXCLUDED." + c + ", ")
 	}
-	// The fence is not raised past a row holding a higher token, so a refused write
-	// leaves the fence row as it was.
-	var cond stmt
-	cond.sql.WriteString("NOT EXISTS (SELECT 1 FROM " + rw.table + " WHERE ")
-	rw.where(&cond, keys)
-	cond.sql.WriteString(" AND " + rw.token + " > " + tok + ")")
-	st.sql.WriteString(engine.PGFenceCTE(res, tok, cond.sql.String()))
-
-	cols := append(append(append([]string{}, rw.keyNames...), setNames...), rw.token)
-	st.sql.WriteString("INSERT INTO " + rw.table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
-	st.sql.WriteString(strings.Join(append(append(append([]string{}, keys...), vals...), tok), ", "))
-	st.sql.WriteString(" WHERE EXISTS (SELECT 1 FROM fencegate_raised) ON CONFLICT (" + strings.Join(rw.keyNames, ", ") + ") DO UPDATE SET ")
-	for _, c := range setNames {
-		st.sql.WriteString(c + " = EXCLUDED." + c + ", ")
-	}
-	st.sql.WriteString(rw.token + " = EXCLUDED." + rw.token + " WHERE fencegate_target." + rw.token + " <= EXCLUDED." + rw.token)
-	return st.sql.String(), nil
+	b.WriteString(row.Token + " = EXCLUDED." + row.Token + " WHERE fencegate_target." + row.Token + " <= EXCLUDED." + row.Token)
+	return b.String(), nil
 }
 
 // Delete is fence's single-row Delete in one statement.
 func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err error) {
 	defer s.observe("delete", &err)
-	c, err := s.checkSingle(g)
+	c, err := s.check(g, true)
 	if err != nil {
 		return err
 	}
-	g = c
 	q, err := s.statement('d', r, nil, func() (string, error) { return deleteSQL(r) })
 	if err != nil {
 		return err
 	}
-	tag, err := s.db.Exec(ctx, q, shapeArgs([]any{g.Resource(), int64(g.Token())}, r.Key)...)
-	if err != nil {
-		if u := s.unknownOutcome("delete", g, err); u != nil {
-			return u
-		}
-		return writeError("delete", r.Table, err)
-	}
-	if tag.RowsAffected() > 0 {
-		return nil
-	}
-	rw, _, err := checkRow(r, nil, false)
-	if err != nil {
+	if done, err := s.write(ctx, "delete", c, r.Table, q, shapeArgs(c, r.Key)); done || err != nil {
 		return err
 	}
-	return s.explain(ctx, g, r, rw, true)
+	return s.explain(ctx, c, r, nil, false)
 }
 
-// deleteSQL checks and quotes the names of a Delete and builds its statement, whose
-// arguments are the resource, the token and the key values.
+// deleteSQL builds Delete's statement; its arguments are the resource, the token and
+// the key values. A key that picks several rows deletes nothing.
 func deleteSQL(r fence.Row) (string, error) {
-	rw, _, err := checkRow(r, nil, false)
+	row, err := engine.CheckRow(engine.Postgres, r, nil, false)
 	if err != nil {
 		return "", err
 	}
-	var st stmt
-	res, tok := st.arg(nil), st.arg(nil)
-	keys := rw.keyArgs(&st)
-	var match stmt
-	rw.where(&match, keys)
-	match.sql.WriteString(" AND " + rw.token + " <= " + tok)
-	var one stmt
-	rw.where(&one, keys)
-	// Exactly one row: a key that picks several deletes nothing.
-	st.sql.WriteString(engine.PGFenceCTE(res, tok, "EXISTS (SELECT 1 FROM "+rw.table+" WHERE "+match.sql.String()+
-		") AND (SELECT count(*) FROM "+rw.table+" WHERE "+one.sql.String()+") = 1"))
-	st.sql.WriteString("DELETE FROM " + rw.table + " WHERE " + match.sql.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
-	return st.sql.String(), nil
-}
-
-// checkSingle is check for a single-row write: a fence.Set grant is refused.
-func (s *Store) checkSingle(g fence.Grant) (*engine.Checked, error) {
-	if s == nil || s.db == nil {
-		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
-	}
-	return engine.CheckOne(g)
+	one := eqs(row.Keys, params(3, len(row.Keys)))
+	match := one + " AND " + row.Token + " <= $2"
+	return engine.PGFenceCTE("$1", "$2", "EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+match+
+		") AND (SELECT count(*) FROM "+row.Table+" WHERE "+one+") = 1") +
+		"DELETE FROM " + row.Table + " WHERE " + match + " AND EXISTS (SELECT 1 FROM fencegate_raised)", nil
 }
