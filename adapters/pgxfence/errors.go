@@ -20,9 +20,8 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// refusal turns an error from the fence raise or the commit into the error Fenced
-// returns. lookup, when not nil, is an idle connection on which to read the stored
-// token after a serialization failure.
+// refusal is Fenced's error for one of the raise or COMMIT; lookup, if not nil, is an
+// idle connection to read the stored token on after a serialization failure.
 func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -38,9 +37,8 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
 }
 
-// fnErr is the error Fenced returns for fn's err: fence.ErrIdleTimeout wrapping it
-// when the server ended the transaction for idling (25P03, met by fn's own
-// statement), else err as it is.
+// fnErr is fn's err, wrapped in fence.ErrIdleTimeout if the server ended the
+// transaction for idling (25P03).
 func fnErr(g fence.Grant, err error) error {
 	var pgErr *pgconn.PgError
 	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == engine.PGIdleTimeout {
@@ -49,7 +47,6 @@ func fnErr(g fence.Grant, err error) error {
 	return err
 }
 
-// storedToken reads the resource's stored token; 0 when it has none.
 func storedToken(ctx context.Context, q querier, resource string) (fence.Token, error) {
 	var t int64
 	err := q.QueryRow(ctx, "SELECT token FROM fence_tokens WHERE resource = $1", resource).Scan(&t)
@@ -59,8 +56,8 @@ func storedToken(ctx context.Context, q querier, resource string) (fence.Token, 
 	return fence.Token(t), err
 }
 
-// writeError maps an error of a single-row write: a unique violation becomes a
-// *nolock.DuplicateError, a missing table or unique index a clear message.
+// writeError maps a single-row write's error: a unique violation to a
+// *nolock.DuplicateError, a missing table or unique index to a clear message.
 func writeError(op, table string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
@@ -78,11 +75,9 @@ func writeError(op, table string, err error) error {
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
 }
 
-// replyLost reports whether err, from a COMMIT or a single-row write outside a
-// transaction, leaves the outcome unknown: the statement was (or may have been) sent
-// and no answer decides it. The server's replies are judged by engine.PGReplyLost;
-// errors pgx raises before sending anything (SafeToRetry, a failed connect, a closed
-// pool, ctx ended before the statement went out) decide it.
+// replyLost reports whether err, of a COMMIT or a single-row write outside a
+// transaction, leaves the outcome unknown: server replies as engine.PGReplyLost says;
+// pgx's errors from before sending (SafeToRetry, connect, closed pool, ctx) decide it.
 func replyLost(err error) bool {
 	if err == nil {
 		return false
@@ -96,18 +91,17 @@ func replyLost(err error) bool {
 	case pgconn.SafeToRetry(err), errors.As(err, &connectErr),
 		errors.Is(err, pgx.ErrTxClosed), errors.Is(err, pgx.ErrTxCommitRollback),
 		errors.Is(err, puddle.ErrClosedPool),
-		// A pool returns ctx's own error, unwrapped, when ctx ends while it waits for
-		// a connection; pgconn wraps the one that ends a statement in flight.
+		// Unwrapped: ctx ended while the pool waited for a connection (pgconn wraps
+		// the one that ends a statement in flight).
 		err == context.Canceled, err == context.DeadlineExceeded:
 		return false
 	}
 	return true
 }
 
-// commit commits tx: fence.ErrCommitUnknown when COMMIT may have been applied without
-// its reply arriving. pgx reports a connection that died while the reply was awaited
-// as "conn closed", marked safe to retry though COMMIT went out: a connection open
-// before COMMIT and closed by its end is unknown too.
+// commit commits tx: fence.ErrCommitUnknown when COMMIT may have applied unanswered.
+// pgx marks "conn closed" safe to retry even when COMMIT went out: a connection open
+// before COMMIT and closed after is unknown too.
 func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	open := !tx.Conn().IsClosed()
 	err := tx.Commit(ctx)
@@ -117,9 +111,8 @@ func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	return err
 }
 
-// unknownOutcome returns fence.ErrCommitUnknown for a single-row write's err when its
-// reply was lost, or nil. On a caller's pgx.Tx it decides nothing durable: a lost
-// reply there only ends the caller's transaction, which then cannot commit.
+// unknownOutcome is fence.ErrCommitUnknown for a single-row write's lost reply, else
+// nil; never on a caller's pgx.Tx, where the loss only ends the caller's transaction.
 func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
 	if s.nested || !replyLost(err) {
 		return nil

@@ -13,8 +13,7 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// check is the door of every fenced write: the grant checked and normalized once;
-// one for a single-row write (one) refuses a set of several.
+// check checks and normalizes g once; one (single-row writes) refuses a set of several.
 func (s *Store) check(g fence.Grant, one bool) (*engine.Checked, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
@@ -25,11 +24,9 @@ func (s *Store) check(g fence.Grant, one bool) (*engine.Checked, error) {
 	return engine.Check(g)
 }
 
-// Fenced runs fn in a transaction fenced for g and commits it, as the fence.Store
-// contract says. On a pool or connection BEGIN and the raise travel with fn's first
-// statement (see "The first statement"); on a caller's pgx.Tx the transaction is a
-// savepoint of it, durable only when the caller commits. Besides the contract's
-// errors: fence.ErrBusy for a serialization failure that is not a refusal.
+// Fenced is [fence.Store]'s Fenced. On a pool or connection the raise travels with fn's
+// first statement (see "The first statement"); on a caller's pgx.Tx it is a savepoint,
+// durable when the caller commits. A 40001 that is no refusal is fence.ErrBusy.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	if fn == nil {
@@ -67,8 +64,8 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
 	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
 	if err != nil {
-		// A refused raise leaves the transaction open and aborted; pgx hands back
-		// no Tx, so end it here (a broken connection is closed by pgx instead).
+		// A refused raise leaves the transaction aborted and pgx returns no Tx: end
+		// it here (pgx closes a broken connection itself).
 		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
 			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
 				return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
@@ -94,8 +91,7 @@ func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx
 	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
-// savepoint is a fenced savepoint of the caller's pgx.Tx: its release decides nothing
-// durable, only the caller's commit does.
+// savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.
 type savepoint struct {
 	ctx context.Context
 	tx  pgx.Tx
@@ -112,8 +108,7 @@ func (t savepoint) Commit() error {
 	return nil
 }
 
-// runLazy runs fn on t and commits it (engine.RunTx); with WithFenceFirst t's
-// transaction has begun already.
+// runLazy runs fn on t and commits (engine.RunTx); with WithFenceFirst t has begun.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
 	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
 }
@@ -138,9 +133,8 @@ func (r lazyRun) Commit() error {
 	return refusal(ctx, t.g, err, t.conn)
 }
 
-// lazyTx is the pgx.Tx a pipelined Fenced hands fn ("The first statement"). A
-// refusal is remembered: every later call returns it, and Fenced rolls back and
-// returns it even if fn swallowed it.
+// lazyTx is the pgx.Tx a pipelined Fenced hands fn. A refusal is remembered: every
+// later call returns it, and Fenced returns it even if fn swallowed it.
 type lazyTx struct {
 	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
 	s       *Store
@@ -159,7 +153,6 @@ func (t *lazyTx) batch() *pgx.Batch {
 	return b
 }
 
-// begin begins the transaction and raises the fence in one round trip.
 func (t *lazyTx) begin(ctx context.Context) error {
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
@@ -176,7 +169,6 @@ func (t *lazyTx) begin(ctx context.Context) error {
 	return nil
 }
 
-// ensure begins the transaction unless it has begun, or returns the refusal.
 func (t *lazyTx) ensure(ctx context.Context) error {
 	if t.refused != nil {
 		return t.refused
@@ -187,11 +179,9 @@ func (t *lazyTx) ensure(ctx context.Context) error {
 	return nil
 }
 
-// sendFirst sends BEGIN, the raise and fn's first statement in one batch and reads
-// the first two results; it returns the batch positioned at fn's statement, or nil
-// when the batch could not be sent (the transaction then began on its own). A refused
-// raise aborts the transaction before fn's statement: the extended protocol skips
-// every message up to the batch's Sync, the simple protocol the rest of the string.
+// sendFirst sends BEGIN, the raise and fn's statement in one batch and returns it at
+// fn's statement, or nil if pgx could not send it (the transaction then began alone).
+// After a refused raise the server skips fn's statement (up to Sync, or the string's end).
 func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
 	b := t.batch()
 	b.Queue(sql, args...)
@@ -200,9 +190,8 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 	if _, err := br.Exec(); err != nil { // BEGIN
 		_ = br.Close()
 		if !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'I' {
-			// Nothing began: pgx refused the batch before sending it (fn's statement
-			// cannot be prepared or its arguments encoded). Begin on its own, so that
-			// fn's statement fails inside the transaction as it would unpipelined.
+			// pgx refused the batch before sending (fn's statement cannot be prepared
+			// or encoded): begin alone, so it fails in the transaction as unpipelined.
 			t.tx = nil
 			return nil, t.begin(ctx)
 		}
@@ -215,10 +204,9 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 	return br, nil
 }
 
-// refuse remembers the refusal of a failed begin or raise and returns it. An aborted
-// transaction stays open until Fenced ends, so nothing fn still sends, even through
-// Conn, can run; a serialization failure is rolled back at once, to look up the
-// stored token on the idle connection.
+// refuse remembers and returns the refusal of a failed begin or raise. The aborted
+// transaction stays open until Fenced ends, so nothing fn sends, even through Conn,
+// runs; a 40001 is rolled back at once, to read the stored token on the idle conn.
 func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code != engine.PGSerialization &&
@@ -240,15 +228,14 @@ func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	return t.refused
 }
 
-// rollback ends the transaction if it is open.
 func (t *lazyTx) rollback(ctx context.Context) {
 	if t.tx != nil {
 		_ = t.tx.Rollback(ctx) // ErrTxClosed once ended
 	}
 }
 
-// ended remembers an error of fn's statement that says the server ended the
-// transaction for idling, so Fenced returns fence.ErrIdleTimeout even if fn swallows it.
+// ended remembers an error saying the server ended the transaction for idling, so
+// Fenced returns fence.ErrIdleTimeout even if fn swallows it.
 func (t *lazyTx) ended(err error) error {
 	if e := fnErr(t.g, err); e != err {
 		t.refused = e

@@ -9,8 +9,7 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-// batchRows are the rows of fn's first query; once done they close the batch, which
-// frees the connection for fn's next statement.
+// batchRows are fn's first query's rows; once done they close the batch, freeing the conn.
 type batchRows struct {
 	pgx.Rows
 	br       pgx.BatchResults
@@ -90,8 +89,7 @@ func (r firstRow) Scan(dest ...any) error {
 
 var _ pgx.Tx = (*lazyTx)(nil)
 
-// pipelinable reports whether fn's statement can go into a batch, which takes a
-// QueryRewriter (pgx.NamedArgs) as first argument but no QueryExecMode or result format.
+// pipelinable: a batch takes a QueryRewriter first argument, no exec mode or result format.
 func pipelinable(args []any) bool {
 	if len(args) == 0 {
 		return true
@@ -128,8 +126,7 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	return tag, t.ended(err)
 }
 
-// Query runs sql in the transaction; fn's first statement goes with BEGIN and the
-// raise. A refusal is the error and the rows' Err.
+// Query is Exec for rows; a refusal is both the error and the rows' Err.
 func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	if t.refused != nil {
 		return &failedRows{err: t.refused, conn: t.conn}, t.refused
@@ -211,16 +208,14 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	return t.tx.Prepare(ctx, name, sql)
 }
 
-// LargeObjects begins the transaction (under Fenced's ctx) and returns its large
-// objects; after a refusal every call on them fails.
+// LargeObjects begins (under Fenced's ctx); after a refusal every call on them fails.
 func (t *lazyTx) LargeObjects() pgx.LargeObjects {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.tx.LargeObjects()
 }
 
-// Conn begins the transaction (under Fenced's ctx) and returns its connection. After
-// a refusal it stays in the aborted transaction until Fenced ends; after a
-// serialization failure it is in none: do not write through it (Fenced fails anyway).
+// Conn begins (under Fenced's ctx) and returns the connection; after a refusal it is in
+// the aborted transaction, or none after a 40001: do not write through it.
 func (t *lazyTx) Conn() *pgx.Conn {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.conn

@@ -11,10 +11,9 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// Update is fence's single-row Update (see the fence package doc) in one statement:
-// a CTE raises the fence row before the UPDATE locks the row, the order Fenced locks
-// in. A plain UPDATE raises an existing fence row; the upsert, which also inserts
-// it, runs when there is none yet or the first was refused.
+// Update is the [fence] package doc's single-row Update, in one statement: a CTE raises
+// the fence row before the UPDATE locks the row, as Fenced does. It first raises an
+// existing fence row by a plain UPDATE, then by the upsert that also inserts it.
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
 	c, err := s.check(g, true)
@@ -34,8 +33,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return s.explain(ctx, c, r, set, true)
 }
 
-// updateSQL builds Update's statement (engine.PGUpdateSQL); its arguments are the
-// resource, the token, the set values and the key values.
+// updateSQL's arguments: the resource, the token, the set values, the key values.
 func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 	row, err := engine.CheckRow(engine.Postgres, r, set, true)
 	if err != nil {
@@ -56,9 +54,8 @@ func (s *Store) write(ctx context.Context, op string, g *engine.Checked, table, 
 	return tag.RowsAffected() > 0, nil
 }
 
-// explain tells why a write changed no row, reading the committed state once more: a
-// higher token on the row or in the resource's fence row is a *fence.StaleError;
-// otherwise the row is missing.
+// explain reads why a write changed no row: a higher token on the row or the fence
+// row is a *fence.StaleError, else the row is missing.
 func (s *Store) explain(ctx context.Context, g *engine.Checked, r fence.Row, set []fence.Col, needSet bool) error {
 	row, err := engine.CheckRow(engine.Postgres, r, set, needSet)
 	if err != nil {
@@ -93,9 +90,8 @@ func deref(t *int64) fence.Token {
 	return fence.Token(*t)
 }
 
-// Upsert is fence's single-row Upsert in one INSERT ... ON CONFLICT statement; the
-// key columns must be exactly a primary key or unique index. With no column to set
-// the row is its key and token.
+// Upsert is fence's single-row Upsert, one INSERT ... ON CONFLICT on the key (exactly a
+// primary key or unique index); with no column to set the row is its key and token.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
 	c, err := s.check(g, true)
@@ -111,16 +107,14 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	}
 	err = s.explain(ctx, c, r, set, false)
 	if errors.Is(err, fence.ErrNotFound) {
-		// Refused, yet nothing higher is stored now: a newer token deleted the row
-		// since; the database did not say which.
+		// Refused, yet nothing higher stored now: a newer token deleted the row.
 		return &fence.StaleError{Resource: c.Resource(), Presented: c.Token()}
 	}
 	return err
 }
 
-// upsertSQL builds Upsert's statement; its arguments are the resource, the token, the
-// key values and the set values. The fence row is not raised past a row holding a
-// higher token, so a refused write leaves it as it was.
+// upsertSQL's arguments: resource, token, key values, set values. A row holding a
+// higher token leaves the fence row as it was.
 func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 	row, err := engine.CheckRow(engine.Postgres, r, set, false)
 	if err != nil {
@@ -157,8 +151,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	return s.explain(ctx, c, r, nil, false)
 }
 
-// deleteSQL builds Delete's statement; its arguments are the resource, the token and
-// the key values. A key that picks several rows deletes nothing.
+// deleteSQL's arguments: resource, token, key values; a key of several rows deletes none.
 func deleteSQL(r fence.Row) (string, error) {
 	row, err := engine.CheckRow(engine.Postgres, r, nil, false)
 	if err != nil {
@@ -192,10 +185,8 @@ func eqs(names, ps []string) string {
 	return b.String()
 }
 
-// A Store keeps the SQL of its single-row writes and guarded takes by shape (the
-// operation, the table, the token or counter column, the key and set column names, in
-// order; engine.ShapeMap): a write of a kept shape skips checking, quoting and
-// building.
+// A Store keeps its writes' and guarded takes' SQL by shape (op, table, token or
+// counter column, key and set names; engine.ShapeMap): no checks or building again.
 
 // shapeKey appends the shape of a write to buf.
 func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
@@ -212,8 +203,8 @@ func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
 	return buf
 }
 
-// statement returns the kept statement of a write's shape, or builds it with build
-// (which checks the names) and keeps it; a shape that fails its checks is never kept.
+// statement returns the shape's kept statement, or builds (checking names) and keeps
+// it; a shape that fails its checks is never kept.
 func (s *Store) statement(op byte, r fence.Row, set []fence.Col, build func() (string, error)) (string, error) {
 	var buf [256]byte
 	key := shapeKey(buf[:0], op, r, set)
@@ -228,8 +219,7 @@ func (s *Store) statement(op byte, r fence.Row, set []fence.Col, build func() (s
 	return q, nil
 }
 
-// shapeArgs is a kept statement's arguments: the resource and the token, then the
-// values of cols in the order the statement numbers them.
+// shapeArgs is the resource and the token, then cols' values in the statement's order.
 func shapeArgs(g fence.Grant, cols ...[]fence.Col) []any {
 	n := 2
 	for _, cs := range cols {

@@ -1,36 +1,26 @@
-// Package pgxfence makes writes to PostgreSQL conditional on a fencing token, through
-// pgx v5, so a stale lock holder is refused by the database, where the data lands. It
-// needs the migrations package's tables (migrations.Up(ctx, db, migrations.Postgres)).
-//
-// Fenced (and fence.Exec) runs a function in a transaction that raises the resource's
-// row in fence_tokens to the grant's token, as the fence package doc says; Update,
-// Upsert and Delete write one row of a table with a token column in one statement.
+// Package pgxfence fences writes to PostgreSQL through pgx v5 as the [fence] package
+// doc says (Fenced, and the single-row Update, Upsert and Delete), with [nolock]'s
+// Once, Decrement and Insert. It needs migrations.Up(ctx, db, migrations.Postgres).
 //
 // # The first statement
 //
-// On a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn, fn runs at once with a pgx.Tx whose
-// transaction begins with fn's first Exec, Query or QueryRow: one pgx batch carries
-// BEGIN, the fence raise and that statement, so a fenced transaction with one write
-// takes two round trips (this one and COMMIT) where pgx.BeginFunc takes three. A
-// refused raise fails before that statement in the same batch, and PostgreSQL skips
-// the rest: the statement never lands. fn gets the *fence.StaleError from it (from
-// Exec, from Query and the rows' Err, from QueryRow's Scan), and every later call
-// returns it too. Any other first call (SendBatch, CopyFrom, Prepare, Begin, Commit,
-// Rollback, LargeObjects, Conn) begins the transaction first, BEGIN and raise in one
-// round trip; a fn that sends nothing still raises the fence and commits.
+// On a pool or connection fn runs at once, with a pgx.Tx whose transaction begins with
+// fn's first Exec, Query or QueryRow: one batch carries BEGIN, the raise and that
+// statement (two round trips for one write; pgx.BeginFunc takes three). A refused
+// raise aborts the batch before the statement, which never lands; that call and every
+// later one return the *fence.StaleError (Query also as the rows' Err, QueryRow from
+// Scan). Any other first call (SendBatch, CopyFrom, Prepare, Begin, Commit, Rollback,
+// LargeObjects, Conn) begins first, BEGIN and raise in one round trip; a fn that sends
+// nothing still raises and commits. A first argument that is a pgx.QueryExecMode or
+// result format is sent after the raise; a tracer sees a pipelined statement as a batch.
 //
-// Until its first statement fn holds nothing: work it does outside the database
-// before then runs even for a stale grant, and a stale transaction is not held back
-// by a newer one that has not sent its first statement (the stale one then commits
-// first: tokens still rise in commit order). WithFenceFirst raises the fence before
-// fn runs. A first statement whose first argument is a pgx.QueryExecMode or a
-// result-format option goes after BEGIN and the raise (one round trip more); a tracer
-// sees the pipelined first statement as a batch.
+// Until its first statement fn holds nothing: work before it runs even for a stale
+// grant, and a newer transaction that has sent nothing does not hold a stale one back
+// (tokens still rise in commit order). WithFenceFirst raises before fn runs.
 //
-// Under REPEATABLE READ or SERIALIZABLE a concurrent raise surfaces as a
-// serialization failure (40001): a *fence.StaleError when a higher token is stored by
-// the time Fenced looks, otherwise fence.ErrBusy. A lost COMMIT reply is never
-// retried; a pool discards the connection.
+// Under REPEATABLE READ or SERIALIZABLE a concurrent raise fails with 40001: a
+// *fence.StaleError if a higher token is stored by then, else fence.ErrBusy. A lost
+// COMMIT reply is never retried; a pool discards the connection.
 //
 //	store, err := pgxfence.New(pool)
 //	if err != nil { /* a nil pool, an unusable option */ }
@@ -55,19 +45,17 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// DB is what a Store writes through, told apart by type, never guessed: a
-// *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not inside a transaction) gets fenced
-// transactions of its own; a caller's pgx.Tx gets them as savepoints inside it. New
-// refuses any other type with fence.ErrInvalidArgument.
+// DB is what a Store writes through: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not
+// in a transaction) gets fenced transactions of its own, a caller's pgx.Tx savepoints
+// in it. New refuses any other type (fence.ErrInvalidArgument).
 type DB interface {
 	Begin(ctx context.Context) (pgx.Tx, error)
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// Store runs fenced transactions (fence.Store[pgx.Tx]) and single-row writes on
-// PostgreSQL. It is safe for concurrent use when its DB is (a *pgxpool.Pool is; a
-// *pgx.Conn or pgx.Tx is not).
+// Store is a [fence.Store] of pgx.Tx, with single-row writes. It is safe for concurrent
+// use when its DB is (a *pgxpool.Pool is; a *pgx.Conn or pgx.Tx is not).
 type Store struct {
 	db         DB
 	beginSQL   string                  // "BEGIN ISOLATION LEVEL ...", without the fence
@@ -82,10 +70,9 @@ var _ fence.Store[pgx.Tx] = (*Store)(nil)
 // Option configures a Store; see New.
 type Option func(*Store) error
 
-// WithTxOptions sets the isolation level of the transactions Fenced and Once begin
-// on a pool or connection; every level is fenced (see "The first statement" for
-// 40001). Read-only, a BeginQuery or CommitQuery (they would replace the fence),
-// unknown values and options on a pgx.Tx are refused (fence.ErrInvalidArgument).
+// WithTxOptions sets the isolation level of Fenced's and Once's transactions; every
+// level is fenced (40001: see "The first statement"). Read-only, a BeginQuery or
+// CommitQuery, unknown values and any options on a pgx.Tx are fence.ErrInvalidArgument.
 func WithTxOptions(o pgx.TxOptions) Option {
 	return func(s *Store) error {
 		switch o.IsoLevel {
@@ -126,19 +113,17 @@ func WithTxOptions(o pgx.TxOptions) Option {
 	}
 }
 
-// WithIdleTimeout bounds how long a fenced transaction on a pool or connection may
-// sit idle on the server before it is ended (idle_in_transaction_session_timeout, for
-// that transaction only); the default is the grant's lease (fence.Leased), else 10 s.
-// Under a millisecond is refused. Savepoints of a caller's pgx.Tx set nothing.
+// WithIdleTimeout bounds how long a fenced transaction may sit idle before the server
+// ends it (idle_in_transaction_session_timeout, that transaction only). Default: the
+// grant's lease (fence.Leased), else 10 s; under 1 ms is refused; a pgx.Tx sets nothing.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		return s.set.SetIdleTimeout("pgxfence", d)
 	}
 }
 
-// New returns a Store writing through db; it does no I/O. A nil db, a db of no
-// supported type (see DB) and an unusable option (named in the error) are
-// fence.ErrInvalidArgument; a nil Option is ignored.
+// New returns a Store writing through db; it does no I/O. A nil or unsupported db (see
+// DB) or an unusable option is fence.ErrInvalidArgument; a nil Option is ignored.
 func New(db DB, opts ...Option) (*Store, error) {
 	if engine.IsNil(db) {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -169,7 +154,6 @@ func WithObserver(obs fence.WriteObserver) Option {
 	}
 }
 
-// usable refuses a Store with no DB, before any I/O.
 func (s *Store) usable() error {
 	if s == nil || s.db == nil {
 		return fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
@@ -183,11 +167,8 @@ func (s *Store) observe(op string, errp *error) {
 	}
 }
 
-// WithFenceFirst makes Fenced raise the fence (BEGIN and the raise in one message)
-// before fn runs: three round trips for one write, as pgx.BeginFunc, where the default
-// takes two. Use it when fn's work before its first statement must not happen for a
-// stale grant, or a stale transaction must wait for a newer one that has not yet sent
-// a statement. Savepoints of a caller's pgx.Tx always raise first.
+// WithFenceFirst makes Fenced raise the fence before fn runs, one round trip more (see
+// "The first statement"). Savepoints of a caller's pgx.Tx always raise first.
 func WithFenceFirst() Option {
 	return func(s *Store) error {
 		s.fenceFirst = true

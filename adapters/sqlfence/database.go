@@ -16,12 +16,9 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// database is what differs between the databases: MariaDB 10.5+ (tested on 10.11)
-// or MySQL 8 through go-sql-driver/mysql, SQLite 3.35+ through modernc.org/sqlite,
-// PostgreSQL 12+ through any database/sql driver. Every statement whose text or
-// argument order differs, and every reading of a driver's errors, is in its file
-// (mysql.go and mysqlconn.go, sqlite.go, postgres.go). Statements are written with ?
-// placeholders and passed through rebind.
+// database is what differs between MariaDB 10.5+ (tested on 10.11) or MySQL 8, SQLite
+// 3.35+ and PostgreSQL 12+: statements (written with ?, passed through rebind) and the
+// reading of driver errors, each in its file (mysql*.go, sqlite.go, postgres.go).
 type database interface {
 	dialect() engine.Dialect
 	rebind(q string) string
@@ -32,18 +29,16 @@ type database interface {
 	fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error
 	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error    // a single grant
 	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // a fence.Set; base's is set.go's
-	// raiseSetTail ends a set's fence-row INSERT; counts: its row count says whether
-	// every row was raised.
+	// raiseSetTail ends a set's fence-row INSERT; counts: its row count tells all raised.
 	raiseSetTail() (tail string, counts bool)
 
 	update(ctx context.Context, s *Store, st *rowStmt) error
-	// upsertTail makes the INSERT of key, set and token columns a fenced upsert;
-	// upserted reads its result: check means the row must be read back.
+	// upsertTail makes the INSERT a fenced upsert; upserted: check means read the row back.
 	upsertTail(st *rowStmt) string
 	upserted(res sql.Result) (check bool, err error)
 
-	// decrementSQL is the guarded take (arguments: n, key values..., n); take runs it
-	// once, took false when it changed nothing; prepares: the Store prepares it.
+	// decrementSQL is the guarded take (n, key values..., n); take runs it once, took
+	// false when it changed nothing; prepares: the Store prepares it.
 	decrementSQL(table, col, where string) string
 	take(ctx context.Context, db *sql.DB, sh *shape, args []any) (left int64, took bool, err error)
 	prepares() bool
@@ -56,8 +51,7 @@ type database interface {
 	duplicate(err error, table string) *nolock.DuplicateError
 	missingTable(err error, table string) bool
 	replyLost(err error, commit bool) bool
-	// idleEnded: err says the server ended the transaction for idling; overdue: it was
-	// open at least its idle timeout.
+	// idleEnded: err says the server ended it for idling; overdue: open past its bound.
 	idleEnded(err error, commit, overdue bool) bool
 }
 
@@ -101,8 +95,7 @@ func (base) ttlArg(ttl time.Duration) any {
 	return ttl.Microseconds()
 }
 
-// dupErr names the constraint that re's first group finds in msg, a doubled quote
-// (if given) undone.
+// dupErr names the constraint re's first group finds in msg, doubled quotes undone.
 func dupErr(err error, table string, re *regexp.Regexp, msg, doubled string) *nolock.DuplicateError {
 	name := ""
 	if m := re.FindStringSubmatch(msg); m != nil {
@@ -126,9 +119,8 @@ func newDatabase(d migrations.Dialect) (database, error) {
 	return nil, fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 }
 
-// findType returns the first error in err's tree (as errors.As walks it) that is a
-// non-nil pointer to the type pkg.name, or nil: the MySQL and SQLite drivers' errors
-// are read without importing either driver.
+// findType returns the first non-nil *pkg.name in err's tree, or nil, so the MySQL and
+// SQLite drivers' errors are read without importing them.
 func findType(err error, pkg, name string) error {
 	if t := reflect.TypeOf(err); t == nil {
 		return nil

@@ -17,20 +17,18 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// mysql is MySQL and MariaDB through github.com/go-sql-driver/mysql (mysqlconn.go:
-// the probe and Fenced's routes). MySQL evaluates ON DUPLICATE KEY assignments left
-// to right and has no UPDATE ... RETURNING: statements below hand a value back as
-// LAST_INSERT_ID(expr), which the OK packet reports with the row count.
+// mysql is MySQL and MariaDB through go-sql-driver/mysql. With no UPDATE ... RETURNING,
+// statements hand a value back as LAST_INSERT_ID(expr), reported with the row count;
+// ON DUPLICATE KEY assignments run left to right.
 type mysql struct{ base }
 
 func (mysql) dialect() engine.Dialect                   { return engine.MySQL }
 func (mysql) now() string                               { return "CURRENT_TIMESTAMP(6)" }
 func (mysql) probe(ctx context.Context, s *Store) error { return s.probeFoundRows(ctx) }
 
-// mysqlRaiseSQL inserts or raises the fence row (arguments: resource, token).
-// updated_at is decided before token changes; a refusal leaves the row as it was and
-// hands the stored token back as LAST_INSERT_ID (fence_tokens has no AUTO_INCREMENT
-// column, so a raise reports 0).
+// mysqlRaiseSQL inserts or raises the fence row (resource, token); updated_at goes
+// before token changes. A refusal leaves the row and hands back the stored token as
+// LAST_INSERT_ID (0 on a raise: fence_tokens has no AUTO_INCREMENT column).
 const mysqlRaiseSQL = "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 	"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 	"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
@@ -50,10 +48,9 @@ func (mysql) raiseSetTail() (string, bool) {
 		"token = GREATEST(token, VALUES(token))", false
 }
 
-// update is one multi-table UPDATE of the fence row joined (STRAIGHT_JOIN: fence row
-// first, the order Fenced locks in) with the row, every column qualified (the
-// table's may be named like fence_tokens'). The join needs the fence row: a
-// resource's first write is a transaction that inserts it.
+// update is one UPDATE of the fence row joined to the row (STRAIGHT_JOIN: fence row
+// first, as Fenced locks), columns qualified (the table's may share fence_tokens'
+// names). With no fence row to join, a resource's first write is a transaction.
 func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 	const t = "fencegate_t."
 	q := "UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON " + eqs(t, st.Keys, " AND ") +
@@ -74,10 +71,9 @@ func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
 }
 
 // upsertTail: ON DUPLICATE KEY UPDATE fires on any unique key, so every column is
-// guarded by the old token and the key (a clash on another unique key must not
-// update that other row), the token assigned last. A refusal reports the stored
-// token + 1 (never 0) as LAST_INSERT_ID; Upsert reads the row back to tell it from an
-// AUTO_INCREMENT id.
+// guarded by the old token and the key (leaving another key's row alone), token last.
+// A refusal reports stored token + 1 (never 0) as LAST_INSERT_ID; Upsert reads the
+// row back to tell it from an AUTO_INCREMENT id.
 func (mysql) upsertTail(st *rowStmt) string {
 	var b strings.Builder
 	cond := st.Token + " <= VALUES(" + st.Token + ")"
@@ -97,8 +93,7 @@ func (mysql) upserted(res sql.Result) (bool, error) {
 	return id != 0, err
 }
 
-// decrementSQL hands the new value back as LAST_INSERT_ID: one round trip, no
-// transaction. The guard keeps the column >= 0, as LAST_INSERT_ID needs.
+// decrementSQL hands the new value back as LAST_INSERT_ID, which the guard keeps >= 0.
 func (mysql) decrementSQL(table, col, where string) string {
 	return "UPDATE " + table + " SET " + col + " = LAST_INSERT_ID(" + col + " - ?) WHERE " + where + " AND " + col + " >= ?"
 }
@@ -115,9 +110,8 @@ func (mysql) take(ctx context.Context, db *sql.DB, sh *shape, args []any) (int64
 	return left, err == nil, err
 }
 
-// keySQL: a stored key is error 1062, which leaves the transaction open (claimed).
-// The read locks: under REPEATABLE READ a plain SELECT could read a snapshot older
-// than the duplicate it just waited for.
+// keySQL: a stored key is error 1062, which leaves the transaction open (claimed). The
+// read locks: under REPEATABLE READ a plain SELECT could miss the duplicate it waited for.
 func (d mysql) keySQL() keySQL {
 	return keySQL{
 		claim: claimKeyCols + "DATE_ADD(CURRENT_TIMESTAMP(6), INTERVAL ? MICROSECOND))",
@@ -128,14 +122,13 @@ func (d mysql) keySQL() keySQL {
 
 func (d mysql) claimed(err error) bool { return d.duplicate(err, "idempotency_keys") != nil }
 
-// mysqlError is what the package reads of a *mysql.MySQLError.
 type mysqlError struct {
 	Number   uint16
 	SQLState string
 	Message  string
 }
 
-// asMySQL returns the first *mysql.MySQLError in err's tree, read by its fields.
+// asMySQL reads the first *mysql.MySQLError in err's tree by its fields.
 func asMySQL(err error) (mysqlError, bool) {
 	e := findType(err, "github.com/go-sql-driver/mysql", "MySQLError")
 	if e == nil {
@@ -153,7 +146,7 @@ func asMySQL(err error) (mysqlError, bool) {
 	return me, true
 }
 
-// busy: a deadlock (1213, the transaction rolled back) or a lock wait timeout (1205).
+// busy: a deadlock (1213, rolled back) or a lock wait timeout (1205).
 func (mysql) busy(err error) bool {
 	me, ok := asMySQL(err)
 	return ok && (me.Number == 1213 || me.Number == 1205)
@@ -177,8 +170,8 @@ func (mysql) missingTable(err error, table string) bool {
 	return ok && me.Number == 1146 && strings.Contains(me.Message, table)
 }
 
-// replyLost: MariaDB's "connection was killed" (1927) and "server shutdown" (1053)
-// end the session and may come after the commit was recorded.
+// replyLost: MariaDB's 1927 (connection killed) and 1053 (server shutdown) end the
+// session and may follow a recorded commit.
 func (mysql) replyLost(err error, commit bool) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == 1927 || me.Number == 1053
@@ -186,12 +179,10 @@ func (mysql) replyLost(err error, commit bool) bool {
 	return undecided(err, commit)
 }
 
-// idleEnded: MySQL 8.0.24 and later say so (4031). MariaDB and older MySQL close the
-// connection silently, so there the sign is a connection broken in a transaction
-// open at least its idle timeout: a statement that found it closed (ErrBadConn:
-// nothing sent) or, for fn's statements, one that lost its reply (nothing commits
-// without COMMIT). A COMMIT whose reply was lost may have arrived in time: it stays
-// fence.ErrCommitUnknown.
+// idleEnded: MySQL 8.0.24+ says 4031. MariaDB and older MySQL close silently: the sign
+// is a connection broken in a transaction overdue, found closed (ErrBadConn) or, for
+// fn's statements, a lost reply (nothing commits without COMMIT). A COMMIT whose reply
+// was lost may have arrived in time: it stays fence.ErrCommitUnknown.
 func (mysql) idleEnded(err error, commit, overdue bool) bool {
 	if me, ok := asMySQL(err); ok {
 		return me.Number == 4031

@@ -15,11 +15,9 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// fenced: on MariaDB through a sqlfence/mysql pool, the begin is one compound
-// statement that sets the session's idle_transaction_timeout, begins and raises the
-// fence row, and COMMIT or ROLLBACK one that also restores the timeout; its exit
-// handler rolls back and restores before handing an error back. The wrapped
-// connections only send these statements (internal/fastbegin). Otherwise the
+// fenced: on MariaDB through a sqlfence/mysql pool (internal/fastbegin) one compound
+// statement sets idle_transaction_timeout, begins and raises, and one commits or rolls
+// back and restores it; on error its handler rolls back and restores. Otherwise the
 // transaction runs on a pinned connection (fencedPinned).
 func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
 	if !engine.Multi(g) && s.mariadb && s.txOpts == nil {
@@ -32,13 +30,12 @@ func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*s
 
 const restoreIdle = "SET SESSION idle_transaction_timeout = DEFAULT"
 
-// staleMsg starts the message the compound raises for a refusal, before the stored token.
+// staleMsg starts the compound's refusal message, before the stored token.
 const staleMsg = "fencegate: stored fence token "
 
-// fastBeginSQL sets the idle timeout, begins and raises the fence row: the bump of
-// mysql.raise; if that matched nothing, the row is inserted unless present, read
-// under lock and refused (SIGNAL with the stored token) when higher, else raised.
-// Arguments: fastBeginArgs.
+// fastBeginSQL sets the idle timeout, begins and raises: mysql.raise's bump, else the
+// row inserted unless present, read under lock, and refused (SIGNAL with the stored
+// token) when higher, else raised. Arguments: fastBeginArgs.
 const fastBeginSQL = "BEGIN NOT ATOMIC " +
 	"DECLARE seen BIGINT DEFAULT NULL; " +
 	"DECLARE msg VARCHAR(64); " +
@@ -100,7 +97,7 @@ func (s *Store) fastBeginErr(g fence.Grant, err error) error {
 }
 
 // fencedPinned sets the session's idle timeout (MariaDB's idle_transaction_timeout,
-// MySQL's wait_timeout) on a pinned connection before BEGIN and restores it after.
+// MySQL's wait_timeout) on a pinned connection before BEGIN, restored after.
 func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sql.Tx) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
@@ -127,15 +124,15 @@ func idleSecs(s *Store, g fence.Grant) int64 {
 	return int64(math.Ceil(engine.IdleTimeout(g, s.set.Idle).Seconds()))
 }
 
-// errFoundRows refuses a pool that counts changed rows, not matched rows, so a fenced
-// write of unchanged values would look refused.
+// errFoundRows refuses a pool that counts changed rows, not matched: a fenced write of
+// unchanged values would look refused.
 var errFoundRows = fmt.Errorf("%w: sqlfence: the mysql connection lacks clientFoundRows=true", fence.ErrInvalidArgument)
 
 // probeResource is a fence row name no grant can present (fence refuses NUL bytes).
 const probeResource = "\x00sqlfence:clientFoundRows probe"
 
-// probeFoundRows checks once per Store that the pool reports matched rows. A verdict
-// is kept; after another error (ctx ended, network) the check runs again next time.
+// probeFoundRows checks once per Store that the pool reports matched rows; after an
+// error other than the verdict (ctx, network) it checks again next time.
 func (s *Store) probeFoundRows(ctx context.Context) error {
 	if s.probeOK.Load() {
 		return nil
@@ -154,8 +151,7 @@ func (s *Store) probeFoundRows(ctx context.Context) error {
 }
 
 // foundRows writes the probe row twice, unchanged the second time (1 row with
-// clientFoundRows, 0 without), in a transaction it rolls back, and learns whether
-// the server is MariaDB.
+// clientFoundRows, 0 without), rolled back, and learns whether the server is MariaDB.
 func (s *Store) foundRows(ctx context.Context) error {
 	failed := func(err error) error { return s.wrap(err, "check mysql connection", "", "fence_tokens") }
 	tx, err := s.db.BeginTx(ctx, nil)

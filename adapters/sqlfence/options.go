@@ -13,10 +13,9 @@ import (
 // Option configures a Store; see New.
 type Option func(*Store) error
 
-// New returns a Store writing through db in dialect d; the fence_tokens table must
-// exist (migrations.Up creates it). It does no I/O. A nil db, an unknown dialect or an
-// option that cannot be used (the error names it) returns a nil Store and an error
-// wrapping fence.ErrInvalidArgument. A nil Option is ignored.
+// New returns a Store writing through db in dialect d, with no I/O; fence_tokens must
+// exist (migrations.Up). A nil db, an unknown dialect or an unusable option (named) is
+// fence.ErrInvalidArgument; a nil Option is ignored.
 func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	if db == nil {
 		return nil, fmt.Errorf("%w: sqlfence: nil *sql.DB", fence.ErrInvalidArgument)
@@ -32,14 +31,11 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 	return s, nil
 }
 
-// WithTxOptions sets the isolation level of Fenced's and Once's transactions. MySQL
-// and PostgreSQL fence every level alike: the fence row is written, so it is locked
-// and read current (on PostgreSQL a raise that meets a newer one after its snapshot
-// is a serialization failure, and the Store begins again, nothing of the caller's
-// having run). A level other than the default costs a round trip per transaction
-// (SET TRANSACTION). SQLite takes only the default and sql.LevelSerializable. Other
-// levels and a read-only transaction (it cannot raise the fence) are refused: New's
-// error wraps fence.ErrInvalidArgument.
+// WithTxOptions sets the isolation level of Fenced's and Once's transactions. MySQL and
+// PostgreSQL fence every level, the fence row being written, so locked and read current
+// (PostgreSQL's 40001 at the raise begins again, before fn); a non-default level costs
+// a round trip (SET TRANSACTION). SQLite takes the default and sql.LevelSerializable.
+// Other levels and read-only are fence.ErrInvalidArgument.
 func WithTxOptions(o sql.TxOptions) Option {
 	return func(s *Store) error {
 		if o.ReadOnly {
@@ -65,17 +61,14 @@ func optionErr(option, format string, args ...any) error {
 	return fmt.Errorf("sqlfence: %s: %s: %w", option, fmt.Sprintf(format, args...), fence.ErrInvalidArgument)
 }
 
-// WithKeyTTL makes Once's idempotency keys expire d after they are stored;
-// PurgeExpiredKeys deletes them. Without it keys never expire. A d under a
-// microsecond, the precision stored, is an error wrapping fence.ErrInvalidArgument.
+// WithKeyTTL makes Once's keys expire d after they are stored (see [nolock]);
+// PurgeExpiredKeys deletes them. Under a microsecond is fence.ErrInvalidArgument.
 func WithKeyTTL(d time.Duration) Option {
 	return func(s *Store) error { return s.set.SetKeyTTL("sqlfence", d) }
 }
 
-// WithObserver makes the Store report the result of every fenced write (Fenced,
-// Update, Upsert, Delete) to obs, as adapter "sqlfence": lockmetrics counts them, and
-// an observer of the program's own can log the refusals. A nil obs, the default,
-// reports nothing.
+// WithObserver reports every fenced write's result (Fenced, Update, Upsert, Delete) to
+// obs as adapter "sqlfence"; a nil obs, the default, reports nothing.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error { s.set.Obs = obs; return nil }
 }
@@ -86,26 +79,20 @@ func (s *Store) observe(op string, errp *error) {
 	}
 }
 
-// WithIdleTimeout sets how long a fenced transaction may sit idle on the server
-// (between statements, or before COMMIT) before the server ends it, so that a holder
-// frozen inside fn cannot hold up its successor much longer than its lease. The
-// default is the grant's lease when it implements fence.Leased, else 10 s (the lock
-// service's default lease). A d under a millisecond is refused
-// (fence.ErrInvalidArgument).
+// WithIdleTimeout bounds how long a fenced transaction may sit idle on the server
+// before the server ends it, so a holder frozen inside fn holds up its successor about
+// one lease. Default: the grant's lease (fence.Leased), else 10 s; under a millisecond
+// is fence.ErrInvalidArgument.
 //
-//   - PostgreSQL: idle_in_transaction_session_timeout for the transaction only, set
-//     inside the raise statement (no round trip of its own); the server ends the
-//     session (SQLSTATE 25P03).
-//   - MariaDB: idle_transaction_timeout (whole seconds, rounded up) on the session,
-//     restored to the server's default when the transaction ends, so pooled
-//     connections and the caller's own transactions never inherit it. Through a pool
-//     opened by sqlfence/mysql it costs no round trip (the SET, BEGIN and raise are
-//     one statement, COMMIT or ROLLBACK and the restore another); through another
-//     pool, two, on a pinned connection. MySQL gets wait_timeout that second way.
-//   - SQLite: nothing to set. A frozen writer holds the file's lock until it wakes or
-//     dies; a waiter's call ends with its ctx's error, wrapped in fence.ErrBusy where
-//     the Store was retrying (the driver's busy timeout, 5 s with sqlfence/sqlite,
-//     bounds each wait; the Store retries until ctx ends).
+//   - PostgreSQL: idle_in_transaction_session_timeout for the transaction only, set by
+//     the raise statement; the server ends the session (25P03).
+//   - MariaDB: idle_transaction_timeout (rounded up to whole seconds) on the session,
+//     restored when the transaction ends, so pooled connections and the caller's own
+//     transactions never inherit it. A sqlfence/mysql pool sends it with BEGIN and the
+//     raise, the restore with COMMIT; another pool takes two round trips more, on a
+//     pinned connection, as MySQL does for wait_timeout.
+//   - SQLite: nothing to set. A frozen writer holds the lock until it wakes or dies; a
+//     waiter ends with ctx's error, wrapped in fence.ErrBusy where the Store retried.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error { return s.set.SetIdleTimeout("sqlfence", d) }
 }

@@ -13,17 +13,15 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// postgres is PostgreSQL through a database/sql driver. Its raise is pgxfence's
-// statement (internal/engine); its errors are read by SQLSTATE, which pgx's
-// *pgconn.PgError and lib/pq's *pq.Error both report.
+// postgres is PostgreSQL through a database/sql driver, its errors read by SQLSTATE
+// (pgx's *pgconn.PgError and lib/pq's *pq.Error both report it).
 type postgres struct{ base }
 
 func (postgres) dialect() engine.Dialect { return engine.Postgres }
 func (postgres) now() string             { return "now()" }
 func (postgres) prepares() bool          { return false } // pgx's stdlib keeps statements prepared by text
 
-// rebind turns ? placeholders into $1, $2, .... The only quoted text in this
-// package's statements is double-quoted identifiers, where a ? is left alone.
+// rebind turns ? into $n outside double-quoted identifiers, the package's only quoted text.
 func (postgres) rebind(q string) string {
 	if !strings.Contains(q, "?") {
 		return q
@@ -45,10 +43,8 @@ func (postgres) rebind(q string) string {
 	return b.String()
 }
 
-// raise inserts or raises g's fence rows, locks them to commit and bounds the
-// transaction's idle time in one statement, pgxfence's (engine.PGRaiseIdleSQL, or for
-// a set PGRaiseSetEach: a parameter per resource, which any driver can send). Its
-// errors are read as pgxfence reads them (engine.PGRefusal).
+// raise is pgxfence's one statement (engine.PGRaiseIdleSQL; for a set PGRaiseSetEach,
+// a parameter per resource, which any driver can send), its errors read as pgxfence's.
 func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
 	q, args := engine.PGRaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
 	if engine.Multi(g) {
@@ -73,8 +69,8 @@ func (d postgres) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.
 	return d.raise(ctx, s, tx, g)
 }
 
-// update is one statement (engine.PGUpdateSQL) that raises the fence row by a plain
-// UPDATE (cheaper for the server), then, if that wrote nothing, by the upsert.
+// update is engine.PGUpdateSQL, raising the fence row by a plain UPDATE (cheaper),
+// then, if that wrote nothing, by the upsert.
 func (postgres) update(ctx context.Context, s *Store, st *rowStmt) error {
 	args := append(append([]any{st.g.Resource(), int64(st.g.Token())}, st.SetVals...), st.KeyVals...)
 	for _, bump := range []bool{true, false} {
@@ -93,9 +89,9 @@ func (postgres) upsertTail(st *rowStmt) string {
 	return onConflictTail(st, st.Table+"."+st.Token) // ambiguous unless qualified
 }
 
-// keySQL: a stored key inserts no row (DO NOTHING), as an error would abort the
+// keySQL: a stored key inserts nothing (DO NOTHING), as an error would abort the
 // transaction. Under READ COMMITTED the read sees the committed row; under stricter
-// levels the claim that waited failed with 40001 and Once started over.
+// levels the waiting claim failed with 40001 and Once started over.
 func (d postgres) keySQL() keySQL {
 	return keySQL{
 		claim: d.rebind(claimKeyCols + "now() + CAST(? AS BIGINT) * INTERVAL '1 microsecond') ON CONFLICT (idem_key) DO NOTHING"),
@@ -105,7 +101,6 @@ func (d postgres) keySQL() keySQL {
 	}
 }
 
-// sqlState returns the SQLSTATE of a PostgreSQL driver's error, or "".
 func sqlState(err error) string {
 	var e interface{ SQLState() string }
 	if errors.As(err, &e) {
@@ -114,9 +109,8 @@ func sqlState(err error) string {
 	return ""
 }
 
-// busy: a serialization failure (under REPEATABLE READ or SERIALIZABLE a newer
-// transaction raised the fence row after this one's snapshot), a deadlock, a lock
-// not available.
+// busy: a serialization failure (a newer raise after this snapshot), a deadlock, a
+// lock not available.
 func (postgres) busy(err error) bool {
 	switch sqlState(err) {
 	case engine.PGSerialization, engine.PGDeadlock, engine.PGLockUnavailable:
@@ -145,8 +139,7 @@ func (postgres) replyLost(err error, commit bool) bool {
 	return undecided(err, commit)
 }
 
-// pgSeverity returns the unlocalized severity of a PostgreSQL driver's error where
-// it reports one (pgx's *pgconn.PgError does, as SeverityUnlocalized), else "".
+// pgSeverity is the error's SeverityUnlocalized field (pgx's *pgconn.PgError), or "".
 func pgSeverity(err error) string {
 	var e interface{ SQLState() string }
 	if !errors.As(err, &e) {

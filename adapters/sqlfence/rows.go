@@ -14,8 +14,7 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// rowStmt is a checked, quoted fence.Row with the columns to set (engine.Row) and the
-// grant: what every token-column statement is built from.
+// rowStmt is a checked, quoted fence.Row with its set columns, and the grant.
 type rowStmt struct {
 	engine.Row
 	name  string // the table as given, for errors
@@ -60,8 +59,7 @@ func eqs(p string, cols []string, sep string) string {
 // marks is n comma-separated placeholders.
 func marks(n int) string { return strings.TrimSuffix(strings.Repeat("?, ", n), ", ") }
 
-// failed is a write's error: a unique-key violation as a *nolock.DuplicateError,
-// anything else as wrap says.
+// failed is a write's error: a unique-key violation is a *nolock.DuplicateError.
 func (s *Store) failed(st *rowStmt, op string, err error) error {
 	if err == nil {
 		return nil
@@ -72,12 +70,10 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 	return s.wrap(err, op, st.name, "")
 }
 
-// Update is fence's single-row Update (see the fence package doc). PostgreSQL: one
-// statement, the fence row raised by a CTE before the UPDATE locks the row (a second
-// when the resource has no fence row yet). MySQL: one UPDATE joining the fence row to
-// the row, or a transaction for the resource's first write. SQLite: a transaction.
-// Besides fence's errors: fence.ErrInvalidArgument for a MySQL pool without
-// clientFoundRows, fence.ErrSchema without fence_tokens, fence.ErrBusy.
+// Update is the [fence] package doc's single-row Update. PostgreSQL: one statement (a
+// second when the resource has no fence row yet); MySQL: one UPDATE joining the fence
+// row to the row (a transaction for the resource's first write); SQLite: a
+// transaction. It also returns Fenced's errors (the probe's, ErrSchema, ErrBusy).
 func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("update", &err)
 	st, err := s.prepare(ctx, g, r, set, true)
@@ -87,8 +83,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return s.failed(st, "update", s.d.update(ctx, s, st))
 }
 
-// updateTry runs a one-statement Update (? placeholders), trying again while busy,
-// and returns the rows it changed.
+// updateTry runs a one-statement Update, retried while busy; n: the rows it changed.
 func (s *Store) updateTry(ctx context.Context, st *rowStmt, q string, args []any) (n int64, err error) {
 	q = s.d.rebind(q)
 	err = s.retry(ctx, func() (err error) {
@@ -105,8 +100,7 @@ func (s *Store) updateTry(ctx context.Context, st *rowStmt, q string, args []any
 	return n, err
 }
 
-// txUpdate is Update as UPDATE t SET c = ?, tok = ? WHERE key AND tok <= ?, in a
-// transaction that raises the fence row first.
+// txUpdate is Update in a transaction that raises the fence row first.
 func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
 	return s.writeTx(ctx, "update", st.g, func(tx *sql.Tx) error {
 		q := s.d.rebind("UPDATE " + st.Table + " SET " + eqs("", st.Set, ", ") + ", " + st.Token + " = ? WHERE " + st.where + " AND " + st.Token + " <= ?")
@@ -120,9 +114,8 @@ func (s *Store) txUpdate(ctx context.Context, st *rowStmt) error {
 }
 
 // Upsert is fence's single-row Upsert, in a transaction that raises the fence row;
-// r.Key must be a primary key or unique index. MySQL: ON DUPLICATE KEY UPDATE, every
-// column guarded by the old token and the key, so a clash on another unique key is a
-// *nolock.DuplicateError that changes no other row. Errors are those of Update.
+// r.Key must be a primary key or unique index. On MySQL a clash on another unique key
+// is a *nolock.DuplicateError that changes no row. Errors are those of Update.
 func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...fence.Col) (err error) {
 	defer s.observe("upsert", &err)
 	st, err := s.prepare(ctx, g, r, set, false)
@@ -149,8 +142,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		case found && stored > st.g.Token():
 			return stale(st.g, stored)
 		}
-		// MySQL only: the insert hit another unique key and the guarded update left
-		// that row alone.
+		// MySQL: another unique key clashed; the guarded update left that row alone.
 		return &nolock.DuplicateError{Table: r.Table,
 			Err: errors.New("sqlfence: upsert clashed with a unique key other than the row's key")}
 	}))
@@ -179,9 +171,8 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	}))
 }
 
-// onConflictTail is the upsert clause of PostgreSQL and SQLite: ON CONFLICT on the
-// key, the row updated unless its token, old (as the database names the existing
-// row's column), is higher.
+// onConflictTail is PostgreSQL's and SQLite's upsert clause: the row updated unless
+// its token, old (as the database names the existing row's), is higher.
 func onConflictTail(st *rowStmt, old string) string {
 	var b strings.Builder
 	b.WriteString(" ON CONFLICT (" + strings.Join(st.Keys, ", ") + ") DO UPDATE SET ")
@@ -192,9 +183,8 @@ func onConflictTail(st *rowStmt, old string) string {
 	return b.String()
 }
 
-// writeTx runs fn in a transaction that first raises g's fence row, and commits,
-// trying the whole transaction again while the database is busy (every statement in
-// it is the Store's own).
+// writeTx runs fn in a transaction that raises g's fence row first, and commits,
+// retried whole while busy (every statement in it is the Store's own).
 func (s *Store) writeTx(ctx context.Context, op string, g *engine.Checked, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
 		tx, err := s.beginRaise(ctx, s.db, nil, g)
@@ -209,7 +199,6 @@ type querier interface {
 	QueryRowContext(ctx context.Context, q string, args ...any) *sql.Row
 }
 
-// stored reads the row's token column.
 func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token, bool, error) {
 	var v sql.NullInt64
 	err := q.QueryRowContext(ctx, s.d.rebind("SELECT "+st.Token+" FROM "+st.Table+" WHERE "+st.where), st.KeyVals...).Scan(&v)
@@ -224,8 +213,7 @@ func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token
 	return fence.Token(v.Int64), true, nil
 }
 
-// refused tells why a conditional write changed no row: a higher stored token, or no
-// such row.
+// refused tells why a write changed no row: a higher stored token, or no such row.
 func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
 	stored, found, err := s.stored(ctx, q, st)
 	switch {
@@ -241,7 +229,7 @@ func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
 }
 
 // fenceStale reads g's mark after a one-statement Update changed nothing: a
-// *fence.StaleError when it is higher than g's token; found: a mark is stored.
+// *fence.StaleError when higher than g's token; found: a mark is stored.
 func (s *Store) fenceStale(ctx context.Context, g *engine.Checked) (found bool, err error) {
 	seen, found, err := s.mark(ctx, s.db, g.Resource())
 	if err == nil && seen > g.Token() {

@@ -11,16 +11,14 @@ import (
 	"github.com/fencegate/fencegate/internal/engine"
 )
 
-// onConflictRaise ends an INSERT of fence rows on SQLite: a row is
-// raised unless a higher token is stored, and the row count says how many were.
+// onConflictRaise ends a fence-row INSERT on SQLite: raised unless a higher token is
+// stored; the row count says how many were.
 const onConflictRaise = " ON CONFLICT (resource) DO UPDATE SET token = excluded.token, updated_at = CURRENT_TIMESTAMP " +
 	"WHERE fence_tokens.token <= excluded.token"
 
-// raiseSet raises the fence row of every resource of a fence.Set grant, in sorted
-// order (engine.Resources), with one multi-row upsert that never lowers a row and so
-// locks every row in that order; then it refuses the whole set with a
-// *fence.StaleError naming the first resource that holds a higher token. The lookup
-// is skipped where the upsert's row count says every row was raised.
+// raiseSet raises a fence.Set's rows with one upsert that never lowers a row, locking
+// them in sorted order (engine.Resources); a *fence.StaleError names the first holding
+// a higher token, looked up unless the row count says every row was raised.
 func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g *engine.Checked) error {
 	res := engine.Resources(g)
 	tok := int64(g.Token())

@@ -1,10 +1,8 @@
-// Package sqlfence fences writes made through database/sql on MySQL/MariaDB
-// (github.com/go-sql-driver/mysql), SQLite (modernc.org/sqlite, pure Go) and
-// PostgreSQL (any database/sql driver, such as pgx's stdlib). A Store runs a function
-// in a transaction that first raises the resource's row in fence_tokens to the
-// grant's token, and makes single-row writes conditional on a token column (see the
-// fence package doc). It imports no driver: sqlfence/mysql and sqlfence/sqlite open
-// pools set up for a Store, so a program links only its own database's driver.
+// Package sqlfence fences writes made through database/sql as the [fence] package doc
+// says (Fenced, and the single-row Update, Upsert and Delete), with [nolock]'s Once,
+// Decrement and Insert, on MySQL/MariaDB (go-sql-driver/mysql), SQLite
+// (modernc.org/sqlite) and PostgreSQL (any driver). It imports no driver:
+// sqlfence/mysql and sqlfence/sqlite open pools set up for a Store.
 //
 //	db, err := sqlite.Open("app.db") // sqlfence/sqlite; or sqlfence/mysql's mysql.Open(dsn)
 //	...
@@ -17,21 +15,21 @@
 //	})
 //	if errors.Is(err, fence.ErrStale) { /* a newer holder wrote: stop, do not retry */ }
 //
-// What differs per database (quoting, placeholders, the upsert, the driver's errors)
-// follows the Store's migrations.Dialect; the code path is one.
+// # MySQL
 //
-// MySQL: a Store needs clientFoundRows=true (an UPDATE writing the values a row
-// already has must count as done). It checks once, on first use, by writing a probe
-// row in fence_tokens twice in a transaction it rolls back, and refuses a pool
-// without it with an error wrapping fence.ErrInvalidArgument that says so. It does
-// not check interpolateParams (without it the driver prepares and closes a statement
-// per call). sqlfence/mysql's Open sets both.
+// A Store needs clientFoundRows=true (an UPDATE writing the values a row has must count
+// as done). On first use it writes a probe row in fence_tokens twice, in a transaction
+// it rolls back, and refuses a pool without it with an error wrapping
+// fence.ErrInvalidArgument that says so. interpolateParams is not checked (without it
+// each call prepares and closes a statement). sqlfence/mysql's Open sets both.
 //
-// SQLite: concurrent writers need WAL, a busy timeout and BEGIN IMMEDIATE, which
+// # SQLite
+//
+// Concurrent writers need WAL, a busy timeout and BEGIN IMMEDIATE, which
 // sqlfence/sqlite's Open sets. A fenced begin that finds the database locked (before
 // fn runs) is tried again until ctx ends, then returns ctx's error, wrapped in
-// fence.ErrBusy when the driver gave up first; the driver's raw "database is locked"
-// never reaches the caller from the Store's own statements.
+// fence.ErrBusy when the driver gave up first; the Store's own statements never return
+// the driver's "database is locked".
 package sqlfence
 
 import (
@@ -52,8 +50,8 @@ import (
 
 var _ fence.Store[*sql.Tx] = (*Store)(nil)
 
-// Store fences transactions (fence.Store[*sql.Tx]) and single-row writes on one
-// database. It is safe for concurrent use and holds no connection of its own.
+// Store is a [fence.Store] of *sql.Tx, with single-row writes, on one database. It is
+// safe for concurrent use and holds no connection of its own.
 type Store struct {
 	db      *sql.DB
 	d       database
@@ -69,11 +67,10 @@ type Store struct {
 	shapes shapeCache // Decrement's statements (stmtcache.go)
 }
 
-// Fenced is fence.Store's Fenced (see the fence package doc); the fence is raised
-// before fn runs. Besides the contract's errors: fence.ErrInvalidArgument for a MySQL
-// pool without clientFoundRows, fence.ErrSchema without the migrations, fence.ErrBusy
-// when the database stayed locked until ctx ended or refused the commit (nothing was
-// written). SQLite commits in-process: its COMMIT never returns fence.ErrCommitUnknown.
+// Fenced is [fence.Store]'s Fenced, the fence raised before fn runs. It also returns
+// MySQL's probe refusal, fence.ErrSchema without the migrations, and fence.ErrBusy
+// when the database stayed locked until ctx ended or refused the commit (nothing
+// written). SQLite commits in-process: never fence.ErrCommitUnknown.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) error) (err error) {
 	defer s.observe("fenced", &err)
 	c, err := s.check(g)
@@ -89,8 +86,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(*sql.Tx) erro
 	return s.d.fenced(ctx, s, c, fn)
 }
 
-// usable and check refuse a Store that cannot run a statement, or a grant that
-// cannot be presented, before any I/O.
+// usable and check refuse an unusable Store or grant before any I/O.
 func (s *Store) usable() error {
 	if s == nil || s.db == nil || s.d == nil {
 		return fmt.Errorf("%w: nil store or *sql.DB", fence.ErrInvalidArgument)
@@ -110,8 +106,7 @@ type beginner interface {
 	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
 }
 
-// run is Fenced's transaction on b; the begin and raise are tried again while the
-// database is busy, as nothing of the caller's has run yet.
+// run is Fenced's transaction on b; begin and raise are retried while busy: fn has not run.
 func (s *Store) run(ctx context.Context, b beginner, g *engine.Checked, fn func(*sql.Tx) error) error {
 	var tx *sql.Tx
 	if err := s.retry(ctx, func() (err error) { tx, err = s.beginRaise(ctx, b, s.txOpts, g); return err }); err != nil {
@@ -138,8 +133,7 @@ func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions,
 	return tx, nil
 }
 
-// finish runs fn in the open fenced tx and ends it (engine.RunTx); an error of fn's
-// that says the server ended tx for idling becomes fence.ErrIdleTimeout.
+// finish runs fn in tx and ends it (engine.RunTx), fn's idle-ended error as ErrIdleTimeout.
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g *engine.Checked, fn func(*sql.Tx) error) error {
 	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: "commit", begun: time.Now()}
 	return engine.RunTx(g, t, func() error {
@@ -163,7 +157,7 @@ func (t *fencedTx) Rollback()      { _ = t.tx.Rollback() } // after Commit, ErrT
 
 func (t *fencedTx) Commit() error {
 	if err := t.tx.Commit(); err != nil {
-		// The first that applies: ended idle, reply lost, refused or failed.
+		// The first that applies: ended idle, reply lost, refused, failed.
 		return cmp.Or(t.s.idleEnded(t.g, t.begun, err, true), t.s.unknownOutcome(t.op, t.g, err, true), t.s.commitErr(t.ctx, err))
 	}
 	return nil
@@ -179,9 +173,9 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 	return fmt.Errorf("sqlfence: commit: %w", err)
 }
 
-// bumpOrUpsert is the raise of MySQL and SQLite: the plain UPDATE bump for a row
-// whose token is not higher (cheaper than an upsert, which tries the insert first),
-// else upsert, whose result raised reads: refused, and the stored token (0: read it).
+// bumpOrUpsert is MySQL's and SQLite's raise: the plain UPDATE bump (cheaper than an
+// upsert, which tries the insert first), else upsert; raised reads whether it was
+// refused and the stored token (0: read it).
 func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked, bump, upsert string,
 	raised func(sql.Result) (stale bool, seen fence.Token, err error)) error {
 	tok := int64(g.Token())
@@ -205,7 +199,7 @@ func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked,
 	return stale(g, seen)
 }
 
-// mark reads a resource's fence token; found: a fence row is stored.
+// mark reads a resource's fence token; found: it has a fence row.
 func (s *Store) mark(ctx context.Context, q querier, resource string) (tok fence.Token, found bool, err error) {
 	var v int64
 	switch err = q.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), resource).Scan(&v); {
@@ -228,9 +222,9 @@ func affected(res sql.Result, err error) (int64, error) {
 	return res.RowsAffected()
 }
 
-// retry runs attempt, which must leave nothing behind when it fails, until its error
-// is not busy or ctx ends. The database's own lock wait (busy_timeout,
-// innodb_lock_wait_timeout) does the waiting; the short backoff covers what outlasts it.
+// retry runs attempt, which leaves nothing behind when it fails, until it is not busy
+// or ctx ends. The database's lock wait (busy_timeout, innodb_lock_wait_timeout) does
+// the waiting; the short backoff covers what outlasts it.
 func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	wait := time.Millisecond
 	for {
@@ -244,10 +238,9 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 	}
 }
 
-// undecided is replyLost for an error no database's reading decided: what is raised
-// before sending (driver.ErrBadConn, a done Tx or Conn, ctx's own error from
-// Tx.Commit) is decided; a broken connection (EOF, a network error, ctx ending while
-// the reply was awaited, which the driver wraps) leaves the outcome unknown.
+// undecided is replyLost for an error no database decided: what is raised before
+// sending (driver.ErrBadConn, a done Tx or Conn, Tx.Commit's bare ctx error) decides;
+// a broken connection (EOF, network, ctx ended awaiting the reply) leaves it unknown.
 func undecided(err error, commit bool) bool {
 	switch {
 	case err == nil, errors.Is(err, driver.ErrBadConn), errors.Is(err, sql.ErrTxDone), errors.Is(err, sql.ErrConnDone):
@@ -258,8 +251,8 @@ func undecided(err error, commit bool) bool {
 	return true
 }
 
-// unknownOutcome is fence.ErrCommitUnknown when err, of a COMMIT or of a write sent
-// outside a transaction, says its reply was lost; otherwise nil.
+// unknownOutcome is fence.ErrCommitUnknown when err, of a COMMIT or a write outside a
+// transaction, says its reply was lost; else nil.
 func (s *Store) unknownOutcome(op string, g fence.Grant, err error, commit bool) error {
 	if err == nil || !s.d.replyLost(err, commit) {
 		return nil
@@ -267,8 +260,8 @@ func (s *Store) unknownOutcome(op string, g fence.Grant, err error, commit bool)
 	return engine.CommitUnknown(g, op, err)
 }
 
-// idleEnded is fence.ErrIdleTimeout when err, of fn or of COMMIT, says the server
-// ended the transaction begun at begun for idling; otherwise nil.
+// idleEnded is fence.ErrIdleTimeout when err, of fn or COMMIT, says the server ended
+// the transaction begun at begun for idling; else nil.
 func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool) error {
 	if err == nil || errors.Is(err, fence.ErrIdleTimeout) ||
 		!s.d.idleEnded(err, commit, time.Since(begun) >= engine.IdleTimeout(g, s.set.Idle)) {
@@ -286,8 +279,8 @@ func (s *Store) raiseErr(g fence.Grant, err error) error {
 	return s.wrap(err, fmt.Sprintf("raise fence row %q to %d", g.Resource(), g.Token()), "", "fence_tokens")
 }
 
-// wrap names op (and table) in a driver's error, fence.ErrSchema when it says the
-// table schema is missing; refusals, fence's errors and ctx's pass as they are.
+// wrap names op (and table) in a driver's error, fence.ErrSchema when it says table
+// schema is missing; refusals, fence's errors and ctx's pass as they are.
 func (s *Store) wrap(err error, op, table, schema string) error {
 	switch {
 	case err == nil:

@@ -13,16 +13,13 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// sqlite is SQLite through modernc.org/sqlite. One writer holds the database's lock
-// and statements run in this process: a write of several statements costs no round
-// trips, every error is the engine's own answer, never a lost reply, and nothing but
-// its own process ends an idle transaction (base.idleEnded).
+// sqlite is SQLite through modernc.org/sqlite, in-process: several statements cost no
+// round trips, no reply is ever lost, and nothing else ends an idle transaction.
 type sqlite struct{ base }
 
 func (sqlite) dialect() engine.Dialect { return engine.SQLite }
 func (sqlite) now() string             { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
-// isolation: SQLite transactions are always serializable.
 func (sqlite) isolation(l sql.IsolationLevel) error {
 	if l != sql.LevelDefault && l != sql.LevelSerializable {
 		return fmt.Errorf("isolation level %s: sqlite transactions are always serializable", l)
@@ -39,7 +36,6 @@ func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked
 		})
 }
 
-// update is a transaction that raises the fence row, then updates.
 func (sqlite) update(ctx context.Context, s *Store, st *rowStmt) error { return s.txUpdate(ctx, st) }
 
 // upsertTail: an unqualified name in DO UPDATE is the existing row.
@@ -61,8 +57,7 @@ func (sqlite) ttlArg(ttl time.Duration) any {
 	return fmt.Sprintf("+%.6f seconds", ttl.Seconds())
 }
 
-// sqliteError returns the first *sqlite.Error in err's tree: its result code (with
-// the extended bits) and message.
+// sqliteError reads the first *sqlite.Error in err's tree: extended code and message.
 func sqliteError(err error) (code int, msg string, ok bool) {
 	e := findType(err, "modernc.org/sqlite", "Error")
 	c, isCoder := e.(interface{ Code() int })
@@ -78,7 +73,7 @@ func (sqlite) busy(err error) bool {
 	return ok && (code&0xff == 5 || code&0xff == 6)
 }
 
-// The columns SQLite names in a unique-key violation: "UNIQUE constraint failed: t.a, t.b".
+// "UNIQUE constraint failed: t.a, t.b": the columns of a unique-key violation.
 var sqliteUniqueRE = regexp.MustCompile(`(?:UNIQUE|PRIMARY KEY) constraint failed: ([^(]*?)\s*(?:\(\d+\))?$`)
 
 func (sqlite) duplicate(err error, table string) *nolock.DuplicateError {

@@ -10,15 +10,12 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// shape is Decrement's SQL for one counter shape (table, counter column, key columns
-// in order), checked and built once: the guarded take, and the look-up that explains
-// a take that changed nothing.
+// shape is Decrement's SQL for one counter shape (table, column, key columns), built
+// once: the guarded take, and the look-up that explains a take that changed nothing.
 type shape struct {
 	take, look string
-	// stmt is take prepared on the Store's *sql.DB (database.prepares), which
-	// database/sql prepares again per pooled connection, and the database again
-	// after the table changes. Nil where nothing is prepared or preparing failed: the
-	// take runs as text and the next call prepares again.
+	// stmt is take prepared on the *sql.DB (database.prepares); nil where nothing is
+	// prepared or preparing failed: the take runs as text, the next call prepares again.
 	stmt *sql.Stmt
 }
 
@@ -36,17 +33,16 @@ func (sh *shape) queryRow(ctx context.Context, db *sql.DB, args []any) *sql.Row 
 	return db.QueryRowContext(ctx, sh.take, args...)
 }
 
-// shapeCache is a Store's shapes and their prepared statements, which a cleanup
-// closes once the Store is unreachable (db.Close closes them too; Store has no Close).
+// shapeCache is a Store's shapes; a cleanup closes their statements once the Store is
+// unreachable (Store has no Close).
 type shapeCache struct {
 	m     engine.ShapeMap[*shape]
 	once  sync.Once
 	stmts *stmtList
 }
 
-// stmtList holds the statements apart from the Store, so that the cleanup that
-// closes them does not keep the Store alive (a Store per request would otherwise
-// keep every statement until db.Close).
+// stmtList holds the statements apart from the Store, so the cleanup closing them does
+// not keep the Store alive.
 type stmtList struct {
 	mu   sync.Mutex
 	list []*sql.Stmt
@@ -61,9 +57,8 @@ func (l *stmtList) close() {
 	l.list = nil
 }
 
-// shapeOf returns c's shape: the cached one, or checked and built now, its take
-// prepared where the database prepares, and cached below the bound. A counter that
-// fails the checks is never cached, so it fails on every call with the same error;
+// shapeOf returns c's shape, cached or built now (prepared where the database
+// prepares) and cached below the bound. A counter failing the checks is never cached;
 // a cached shape whose prepare failed is replaced once one succeeds.
 func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length

@@ -9,9 +9,8 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Dialect names a database for the whole library: it selects the SQL folder of the
-// migrations, the quoting and limits here, and the SQL the adapters write. The zero
-// Dialect is none of them.
+// Dialect names a database: the migrations' SQL folder, quoting and limits, and the
+// adapters' SQL. The zero Dialect is none.
 type Dialect int
 
 // The supported dialects.
@@ -34,8 +33,7 @@ func (d Dialect) String() string {
 	return fmt.Sprintf("Dialect(%d)", int(d))
 }
 
-// limit returns the length of name as the dialect counts it, the dialect's limit and
-// how the limit reads in an error.
+// limit returns name's length as d counts it, d's limit, and the limit as an error says it.
 func (d Dialect) limit(name string) (n, limit int, unit string) {
 	switch d {
 	case Postgres:
@@ -56,8 +54,7 @@ func QuoteIdent(d Dialect, name string) string {
 	return q + strings.ReplaceAll(name, q, q+q) + q
 }
 
-// CheckIdent checks and quotes one identifier; what names it in the error ("column",
-// "token column", ...).
+// CheckIdent checks and quotes one identifier; what names it in errors ("column", ...).
 func CheckIdent(d Dialect, what, name string) (string, error) {
 	switch {
 	case name == "":
@@ -73,8 +70,8 @@ func CheckIdent(d Dialect, what, name string) (string, error) {
 	return QuoteIdent(d, name), nil
 }
 
-// QuoteTable checks and quotes a table name; one dot separates a schema (a PostgreSQL
-// schema, a MySQL database, an attached SQLite database) from the table.
+// QuoteTable checks and quotes a table name; one dot separates a schema (or MySQL
+// database, attached SQLite database) from the table.
 func QuoteTable(d Dialect, name string) (string, error) {
 	schema, tbl, dotted := strings.Cut(name, ".")
 	if !dotted {
@@ -94,8 +91,7 @@ func QuoteTable(d Dialect, name string) (string, error) {
 	return qs + "." + qt, nil
 }
 
-// CheckLockName reports why name cannot name a lock, or nil. Its errors wrap
-// fence.ErrInvalidArgument.
+// CheckLockName reports why name cannot name a lock (fence.ErrInvalidArgument), or nil.
 func CheckLockName(name string) error {
 	if err := fence.CheckResource(name); err != nil {
 		return fmt.Errorf("lock name: %w", err)

@@ -1,8 +1,7 @@
-// Package engine is the production code the adapters, lockclient and migrations
-// share: one fenced write's path from an adapter's door to COMMIT (grant.go), the
-// statements and errors of PostgreSQL written once for both drivers (postgres.go),
-// the one Dialect with its quoting (dialect.go, row.go), the statement-shape cache,
-// and the no-lock path's checks and bounds. fence imports none of it.
+// Package engine is the code the adapters, lockclient and migrations share: a fenced
+// write's path to COMMIT (grant.go), PostgreSQL's statements and errors for both
+// drivers (postgres.go), the Dialect and quoting (dialect.go, row.go), the shape
+// cache, and the no-lock path's checks. fence imports none of it.
 package engine
 
 import (
@@ -16,9 +15,8 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Checked is a grant checked and normalized once, at an adapter's door: resources
-// sorted and distinct, token, lease and Done channel read once. It implements
-// fence.Grant, Set, Leased and Watched, so every layer below the door takes it.
+// Checked is a grant checked and read once at an adapter's door (resources sorted and
+// distinct, token, lease, Done); a fence.Grant, Set, Leased and Watched.
 type Checked struct {
 	resource  string
 	resources []string // sorted, distinct
@@ -27,8 +25,7 @@ type Checked struct {
 	done      <-chan struct{} // nil: the grant is not fence.Watched
 }
 
-// Check is fence.CheckGrant, then the normalized grant; a *Checked is returned as it
-// is, so a door that calls another door checks once.
+// Check is fence.CheckGrant, then the normalized grant; a *Checked is returned as is.
 func Check(g fence.Grant) (*Checked, error) {
 	if c, ok := g.(*Checked); ok && c != nil {
 		return c, nil
@@ -52,9 +49,8 @@ func (c *Checked) Resources() []string   { return c.resources }
 func (c *Checked) Lease() time.Duration  { return c.lease }
 func (c *Checked) Done() <-chan struct{} { return c.done }
 
-// CheckOne is Check for a write that fences one resource (a single-row write, an
-// object write): a fence.Set of several is refused with fence.ErrInvalidArgument
-// before any I/O, rather than fence one of them.
+// CheckOne is Check for a write that fences one resource: a fence.Set of several is
+// fence.ErrInvalidArgument, rather than fence one of them.
 func CheckOne(g fence.Grant) (*Checked, error) {
 	c, err := Check(g)
 	if err != nil {
@@ -72,13 +68,12 @@ func CheckSingle(g fence.Grant) error {
 	return err
 }
 
-// DefaultIdleTimeout bounds a fenced transaction's idle time when neither the Store
-// nor the grant (fence.Leased) says: the lock service's default lease.
+// DefaultIdleTimeout is the idle bound when neither Store nor grant says: the lock
+// service's default lease.
 const DefaultIdleTimeout = 10 * time.Second
 
-// IdleTimeout is how long a fenced transaction of g may sit idle: override when > 0,
-// else g's lease when > 0, else DefaultIdleTimeout; never under the servers' unit, a
-// millisecond.
+// IdleTimeout is g's idle bound: override when > 0, else g's lease when > 0, else
+// DefaultIdleTimeout; at least a millisecond, the servers' unit.
 func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
 	d := override
 	if c, ok := g.(*Checked); ok && d <= 0 {
@@ -93,8 +88,7 @@ func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
 }
 
 // CheckLost returns fence.ErrLost when g is a fence.Watched grant whose Done channel
-// has closed, else nil. Adapters call it right before COMMIT and before each request
-// of a write that makes several.
+// has closed, else nil: before COMMIT and before each request of a multi-request write.
 func CheckLost(g fence.Grant) error {
 	var done <-chan struct{}
 	if c, ok := g.(*Checked); ok {
@@ -115,8 +109,8 @@ func Lost(resource string, token fence.Token) error {
 	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
 }
 
-// CommitUnknown returns fence.ErrCommitUnknown for op (COMMIT, or a single-row
-// write's statement) under g whose reply was lost, wrapping the driver's err.
+// CommitUnknown returns fence.ErrCommitUnknown for op under g, whose reply was lost,
+// wrapping the driver's err.
 func CommitUnknown(g fence.Grant, op string, err error) error {
 	if err == nil {
 		return fmt.Errorf("%w: %s for %q at token %d", fence.ErrCommitUnknown, op, g.Resource(), g.Token())
@@ -124,8 +118,8 @@ func CommitUnknown(g fence.Grant, op string, err error) error {
 	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
 }
 
-// Resources returns the resources g fences, sorted by bytes and each once; adapters
-// raise the marks in this order, so overlapping sets lock in one order.
+// Resources returns g's resources sorted by bytes, each once: the order marks are
+// raised in, so overlapping sets lock in one order.
 func Resources(g fence.Grant) []string {
 	if c, ok := g.(*Checked); ok {
 		return c.resources
@@ -143,8 +137,8 @@ func sortedResources(g fence.Grant) []string {
 	return slices.Compact(res)
 }
 
-// Multi reports whether g fences more than one resource. A *lockclient.Lock is a
-// fence.Set; one on a single name takes the single-resource path.
+// Multi reports whether g fences more than one resource (a *lockclient.Lock on one
+// name, though a fence.Set, does not).
 func Multi(g fence.Grant) bool {
 	if c, ok := g.(*Checked); ok {
 		return len(c.resources) > 1
@@ -153,8 +147,7 @@ func Multi(g fence.Grant) bool {
 	return ok && len(set.Resources()) > 1 && len(Resources(g)) > 1
 }
 
-// IsNil reports whether v is nil or holds a nil pointer, map, slice, channel or
-// function: a typed nil whose methods would dereference it.
+// IsNil reports whether v is nil or a typed nil (pointer, map, slice, chan, func).
 func IsNil(v any) bool {
 	if v == nil {
 		return true
@@ -174,9 +167,8 @@ type Tx interface {
 }
 
 // RunTx calls fn, then commits tx unless fn failed, the fence refused (even if fn
-// swallowed the refusal) or g is known lost (fence.ErrLost). Every error and panic
-// rolls tx back; a panic then goes on. A refusal fn swallowed before failing is
-// joined to fn's error.
+// swallowed it: then joined to fn's error) or g is lost (fence.ErrLost). Every error
+// and panic rolls tx back; a panic goes on.
 func RunTx(g *Checked, tx Tx, fn func() error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
@@ -232,22 +224,19 @@ func (s *Settings) IdleMS(g fence.Grant) string {
 	return strconv.FormatInt(IdleTimeout(g, s.Idle).Milliseconds(), 10)
 }
 
-// Observe reports a fenced write's result to the observer, if any; deferred by each
-// fenced method.
+// Observe reports a fenced write's result to the observer, if any.
 func (s *Settings) Observe(adapter, op string, errp *error) {
 	if s.Obs != nil {
 		s.Obs.FencedWrite(adapter, op, *errp)
 	}
 }
 
-// IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err: the server ended
-// the fenced transaction for sitting idle past its bound.
+// IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err.
 func IdleTimeoutErr(g fence.Grant, err error) error {
 	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
 }
 
-// Apply runs a constructor's options on s in order, skipping nil ones; the first
-// error stops it.
+// Apply runs a constructor's options on s, skipping nil ones, until the first error.
 func Apply[S any, O ~func(S) error](s S, opts []O) error {
 	for _, o := range opts {
 		if o == nil {
@@ -260,9 +249,8 @@ func Apply[S any, O ~func(S) error](s S, opts []O) error {
 	return nil
 }
 
-// WriteResult classifies the error a fenced write returned, for metric labels and logs:
-// "accepted" (nil), "stale" (fence.ErrStale), "lost" (fence.ErrLost),
-// "commit_unknown" (fence.ErrCommitUnknown) or "error" (anything else).
+// WriteResult labels a fenced write's error for metrics and logs: "accepted" (nil),
+// "stale", "lost", "commit_unknown" (the fence errors) or "error".
 func WriteResult(err error) string {
 	switch {
 	case err == nil:

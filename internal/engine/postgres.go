@@ -11,26 +11,23 @@ import (
 // PGStaleMarker starts the text PGRaiseSQL casts to bigint when it refuses.
 const PGStaleMarker = "fencegate-stale:"
 
-// PGRaiseSQL inserts the resource's fence row or raises it to the token, locking it
-// to commit. Over a higher token the CASE casts 'fencegate-stale:<stored>' to bigint,
-// which fails (22P02) and aborts the transaction, so a statement batched behind it
-// never runs; PGMarkedStale reads the stored token back. A row already at the token
-// is locked (ON CONFLICT DO UPDATE locks even where its WHERE is false), not rewritten.
+// PGRaiseSQL inserts or raises the resource's fence row, locked to commit. Over a
+// higher token the CASE casts 'fencegate-stale:<stored>' to bigint, failing (22P02)
+// and aborting the transaction, so a statement batched behind never runs. A row at the
+// token is locked (DO UPDATE locks even where its WHERE is false), not rewritten.
 const PGRaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
 
 const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
 	"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token)::bigint END, " +
 	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 
-// PGRaiseIdleSQL is PGRaiseSQL that also bounds the transaction's idle time ($3, see
-// PGIdleFrom), with no statement of its own.
+// PGRaiseIdleSQL is PGRaiseSQL that also bounds the idle time ($3, see PGIdleFrom).
 const PGRaiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
 	PGIdleFrom + " " + raiseConflict
 
-// PGRaiseSetSQL is PGRaiseSQL for a fence.Set: every resource's row raised in byte
-// order (Resources' order), so overlapping sets lock in one order; a refusal reads
-// 'fencegate-stale:<stored>/<resource>'. resources is a varchar[] and token a bigint,
-// as placeholders or literals; from is prepended to the FROM list (PGIdleFrom, or "").
+// PGRaiseSetSQL is PGRaiseSQL for a fence.Set, rows raised in Resources' order; a
+// refusal reads 'fencegate-stale:<stored>/<resource>'. resources (varchar[]) and token
+// are placeholders or literals; from is prepended to the FROM list (PGIdleFrom, or "").
 func PGRaiseSetSQL(resources, token, from string) string {
 	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
 		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
@@ -45,11 +42,9 @@ var (
 	PGRaiseSetIdleParams = PGRaiseSetSQL("$1", "$2", PGIdleFrom+", ")
 )
 
-// PGIdleFrom sets idle_in_transaction_session_timeout for this transaction only, as a
-// FROM item of the raise: a frozen holder of the fence row is ended by PostgreSQL
-// (FATAL 25P03) after that long, nothing of it committed, so its successor waits
-// about one lease. lock_timeout and statement_timeout are left alone: a transaction
-// waiting on a lock or running a long statement is working, not frozen.
+// PGIdleFrom sets idle_in_transaction_session_timeout for the transaction, as a FROM
+// item of the raise: PostgreSQL ends a frozen holder (FATAL 25P03), nothing committed.
+// lock_timeout and statement_timeout are left alone: waiting or running is not frozen.
 const PGIdleFrom = pgIdleHead + "$3" + pgIdleTail
 
 const (
@@ -57,8 +52,8 @@ const (
 	pgIdleTail = ", true)) AS fencegate_idle"
 )
 
-// PGRaiseSetEach is PGRaiseSetSQL for n resources sent a parameter each ($1..$n), for
-// a driver that cannot send a varchar[]: the token is $n+1, the idle bound $n+2.
+// PGRaiseSetEach is PGRaiseSetSQL with a parameter per resource ($1..$n), for drivers
+// that cannot send a varchar[]; the token is $n+1, the idle bound $n+2.
 func PGRaiseSetEach(n int) string {
 	ps := make([]string, n)
 	for i := range ps {
@@ -68,9 +63,9 @@ func PGRaiseSetEach(n int) string {
 		pgIdleHead+"$"+strconv.Itoa(n+2)+pgIdleTail+", ")
 }
 
-// PGMarkedStale reads the stored token (and, for a set, the resource) from a raise's
-// refusal, "...: \"fencegate-stale:41/res-a\"". Only the quoted value is read: the
-// words around it follow lc_messages; the resource runs to the last double quote.
+// PGMarkedStale reads the stored token (and a set's resource) from a raise's refusal,
+// "...: \"fencegate-stale:41/res-a\"": only the quoted value, as the words follow
+// lc_messages; the resource runs to the last double quote.
 func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	_, rest, ok := strings.Cut(msg, PGStaleMarker)
 	if !ok {
@@ -93,9 +88,8 @@ func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// PGLiteral quotes a resource as an escape-string constant, for the simple-protocol
-// message that carries BEGIN and the raise. In E'...' only \ and ' are special,
-// whatever standard_conforming_strings says; a checked resource is UTF-8 without NUL.
+// PGLiteral quotes a checked resource (UTF-8, no NUL) as E'...', where only \ and '
+// are special whatever standard_conforming_strings says.
 func PGLiteral(s string) string {
 	var b strings.Builder
 	b.Grow(len(s) + 4)
@@ -113,8 +107,7 @@ func PGLiteral(s string) string {
 	return b.String()
 }
 
-// PGRaise returns g's raise and its arguments, for one resource or a set; with idleMS
-// (milliseconds, see PGIdleFrom) it also bounds the idle time.
+// PGRaise returns g's raise and arguments; idleMS, if set, bounds the idle time.
 func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 	args := []any{g.Resource(), int64(g.Token())}
 	if Multi(g) {
@@ -131,8 +124,7 @@ func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 	return PGRaiseIdleSQL, append(args, idleMS)
 }
 
-// PGRaiseLiteral is g's raise with literal values (PGLiteral), in the set form for any
-// grant, so every refusal is the one PGStaleMarker encoding.
+// PGRaiseLiteral is g's raise with literals, in the set form so every refusal reads alike.
 func PGRaiseLiteral(g fence.Grant) string {
 	res := Resources(g)
 	lits := make([]string, len(res))
@@ -155,9 +147,8 @@ const (
 	PGIdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
 )
 
-// PGRefusal is what an error (SQLSTATE state, message msg) of a raise or COMMIT
-// means: a *fence.StaleError, fence.ErrBusy (40001), fence.ErrSchema or
-// fence.ErrIdleTimeout; nil for any other.
+// PGRefusal maps a raise's or COMMIT's error to a *fence.StaleError, fence.ErrBusy
+// (40001), fence.ErrSchema or fence.ErrIdleTimeout; nil for any other.
 func PGRefusal(g fence.Grant, state, msg string, err error) error {
 	switch state {
 	case PGBadText:
@@ -177,11 +168,10 @@ func PGRefusal(g fence.Grant, state, msg string, err error) error {
 	return nil
 }
 
-// PGUpdateSQL is both PostgreSQL adapters' single-row Update over quoted names: a CTE
-// raises the fence row (an InitPlan, run before any target row is locked: the order
-// Fenced locks in), then the UPDATE writes the row and token. bump raises an existing
-// fence row by a plain UPDATE, cheaper than the upsert but a no-op without one.
-// Arguments: the resource, the token, the set values, the key values.
+// PGUpdateSQL is the single-row Update over quoted names: a CTE (an InitPlan, run
+// before any target row is locked, as Fenced locks) raises the fence row, then the
+// UPDATE writes. bump raises an existing fence row by a plain UPDATE (a no-op without
+// one). Arguments: the resource, the token, the set values, the key values.
 func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
 	n := 2
 	next := func() string { n++; return "$" + strconv.Itoa(n) }
@@ -223,12 +213,10 @@ func PGFenceCTE(res, tok, cond string) string {
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) "
 }
 
-// PGReplyLost reports whether an error reply (SQLSTATE state; severity unlocalized, or
-// "" where the driver does not say) to COMMIT, or to a write sent outside a
-// transaction, leaves the outcome unknown. A FATAL or PANIC ends the session and may
-// come after the commit was recorded; an ERROR decides it; so does 25P03, the session
-// ended idle before COMMIT arrived. Without a severity, the classes that end a session
-// say it: 08 (connection exception) and 57P (operator intervention).
+// PGReplyLost reports whether an error reply to COMMIT, or to a write outside a
+// transaction, leaves the outcome unknown: FATAL or PANIC may follow a recorded
+// commit; ERROR and 25P03 (ended idle before COMMIT) decide. With no severity (""),
+// classes 08 and 57P, which end a session, say it.
 func PGReplyLost(state, severity string) bool {
 	switch {
 	case state == PGIdleTimeout:

@@ -8,8 +8,8 @@ import (
 	"github.com/fencegate/fencegate/nolock"
 )
 
-// Row is a fence.Row checked and quoted for one dialect, with the columns a write
-// sets. Values only ever travel as arguments.
+// Row is a fence.Row checked and quoted for one dialect, with the columns a write sets.
+// Values only ever travel as arguments.
 type Row struct {
 	Table   string   // quoted, possibly schema-qualified
 	Token   string   // the quoted token column
@@ -19,9 +19,8 @@ type Row struct {
 	SetVals []any
 }
 
-// CheckRow checks r and the columns to set and quotes every name, refusing
-// (fence.ErrInvalidArgument) no key, no column to set when needSet, an unusable name,
-// and a column named twice among the token, key and set columns, in any case.
+// CheckRow checks and quotes r and set, refusing (fence.ErrInvalidArgument) no key, no
+// set when needSet, an unusable name, and a column named twice in any case.
 func CheckRow(d Dialect, r fence.Row, set []fence.Col, needSet bool) (Row, error) {
 	tok := r.TokenColumn
 	if tok == "" {
@@ -55,15 +54,15 @@ type Counter struct {
 	Keys          []string // quoted key columns, in c.Key's order
 }
 
-// CheckCounter checks and quotes c's names, refusing (fence.ErrInvalidArgument) no
-// key, an unusable name, and a key column named twice or like the counter, in any case.
+// CheckCounter checks and quotes c's names, refusing (fence.ErrInvalidArgument) no key,
+// an unusable name, and a key column named twice or like the counter, in any case.
 func CheckCounter(d Dialect, c nolock.Counter) (Counter, error) {
 	t, col, keys, _, err := checkKeyed(d, "counter in", c.Table, "counter column", c.Column, c.Key)
 	return Counter{Table: t, Column: col, Keys: keys}, err
 }
 
-// checkKeyed checks and quotes a table, its one named column (the token or counter)
-// and its key columns; the names it returns go on checking the rest.
+// checkKeyed checks and quotes a table, its token or counter column and its key
+// columns; the names returned go on checking the rest.
 func checkKeyed(d Dialect, of, table, role, col string, key []fence.Col) (string, string, []string, names, error) {
 	qt, err := QuoteTable(d, table)
 	if err != nil {
@@ -86,8 +85,8 @@ func checkKeyed(d Dialect, of, table, role, col string, key []fence.Col) (string
 	return qt, qc, keys, n, nil
 }
 
-// CheckInsert checks and quotes the table and columns of an insert, refusing no
-// columns and a column named twice, in any case.
+// CheckInsert checks and quotes an insert's table and columns, refusing none and
+// a column named twice, in any case.
 func CheckInsert(d Dialect, table string, cols []fence.Col) (string, []string, error) {
 	qt, err := QuoteTable(d, table)
 	if err != nil {
@@ -106,8 +105,8 @@ func CheckInsert(d Dialect, table string, cols []fence.Col) (string, []string, e
 	return qt, out, nil
 }
 
-// names checks and quotes a statement's columns one by one, refusing one already
-// used; a handful of columns: a linear scan beats a map.
+// names checks and quotes a statement's columns, refusing one already used (a linear
+// scan: a handful of columns).
 type names struct {
 	d     Dialect
 	seen  []string
@@ -120,8 +119,7 @@ func (n *names) use(what, name string) (string, error) {
 		return "", err
 	}
 	for i, prev := range n.seen {
-		// MySQL and SQLite compare column names case-insensitively; on PostgreSQL
-		// two names that differ only in case are refused too, as ambiguous.
+		// MySQL and SQLite ignore case in column names; PostgreSQL refuses too (ambiguous).
 		if strings.EqualFold(prev, name) {
 			role := "another column"
 			if i == 0 && n.first != "" {

@@ -7,23 +7,21 @@ import (
 	"sync/atomic"
 )
 
-// MaxShapes bounds a ShapeMap, so names made at run time (a table per tenant) cannot
-// grow a Store without bound; past it a new shape is built on every call. Nothing is
-// evicted: a caller may be using it.
+// MaxShapes bounds a ShapeMap against names made at run time (a table per tenant);
+// past it new shapes are built per call. Nothing is evicted: a caller may use it.
 const MaxShapes = 256
 
 // AppendShapeLen appends a count to a key, so (k1, k2 | s1) and (k1 | k2, s1) differ.
 func AppendShapeLen(key []byte, n int) []byte { return binary.AppendUvarint(key, uint64(n)) }
 
-// AppendShapeName appends a name's length, then its bytes: a key is looked up before
-// the names are checked, so it must be unambiguous even for names the check refuses.
+// AppendShapeName appends a name's length, then bytes: keys are looked up before the
+// check, so must be unambiguous even for names it refuses.
 func AppendShapeName(key []byte, name string) []byte {
 	return append(AppendShapeLen(key, len(name)), name...)
 }
 
-// ShapeMap is a bounded, concurrent map from shape keys to what is kept for them:
-// readers load an immutable map with no lock; a writer copies it, at most MaxShapes
-// times. The zero ShapeMap is empty and ready.
+// ShapeMap is a bounded, concurrent map of shape keys: readers load an immutable map
+// with no lock, writers copy it (at most MaxShapes times). The zero value is ready.
 type ShapeMap[V any] struct {
 	m  atomic.Pointer[map[string]V]
 	mu sync.Mutex // writers
@@ -45,9 +43,8 @@ func (c *ShapeMap[V]) Full() bool {
 	return m != nil && len(*m) >= MaxShapes
 }
 
-// Store keeps v under key and returns it with true; a value kept already stays and
-// is returned unless replace (nil: never) says otherwise. A full map keeps nothing
-// new and returns v with false.
+// Store keeps v under key and returns it with true; a kept value stays and is
+// returned unless replace (nil: never) says otherwise; a full map returns v, false.
 func (c *ShapeMap[V]) Store(key string, v V, replace func(old V) bool) (V, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -1,13 +1,9 @@
-// Package mysql opens MySQL and MariaDB pools for sqlfence through
-// github.com/go-sql-driver/mysql, in a package of its own so that a program on
-// another database links no MySQL driver.
+// Package mysql opens MySQL and MariaDB pools for sqlfence through go-sql-driver/mysql,
+// in a package of its own so a program on another database links no MySQL driver.
 //
 //	db, err := mysql.Open("app:secret@tcp(127.0.0.1:3306)/billing")
 //	...
 //	store, err := sqlfence.New(db, migrations.MySQL)
-//
-// A Store needs clientFoundRows=true, which Open sets; a pool opened otherwise
-// without it is refused on first use (see sqlfence).
 package mysql
 
 import (
@@ -23,19 +19,17 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Open opens a pool for a Store: it parses dsn with the driver's ParseDSN and sets
-// clientFoundRows=true and interpolateParams=true (one round trip per statement
-// instead of prepare, execute and close; left off for the collations the driver will
-// not interpolate into, such as sjis). A DSN the driver cannot parse is an error
-// wrapping fence.ErrInvalidArgument and the driver's error. Like sql.Open it does no
-// I/O, and the pool keeps 2 idle connections: under concurrent load call
-// SetMaxIdleConns.
+// Open opens a pool for a Store: dsn, parsed by the driver's ParseDSN, with
+// clientFoundRows=true (which a Store needs) and interpolateParams=true (one round trip
+// per statement; left off for collations the driver will not interpolate, such as
+// sjis). A DSN the driver refuses is an error wrapping fence.ErrInvalidArgument and
+// the driver's error. Like sql.Open it does no I/O; the pool keeps 2 idle connections
+// (call SetMaxIdleConns under concurrent load).
 //
-// On MariaDB a fenced transaction through the pool costs the round trips of an
-// unfenced one (see sqlfence.WithIdleTimeout). For this the pool's connections are
-// the driver's, wrapped: every interface of the driver's connection is kept, but
-// sql.Conn.Raw hands out the wrapper. The caller's own transactions take the
-// driver's path unchanged.
+// On MariaDB a fenced transaction then costs an unfenced one's round trips (see
+// sqlfence.WithIdleTimeout): the driver's connections are wrapped, every interface
+// kept, though sql.Conn.Raw hands out the wrapper; the caller's own transactions are
+// unchanged.
 func Open(dsn string) (*sql.DB, error) {
 	cfg, err := gomysql.ParseDSN(dsn)
 	if err != nil {
@@ -59,8 +53,7 @@ func Open(dsn string) (*sql.DB, error) {
 	return sql.OpenDB(conn), nil
 }
 
-// driverConn is every interface the go-sql-driver connection implements, so that
-// wrapping hides none.
+// driverConn is every interface the driver's connection implements: wrapping hides none.
 type driverConn interface {
 	driver.Conn
 	driver.ConnBeginTx
@@ -107,8 +100,8 @@ func (c *fastConn) BeginTx(ctx context.Context, opts driver.TxOptions) (driver.T
 	return fastTx{c: c, b: b}, nil
 }
 
-// fastTx ends a fenced transaction with the Begin's statements; like the driver's
-// own, it watches no context.
+// fastTx ends a fenced transaction with the Begin's statements; like the driver's, it
+// watches no context.
 type fastTx struct {
 	c *fastConn
 	b *fastbegin.Begin

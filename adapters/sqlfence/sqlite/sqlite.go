@@ -1,6 +1,5 @@
 // Package sqlite opens SQLite databases for sqlfence through modernc.org/sqlite (pure
-// Go, driver name "sqlite"), in a package of its own so that a program on another
-// database links no SQLite.
+// Go, driver "sqlite"), apart so a program on another database links no SQLite.
 //
 //	db, err := sqlite.Open("app.db")
 //	...
@@ -19,15 +18,13 @@ import (
 	"github.com/fencegate/fencegate/fence"
 )
 
-// Open opens the SQLite database file at path (created if missing) for concurrent
-// writers from many goroutines and processes: WAL (readers do not block the writer),
-// a busy timeout of 5 seconds (how long a statement waits for another connection's
-// write lock; a Store retries past it until its ctx ends), synchronous=NORMAL
-// (durable at checkpoints, safe from corruption, as SQLite recommends with WAL) and
-// BEGIN IMMEDIATE (a transaction takes the write lock at begin, so a fenced one holds
-// its fence from its first statement). Like sql.Open it does no I/O. path is a file
-// name: an empty path, ":memory:" (each pooled connection would get its own empty
-// database), a "file:" URI and a NUL byte are errors wrapping fence.ErrInvalidArgument.
+// Open opens the SQLite file at path (created if missing) for concurrent writers,
+// goroutines and processes: WAL (readers do not block the writer), a 5 s busy timeout
+// (a Store retries past it until ctx ends), synchronous=NORMAL (durable at checkpoints,
+// safe from corruption, as SQLite recommends with WAL) and BEGIN IMMEDIATE (the write
+// lock taken at begin, so a fenced transaction holds its fence from its first
+// statement). Like sql.Open it does no I/O. An empty path, ":memory:" (a database per
+// pooled connection), a "file:" URI or a NUL byte is fence.ErrInvalidArgument.
 func Open(path string) (*sql.DB, error) {
 	switch {
 	case path == "":
@@ -41,7 +38,7 @@ func Open(path string) (*sql.DB, error) {
 	if err != nil {
 		return nil, fmt.Errorf("sqlfence/sqlite: path %q: %w", path, err)
 	}
-	// A file: URI, so a '?' or '%' in the path is escaped rather than cut off.
+	// A file: URI, so a '?' or '%' in the path is escaped, not cut off.
 	u := url.URL{Scheme: "file", Path: filepath.ToSlash(abs)}
 	q := url.Values{}
 	q.Add("_pragma", "busy_timeout(5000)")

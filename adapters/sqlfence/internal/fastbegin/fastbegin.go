@@ -1,6 +1,5 @@
-// Package fastbegin is the contract between sqlfence, which decides the statements
-// of the one-statement fenced begin on MariaDB and imports no driver, and
-// sqlfence/mysql, whose pools report Driver and whose connections send them.
+// Package fastbegin is how sqlfence, which imports no driver, hands the one-statement
+// fenced begin on MariaDB to sqlfence/mysql's connections, which send it.
 package fastbegin
 
 import (
@@ -8,8 +7,8 @@ import (
 	"database/sql/driver"
 )
 
-// Begin is what a fenced begin asks of the connection: Query (with Args) begins and
-// raises the fence, Commit and Rollback end the transaction; Sent is set once Query is.
+// Begin is a fenced begin: Query (with Args) begins and raises the fence, Commit and
+// Rollback end the transaction; Sent is set once Query is.
 type Begin struct {
 	Query            string
 	Args             []driver.NamedValue
