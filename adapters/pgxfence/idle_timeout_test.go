@@ -3,6 +3,7 @@ package pgxfence_test
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -26,7 +27,7 @@ func TestStore_Fenced_idleTimeout(t *testing.T) {
 			opts = append(opts, pgxfence.WithFenceFirst())
 		}
 		store := newStore(pool, opts...)
-		for _, next := range []string{"fn's statement", "swallowed", "commit"} {
+		for _, next := range []string{"fn's statement", "swallowed", "query", "queryrow", "swallowed query", "commit"} {
 			t.Run(fmt.Sprintf("fenceFirst=%v/%s", first, next), func(t *testing.T) {
 				ctx := t.Context()
 				tbl := fmt.Sprintf("idle_%d", time.Now().UnixNano())
@@ -42,8 +43,21 @@ func TestStore_Fenced_idleTimeout(t *testing.T) {
 					if next == "commit" {
 						return nil
 					}
-					_, stmtErr = tx.Exec(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
-					if next == "swallowed" {
+					switch next {
+					case "query", "swallowed query":
+						var rows pgx.Rows
+						if rows, stmtErr = tx.Query(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1 RETURNING val"); stmtErr == nil {
+							for rows.Next() {
+							}
+							stmtErr = rows.Err()
+						}
+					case "queryrow":
+						var v int
+						stmtErr = tx.QueryRow(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1 RETURNING val").Scan(&v)
+					default:
+						_, stmtErr = tx.Exec(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
+					}
+					if strings.HasPrefix(next, "swallowed") {
 						return nil
 					}
 					return stmtErr

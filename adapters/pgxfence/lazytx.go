@@ -148,14 +148,12 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.ensure(ctx); err != nil {
 		return &failedRows{err: err, conn: t.conn}, err
 	}
-	return t.tx.Query(ctx, sql, args...)
+	rows, err := t.tx.Query(ctx, sql, args...)
+	return idleRows{rows, t}, t.ended(err)
 }
 
 // QueryRow is Query for one row; its errors, a refusal among them, come from Scan.
 func (t *lazyTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	if t.tx != nil && t.refused == nil {
-		return t.tx.QueryRow(ctx, sql, args...)
-	}
 	rows, _ := t.Query(ctx, sql, args...)
 	return firstRow{rows}
 }
@@ -165,7 +163,8 @@ func (t *lazyTx) Begin(ctx context.Context) (pgx.Tx, error) {
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
-	return t.tx.Begin(ctx)
+	sp, err := t.tx.Begin(ctx)
+	return sp, t.ended(err)
 }
 
 // Commit commits, beginning first; Fenced's own commit then fails with pgx.ErrTxClosed.
@@ -173,7 +172,7 @@ func (t *lazyTx) Commit(ctx context.Context) error {
 	if err := t.ensure(ctx); err != nil {
 		return err
 	}
-	return t.tx.Commit(ctx)
+	return t.ended(t.tx.Commit(ctx))
 }
 
 // Rollback rolls back, beginning first; Fenced's commit then fails with pgx.ErrTxClosed.
@@ -181,7 +180,7 @@ func (t *lazyTx) Rollback(ctx context.Context) error {
 	if err := t.ensure(ctx); err != nil {
 		return err
 	}
-	return t.tx.Rollback(ctx)
+	return t.ended(t.tx.Rollback(ctx))
 }
 
 // CopyFrom copies rows into the transaction, beginning it first.
@@ -189,7 +188,8 @@ func (t *lazyTx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []s
 	if err := t.ensure(ctx); err != nil {
 		return 0, err
 	}
-	return t.tx.CopyFrom(ctx, table, columns, src)
+	n, err := t.tx.CopyFrom(ctx, table, columns, src)
+	return n, t.ended(err)
 }
 
 // SendBatch sends b in the transaction, beginning it first.
@@ -197,7 +197,7 @@ func (t *lazyTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
 	if err := t.ensure(ctx); err != nil {
 		return pgx.FailedBatchResults(b, err)
 	}
-	return t.tx.SendBatch(ctx, b)
+	return idleBatch{t.tx.SendBatch(ctx, b), t}
 }
 
 // Prepare prepares a statement on the transaction's connection, beginning it first.
@@ -205,7 +205,8 @@ func (t *lazyTx) Prepare(ctx context.Context, name, sql string) (*pgconn.Stateme
 	if err := t.ensure(ctx); err != nil {
 		return nil, err
 	}
-	return t.tx.Prepare(ctx, name, sql)
+	sd, err := t.tx.Prepare(ctx, name, sql)
+	return sd, t.ended(err)
 }
 
 // LargeObjects begins (under Fenced's ctx); after a refusal every call on them fails.
@@ -220,3 +221,34 @@ func (t *lazyTx) Conn() *pgx.Conn {
 	_ = t.ensure(t.ctx) // a failure is remembered and returned by Fenced
 	return t.conn
 }
+
+// idleRows and idleBatch report a transaction the server ended for idling as
+// fence.ErrIdleTimeout (lazyTx.ended), as Exec does.
+type idleRows struct {
+	pgx.Rows
+	t *lazyTx
+}
+
+func (r idleRows) Err() error { return r.t.ended(r.Rows.Err()) }
+
+type idleBatch struct {
+	pgx.BatchResults
+	t *lazyTx
+}
+
+func (b idleBatch) Exec() (pgconn.CommandTag, error) {
+	tag, err := b.BatchResults.Exec()
+	return tag, b.t.ended(err)
+}
+
+func (b idleBatch) Query() (pgx.Rows, error) {
+	rows, err := b.BatchResults.Query()
+	return idleRows{rows, b.t}, b.t.ended(err)
+}
+
+func (b idleBatch) QueryRow() pgx.Row {
+	rows, _ := b.Query()
+	return firstRow{rows}
+}
+
+func (b idleBatch) Close() error { return b.t.ended(b.BatchResults.Close()) }

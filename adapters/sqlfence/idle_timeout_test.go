@@ -15,11 +15,18 @@ import (
 // TestStore_Fenced_idleTimeout lets a fenced transaction sit idle past its server's
 // idle timeout (WithIdleTimeout(1s), then 2.5 s without a statement) on MariaDB and
 // PostgreSQL, and checks that whichever statement meets the ended transaction (fn's
-// own next statement, or COMMIT when fn sends nothing more) returns an error matching
-// fence.ErrIdleTimeout, and that nothing of the transaction was stored.
+// own next statement, an Exec or a QueryRow, returned or swallowed, or COMMIT when fn
+// sends nothing more) returns an error matching fence.ErrIdleTimeout, and that
+// nothing of the transaction was stored.
 func TestStore_Fenced_idleTimeout(t *testing.T) {
 	for _, d := range []migrations.Dialect{migrations.MySQL, migrations.Postgres} {
-		for _, next := range []string{"fn's statement", "commit"} {
+		for _, next := range []string{"fn's statement", "queryrow", "swallowed", "commit"} {
+			if next == "swallowed" && d == migrations.Postgres {
+				// fn holds the driver's own *sql.Tx: once fn swallows the 25P03, COMMIT
+				// meets a closed connection, which database/sql does not tell from one
+				// that died awaiting COMMIT's reply: fence.ErrCommitUnknown.
+				continue
+			}
 			t.Run(fmt.Sprintf("%v/%s", d, next), func(t *testing.T) {
 				ctx := t.Context()
 				var db *sql.DB
@@ -48,7 +55,16 @@ func TestStore_Fenced_idleTimeout(t *testing.T) {
 					if next == "commit" {
 						return nil
 					}
-					_, fnErr = tx.ExecContext(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
+					if next == "queryrow" {
+						var v int
+						fnErr = tx.QueryRowContext(ctx, "SELECT val FROM "+tbl+" WHERE id = 1").Scan(&v)
+						return fnErr
+					}
+					_, err := tx.ExecContext(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1")
+					if next == "swallowed" {
+						return nil
+					}
+					fnErr = err
 					return fnErr
 				})
 				t.Logf("Fenced: %v", err)
