@@ -146,8 +146,8 @@ func benchPool(b *testing.B, workers int) *pgxpool.Pool {
 //
 //   - store: Store.Fenced, New's default (BEGIN, the raise and the write in one pgx
 //     batch, then COMMIT: two round trips);
-//   - fence-first: Store.Fenced with WithFenceFirst (BEGIN; SELECT fence_raise(...)
-//     in one simple-protocol message, then the write, then COMMIT: three);
+//   - fence-first: Store.Fenced with WithFenceFirst (BEGIN and the raise in one pgx
+//     batch, then the write, then COMMIT: three);
 //   - separate-statement: BEGIN, then the raise as its own prepared statement (four);
 //   - batch-function: BEGIN, SELECT fence_raise($1, $2) (the PL/pgSQL function of
 //     migration 3) and the write in one hand-written batch, then COMMIT;

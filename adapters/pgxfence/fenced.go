@@ -57,23 +57,14 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
-	if !s.fenceFirst {
-		return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g}, fn)
-	}
-	// BEGIN and the raise in one simple-protocol message, which has no parameters.
-	begin := s.beginSQL + "; SET LOCAL idle_in_transaction_session_timeout = " + s.set.IdleMS(g) + "; " + engine.PGRaiseLiteral(g)
-	tx, err := conn.BeginTx(ctx, pgx.TxOptions{BeginQuery: begin})
-	if err != nil {
-		// A refused raise leaves the transaction aborted and pgx returns no Tx: end
-		// it here (pgx closes a broken connection itself).
-		if !conn.IsClosed() && conn.PgConn().TxStatus() != 'I' {
-			if _, rbErr := conn.Exec(ctx, "ROLLBACK"); rbErr != nil {
-				return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
-			}
+	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
+	if s.fenceFirst {
+		if err := t.begin(ctx); err != nil {
+			t.rollback(ctx)
+			return err
 		}
-		return refusal(ctx, g, err, conn)
 	}
-	return s.runLazy(&lazyTx{ctx: ctx, s: s, conn: conn, g: g, tx: tx}, fn)
+	return s.runLazy(t, fn)
 }
 
 func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx.Tx) error) error {

@@ -88,25 +88,6 @@ func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// PGLiteral quotes a checked resource (UTF-8, no NUL) as E'...', where only \ and '
-// are special whatever standard_conforming_strings says.
-func PGLiteral(s string) string {
-	var b strings.Builder
-	b.Grow(len(s) + 4)
-	b.WriteString("E'")
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; c {
-		case '\\', '\'':
-			b.WriteByte(c)
-			b.WriteByte(c)
-		default:
-			b.WriteByte(c)
-		}
-	}
-	b.WriteByte('\'')
-	return b.String()
-}
-
 // PGRaise returns g's raise and arguments; idleMS, if set, bounds the idle time.
 func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 	args := []any{g.Resource(), int64(g.Token())}
@@ -122,16 +103,6 @@ func PGRaise(g fence.Grant, idleMS string) (string, []any) {
 		return PGRaiseSetIdleParams, append(args, idleMS)
 	}
 	return PGRaiseIdleSQL, append(args, idleMS)
-}
-
-// PGRaiseLiteral is g's raise with literals, in the set form so every refusal reads alike.
-func PGRaiseLiteral(g fence.Grant) string {
-	res := Resources(g)
-	lits := make([]string, len(res))
-	for i, r := range res {
-		lits[i] = PGLiteral(r)
-	}
-	return PGRaiseSetSQL("ARRAY["+strings.Join(lits, ", ")+"]", strconv.FormatInt(int64(g.Token()), 10), "")
 }
 
 // PostgreSQL's SQLSTATEs the adapters tell apart, through either driver.

@@ -31,13 +31,6 @@ func TestMarkedStale(t *testing.T) {
 	}
 }
 
-// TestLiteral doubles the two characters an escape-string constant treats specially.
-func TestLiteral(t *testing.T) {
-	if got := engine.PGLiteral(`a'b\c`); got != `E'a''b\\c'` {
-		t.Fatalf("PGLiteral = %s", got)
-	}
-}
-
 // TestPGUpdateSQL checks the argument order both PostgreSQL adapters bind: the
 // resource, the token, the set values, the key values.
 func TestPGUpdateSQL(t *testing.T) {
