@@ -82,7 +82,9 @@ func (s *Store) observe(op string, errp *error) {
 // WithIdleTimeout bounds how long a fenced transaction may sit idle on the server
 // before the server ends it, so a holder frozen inside fn holds up its successor about
 // one lease. Default: the grant's lease (fence.Leased), else 10 s; under a millisecond
-// is fence.ErrInvalidArgument.
+// is fence.ErrInvalidArgument. fn's own statements return the driver's error; Fenced
+// returns fence.ErrIdleTimeout wrapping it, or, on PostgreSQL where fn swallowed it,
+// fence.ErrCommitUnknown (database/sql hides whether COMMIT reached the server).
 //
 //   - PostgreSQL: idle_in_transaction_session_timeout for the transaction only, set by
 //     the raise statement; the server ends the session (25P03).
