@@ -147,8 +147,12 @@ func TestLock_Lease(t *testing.T) {
 			if got := l.Lease(); got != tt.want {
 				t.Fatalf("Lease() = %v, want %v", got, tt.want)
 			}
-			if got := engine.IdleTimeout(l, 0); got != tt.want {
-				t.Fatalf("engine.IdleTimeout(lock, 0) = %v, want the lock's lease %v", got, tt.want)
+			ck, err := engine.Check(l)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := ck.IdleTimeout(0); got != tt.want {
+				t.Fatalf("IdleTimeout(0) of the checked lock = %v, want the lock's lease %v", got, tt.want)
 			}
 		})
 	}

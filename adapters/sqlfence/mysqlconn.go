@@ -20,7 +20,7 @@ import (
 // back and restores it; on error its handler rolls back and restores. Otherwise the
 // transaction runs on a pinned connection (fencedPinned).
 func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
-	if !engine.Multi(g) && s.mariadb && s.txOpts == nil {
+	if !g.Multi() && s.mariadb && s.txOpts == nil {
 		if _, ok := s.db.Driver().(fastbegin.Driver); ok {
 			return s.fencedFast(ctx, g, fn)
 		}
@@ -120,8 +120,8 @@ func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sq
 	return s.run(ctx, conn, g, fn)
 }
 
-func idleSecs(s *Store, g fence.Grant) int64 {
-	return int64(math.Ceil(engine.IdleTimeout(g, s.set.Idle).Seconds()))
+func idleSecs(s *Store, g *engine.Checked) int64 {
+	return int64(math.Ceil(g.IdleTimeout(s.set.Idle).Seconds()))
 }
 
 // errFoundRows refuses a pool that counts changed rows, not matched: a fenced write of

@@ -47,7 +47,7 @@ func (postgres) rebind(q string) string {
 // a parameter per resource, which any driver can send), its errors read as pgxfence's.
 func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
 	q, args := engine.PGRaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
-	if engine.Multi(g) {
+	if g.Multi() {
 		res := g.Resources()
 		q, args = engine.PGRaiseSetEach(len(res)), make([]any, len(res), len(res)+2)
 		for i, r := range res {

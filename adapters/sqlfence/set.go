@@ -17,10 +17,10 @@ const onConflictRaise = " ON CONFLICT (resource) DO UPDATE SET token = excluded.
 	"WHERE fence_tokens.token <= excluded.token"
 
 // raiseSet raises a fence.Set's rows with one upsert that never lowers a row, locking
-// them in sorted order (engine.Resources); a *fence.StaleError names the first holding
+// them in sorted order (engine.Checked.Resources); a *fence.StaleError names the first holding
 // a higher token, looked up unless the row count says every row was raised.
 func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g *engine.Checked) error {
-	res := engine.Resources(g)
+	res := g.Resources()
 	tok := int64(g.Token())
 	args := make([]any, 0, 2*len(res))
 	for _, r := range res {

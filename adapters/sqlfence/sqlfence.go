@@ -121,7 +121,7 @@ func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions,
 	if err != nil {
 		return nil, fmt.Errorf("sqlfence: begin: %w", err)
 	}
-	if engine.Multi(g) {
+	if g.Multi() {
 		err = s.d.raiseSet(ctx, s, tx, g)
 	} else {
 		err = s.d.raise(ctx, s, tx, g)
@@ -262,9 +262,9 @@ func (s *Store) unknownOutcome(op string, g fence.Grant, err error, commit bool)
 
 // idleEnded is fence.ErrIdleTimeout when err, of fn or COMMIT, says the server ended
 // the transaction begun at begun for idling; else nil.
-func (s *Store) idleEnded(g fence.Grant, begun time.Time, err error, commit bool) error {
+func (s *Store) idleEnded(g *engine.Checked, begun time.Time, err error, commit bool) error {
 	if err == nil || errors.Is(err, fence.ErrIdleTimeout) ||
-		!s.d.idleEnded(err, commit, time.Since(begun) >= engine.IdleTimeout(g, s.set.Idle)) {
+		!s.d.idleEnded(err, commit, time.Since(begun) >= g.IdleTimeout(s.set.Idle)) {
 		return nil
 	}
 	return engine.IdleTimeoutErr(g, err)

@@ -5,6 +5,7 @@
 package engine
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"reflect"
@@ -72,20 +73,16 @@ func CheckSingle(g fence.Grant) error {
 // service's default lease.
 const DefaultIdleTimeout = 10 * time.Second
 
-// IdleTimeout is g's idle bound: override when > 0, else g's lease when > 0, else
+// IdleTimeout is c's idle bound: override when > 0, else c's lease when > 0, else
 // DefaultIdleTimeout; at least a millisecond, the servers' unit.
-func IdleTimeout(g fence.Grant, override time.Duration) time.Duration {
-	d := override
-	if c, ok := g.(*Checked); ok && d <= 0 {
-		d = c.lease
-	} else if l, ok := g.(fence.Leased); ok && d <= 0 && !IsNil(g) {
-		d = l.Lease()
-	}
-	if d <= 0 {
-		d = DefaultIdleTimeout
-	}
+func (c *Checked) IdleTimeout(override time.Duration) time.Duration {
+	d := cmp.Or(max(override, 0), max(c.lease, 0), DefaultIdleTimeout)
 	return max(d, time.Millisecond)
 }
+
+// Multi reports whether c fences more than one resource (a *lockclient.Lock on one
+// name, though a fence.Set, does not).
+func (c *Checked) Multi() bool { return len(c.resources) > 1 }
 
 // CheckLost returns fence.ErrLost when g is a fence.Watched grant whose Done channel
 // has closed, else nil: before COMMIT and before each request of a multi-request write.
@@ -118,15 +115,6 @@ func CommitUnknown(g fence.Grant, op string, err error) error {
 	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
 }
 
-// Resources returns g's resources sorted by bytes, each once: the order marks are
-// raised in, so overlapping sets lock in one order.
-func Resources(g fence.Grant) []string {
-	if c, ok := g.(*Checked); ok {
-		return c.resources
-	}
-	return sortedResources(g)
-}
-
 func sortedResources(g fence.Grant) []string {
 	set, ok := g.(fence.Set)
 	if !ok {
@@ -135,16 +123,6 @@ func sortedResources(g fence.Grant) []string {
 	res := slices.Clone(set.Resources())
 	slices.Sort(res)
 	return slices.Compact(res)
-}
-
-// Multi reports whether g fences more than one resource (a *lockclient.Lock on one
-// name, though a fence.Set, does not).
-func Multi(g fence.Grant) bool {
-	if c, ok := g.(*Checked); ok {
-		return len(c.resources) > 1
-	}
-	set, ok := g.(fence.Set)
-	return ok && len(set.Resources()) > 1 && len(Resources(g)) > 1
 }
 
 // IsNil reports whether v is nil or a typed nil (pointer, map, slice, chan, func).
@@ -219,9 +197,9 @@ func (s *Settings) SetKeyTTL(adapter string, d time.Duration) error {
 	return nil
 }
 
-// IdleMS is the idle bound of g's transactions in milliseconds, as text.
-func (s *Settings) IdleMS(g fence.Grant) string {
-	return strconv.FormatInt(IdleTimeout(g, s.Idle).Milliseconds(), 10)
+// IdleMS is the idle bound of c's transactions in milliseconds, as text.
+func (s *Settings) IdleMS(c *Checked) string {
+	return strconv.FormatInt(c.IdleTimeout(s.Idle).Milliseconds(), 10)
 }
 
 // Observe reports a fenced write's result to the observer, if any.

@@ -58,11 +58,11 @@ func TestCheckSingle(t *testing.T) {
 
 func TestResources(t *testing.T) {
 	g := fence.NewGrant("b", 3)
-	if got := engine.Resources(g); !slices.Equal(got, []string{"b"}) {
+	if got := mustCheck(t, g).Resources(); !slices.Equal(got, []string{"b"}) {
 		t.Fatalf("Resources(grant) = %q", got)
 	}
 	res := []string{"c", "a", "c", "b"}
-	if got := engine.Resources(set{g, res}); !slices.Equal(got, []string{"a", "b", "c"}) {
+	if got := mustCheck(t, set{g, res}).Resources(); !slices.Equal(got, []string{"a", "b", "c"}) {
 		t.Fatalf("Resources(set) = %q", got)
 	}
 	if !slices.Equal(res, []string{"c", "a", "c", "b"}) {
@@ -105,9 +105,17 @@ func TestCommitUnknown(t *testing.T) {
 	}
 }
 
-func TestIdleTimeout(t *testing.T) {
+func mustCheck(t *testing.T, g fence.Grant) *engine.Checked {
+	t.Helper()
+	c, err := engine.Check(g)
+	if err != nil {
+		t.Fatalf("Check(%v) = %v", g, err)
+	}
+	return c
+}
+
+func TestChecked_IdleTimeout(t *testing.T) {
 	g := fence.NewGrant("a", 3)
-	var nilLeased *leased
 	tests := []struct {
 		g        fence.Grant
 		override time.Duration
@@ -118,11 +126,10 @@ func TestIdleTimeout(t *testing.T) {
 		{leased{g, 4 * time.Second}, 0, 4 * time.Second},
 		{leased{g, 4 * time.Second}, time.Second, time.Second},
 		{leased{g, 0}, 0, engine.DefaultIdleTimeout},
-		{nilLeased, 0, engine.DefaultIdleTimeout},
 		{g, time.Microsecond, time.Millisecond},
 	}
 	for _, tt := range tests {
-		if got := engine.IdleTimeout(tt.g, tt.override); got != tt.want {
+		if got := mustCheck(t, tt.g).IdleTimeout(tt.override); got != tt.want {
 			t.Errorf("IdleTimeout(%T, %v) = %v, want %v", tt.g, tt.override, got, tt.want)
 		}
 	}
@@ -152,7 +159,7 @@ func TestCheck(t *testing.T) {
 	if again, err := engine.Check(c); err != nil || again != c {
 		t.Fatalf("Check(*Checked) = %p, %v; want the same value", again, err)
 	}
-	if !engine.Multi(c) || engine.CheckLost(c) != nil || engine.IdleTimeout(c, 0) != engine.DefaultIdleTimeout {
+	if !c.Multi() || engine.CheckLost(c) != nil || c.IdleTimeout(0) != engine.DefaultIdleTimeout {
 		t.Fatal("helpers misread a live *Checked")
 	}
 	close(done)
@@ -163,7 +170,7 @@ func TestCheck(t *testing.T) {
 		t.Fatalf("Check(nil) = %v", err)
 	}
 	l, err := engine.Check(leased{fence.NewGrant("a", 1), 2 * time.Second})
-	if err != nil || l.Lease() != 2*time.Second || engine.IdleTimeout(l, 0) != 2*time.Second || engine.Multi(l) {
+	if err != nil || l.Lease() != 2*time.Second || l.IdleTimeout(0) != 2*time.Second || l.Multi() {
 		t.Fatalf("Check(leased) = %v, %v", l, err)
 	}
 	if _, err := engine.CheckOne(c); !errors.Is(err, fence.ErrInvalidArgument) {

@@ -88,18 +88,18 @@ func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// PGRaise returns g's raise and arguments; idleMS, if set, bounds the idle time.
-func PGRaise(g fence.Grant, idleMS string) (string, []any) {
-	args := []any{g.Resource(), int64(g.Token())}
-	if Multi(g) {
-		args[0] = Resources(g)
+// PGRaise returns c's raise and arguments; idleMS, if set, bounds the idle time.
+func PGRaise(c *Checked, idleMS string) (string, []any) {
+	args := []any{c.Resource(), int64(c.Token())}
+	if c.Multi() {
+		args[0] = c.Resources()
 	}
 	switch {
-	case idleMS == "" && Multi(g):
+	case idleMS == "" && c.Multi():
 		return PGRaiseSetParams, args
 	case idleMS == "":
 		return PGRaiseSQL, args
-	case Multi(g):
+	case c.Multi():
 		return PGRaiseSetIdleParams, append(args, idleMS)
 	}
 	return PGRaiseIdleSQL, append(args, idleMS)
