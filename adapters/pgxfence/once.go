@@ -8,7 +8,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
@@ -180,17 +179,11 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 
 // beginOnce begins Once's transaction at the Store's isolation level.
 func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
-	if s.nested || s.beginSQL == "BEGIN" {
-		return s.db.Begin(ctx)
+	type txBeginner interface {
+		BeginTx(context.Context, pgx.TxOptions) (pgx.Tx, error)
 	}
-	o := pgx.TxOptions{BeginQuery: s.beginSQL}
-	switch db := s.db.(type) {
-	case *pgxpool.Pool:
-		return db.BeginTx(ctx, o)
-	case *pgxpool.Conn:
-		return db.BeginTx(ctx, o)
-	case *pgx.Conn:
-		return db.BeginTx(ctx, o)
+	if b, ok := s.db.(txBeginner); ok && s.beginSQL != "BEGIN" { // WithTxOptions refuses a pgx.Tx
+		return b.BeginTx(ctx, pgx.TxOptions{BeginQuery: s.beginSQL})
 	}
 	return s.db.Begin(ctx)
 }
