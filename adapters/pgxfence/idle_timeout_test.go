@@ -17,8 +17,9 @@ import (
 // idle timeout (WithIdleTimeout(1s), then 2.5 s without a statement), pipelined and
 // fence-first, and checks that whichever statement meets the ended transaction
 // returns an error matching fence.ErrIdleTimeout and wrapping the server's 25P03:
-// fn's own next statement (returned by fn, or swallowed), or COMMIT when fn sends
-// nothing more. Nothing of the transaction is stored.
+// fn's own next statement (an Exec, a Query read to its end, a QueryRow, a batch;
+// returned by fn, or swallowed), or COMMIT when fn sends nothing more. Nothing of the
+// transaction is stored.
 func TestStore_Fenced_idleTimeout(t *testing.T) {
 	pool := newPool(t)
 	for _, first := range []bool{false, true} {
@@ -27,7 +28,7 @@ func TestStore_Fenced_idleTimeout(t *testing.T) {
 			opts = append(opts, pgxfence.WithFenceFirst())
 		}
 		store := newStore(pool, opts...)
-		for _, next := range []string{"fn's statement", "swallowed", "query", "queryrow", "swallowed query", "commit"} {
+		for _, next := range []string{"fn's statement", "swallowed", "query", "queryrow", "swallowed query", "batch", "commit"} {
 			t.Run(fmt.Sprintf("fenceFirst=%v/%s", first, next), func(t *testing.T) {
 				ctx := t.Context()
 				tbl := fmt.Sprintf("idle_%d", time.Now().UnixNano())
@@ -51,6 +52,12 @@ func TestStore_Fenced_idleTimeout(t *testing.T) {
 							}
 							stmtErr = rows.Err()
 						}
+					case "batch":
+						b := &pgx.Batch{}
+						b.Queue("UPDATE " + tbl + " SET val = 6 WHERE id = 1")
+						br := tx.SendBatch(ctx, b)
+						_, stmtErr = br.Exec()
+						_ = br.Close()
 					case "queryrow":
 						var v int
 						stmtErr = tx.QueryRow(ctx, "UPDATE "+tbl+" SET val = 6 WHERE id = 1 RETURNING val").Scan(&v)
