@@ -58,7 +58,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
-	if s.fenceFirst {
+	if s.fenceFirst { // BEGIN and the raise in one round trip, before fn runs
 		if err := t.begin(ctx); err != nil {
 			t.rollback(ctx)
 			return err

@@ -116,8 +116,9 @@ func WithTxOptions(o pgx.TxOptions) Option {
 // WithIdleTimeout bounds how long a fenced transaction may sit idle before the server
 // ends it (idle_in_transaction_session_timeout, that transaction only). Default: the
 // grant's lease (fence.Leased), else 10 s; under 1 ms is refused; a pgx.Tx sets nothing.
-// Whichever statement of fn meets the ended transaction returns fence.ErrIdleTimeout,
-// and so does Fenced, even if fn swallowed it.
+// A statement fn sends through its pgx.Tx (not through Conn or LargeObjects) that meets
+// the ended transaction returns fence.ErrIdleTimeout, and so does Fenced, even if fn
+// swallowed that error.
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error {
 		return s.set.SetIdleTimeout("pgxfence", d)
