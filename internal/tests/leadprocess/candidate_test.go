@@ -1,4 +1,4 @@
-package lockclient_test
+package leadprocess_test
 
 import (
 	"context"

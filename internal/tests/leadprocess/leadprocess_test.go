@@ -1,6 +1,6 @@
 //go:build unix
 
-package lockclient_test
+package leadprocess_test
 
 import (
 	"bufio"
