@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -143,7 +143,7 @@ func (l *Lock) Context() context.Context {
 // lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
 // because its key was deleted or replaced.
 func (l *Lock) lose(why error) {
-	cause := engine.Lost(l.name, l.token)
+	cause := grant.Lost(l.name, l.token)
 	if why != nil {
 		cause = fmt.Errorf("%w: %w", cause, why)
 	}
