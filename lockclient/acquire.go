@@ -236,7 +236,7 @@ func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResp
 	}
 	c.waiting(ctx, c.nameOf(held[0]), held[0])
 	for _, kv := range held {
-		if err := c.waitDelete(ctx, string(kv.Key), resp.Header.Revision); err != nil {
+		if err := c.waitDeleted(ctx, string(kv.Key), resp.Header.Revision); err != nil {
 			c.forget(r.keys, unknown)
 			return nil, true, err
 		}
