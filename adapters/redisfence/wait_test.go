@@ -56,16 +56,7 @@ func TestWithWaitReplicas(t *testing.T) {
 	if err := rr.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := rr.Info(ctx, "replication").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitOnline(t, raw)
 	writes := []struct {
 		name  string
 		write func() error
@@ -94,5 +85,21 @@ func TestWithWaitReplicas(t *testing.T) {
 	}
 	if m, err := rr.HGet(ctx, redisfence.MarkKey(res), "token").Result(); err != nil || m != "6" {
 		t.Fatalf("replica's mark %q, %v; want 6", m, err)
+	}
+}
+
+// waitOnline waits until the primary counts a replica as online: the replica has
+// loaded the primary's data and acknowledges its writes, so WAIT counts it.
+func waitOnline(t *testing.T, primary *redis.Client) {
+	t.Helper()
+	for {
+		info, err := primary.Info(t.Context(), "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "state=online") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
 	}
 }

@@ -95,7 +95,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 		return err
 	}
 	tok := strconv.FormatInt(int64(g.Token()), 10)
-	reply, w, err := s.run(ctx, s.write, []string{mark, key}, append([]any{tok}, args...))
+	reply, w, err := s.run(ctx, s.write, []string{mark, key}, append([]any{tok}, args...), writeAccepted)
 	if err != nil {
 		return s.failed(g, op+" "+key, err)
 	}
@@ -111,6 +111,9 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	}
 	return fmt.Errorf("redisfence: %s %s: unexpected reply %v", op, key, reply)
 }
+
+// writeAccepted reports whether the write script's reply says it wrote: 1.
+func writeAccepted(reply any) bool { return reply == int64(1) }
 
 // failed classifies the error of a fenced write's script: a reply from Redis
 // (the script did not run, or failed before writing), a command never sent, or
