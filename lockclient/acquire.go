@@ -298,6 +298,10 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		}
 		c.locks[n] = l
 	}
+	if l.watch {
+		c.loops.Add(1)
+		go c.followKey(l)
+	}
 	if l.manual {
 		l.deadline = sent.Add(l.dur)
 		c.manual.push(l)
