@@ -179,7 +179,9 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k)
 	}
-	return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+	return retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+	})
 }
 
 // retryAcquire decides what a failed attempt means: nil to try again (at once

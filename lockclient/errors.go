@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/engine"
@@ -128,4 +130,33 @@ func transient(ctx context.Context, err error) bool {
 		return true
 	}
 	return false
+}
+
+// overloaded reports whether etcd refused err's request before proposing it
+// ("etcdserver: too many requests": its apply lags its commit): nothing was
+// written, so the request may be sent again as it was.
+func overloaded(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests)
+}
+
+// maxOverloadPause bounds the jittered pause between tries of a request etcd
+// refused as overloaded.
+const maxOverloadPause = time.Second
+
+// retryOverload runs call until etcd does not refuse it as overloaded, ctx
+// ends or the Client closes; between tries it pauses a random while within a
+// window that doubles from retryDelay up to maxOverloadPause, and reports
+// each retry (op names the request).
+func retryOverload[T any](ctx context.Context, c *Client, op string, call func() (T, error)) (T, error) {
+	for n := 0; ; n++ {
+		v, err := call()
+		if err == nil || !overloaded(err) || ctx.Err() != nil {
+			return v, err
+		}
+		c.retried(op, err)
+		window := min(retryDelay<<min(n, 8), maxOverloadPause)
+		if err := c.sleep(ctx, window/2+rand.N(window/2)); err != nil {
+			return v, err
+		}
+	}
 }

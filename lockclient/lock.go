@@ -366,7 +366,9 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 		dels[i] = clientv3.OpDelete(key)
 		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	resp, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	})
 	if err != nil {
 		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.denied(err))
 	}
@@ -426,7 +428,9 @@ func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
 	for i, n := range l.names {
 		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
 	}
-	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
 	if err != nil {
 		return false, err
 	}
