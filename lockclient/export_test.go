@@ -30,3 +30,19 @@ func RenewalDue(opts []Option, last time.Time, answered, slow, busy bool) (time.
 	r := renewal{last: last, answered: answered, slow: slow}
 	return r.next(c, busy), nil
 }
+
+// LoseSession ends c's session here, as a session deadline that passed would,
+// while etcd still has its lease (nobody renews it any more).
+func LoseSession(c *Client) {
+	c.mu.Lock()
+	lease := c.lease
+	c.mu.Unlock()
+	c.loseLease(lease, "lost by the test")
+}
+
+// SessionLease returns c's session lease; 0 when it has none.
+func SessionLease(c *Client) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.lease)
+}

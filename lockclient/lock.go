@@ -41,7 +41,7 @@ type Lock struct {
 	token   fence.Token
 	lease   clientv3.LeaseID
 	manual  bool
-	watch   bool // watches its key (a term of Lead)
+	watch   bool          // watches its key (a term of Lead)
 	dur     time.Duration // lease duration of a manual-renewal lock
 	ctx     context.Context
 	cancel  context.CancelCauseFunc

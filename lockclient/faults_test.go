@@ -14,6 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // overloadedClient is an etcd client whose next n requests to method are
@@ -109,4 +111,55 @@ func TestClient_Acquire_overloaded(t *testing.T) {
 			t.Fatalf("Acquire against an etcd overloaded for good = %v, want ctx's end", err)
 		}
 	})
+}
+
+// TestClient_Acquire_ownOrphan: an acquire Txn that landed but whose answer was
+// lost (the outcome unknown) while the session was lost too leaves a key of
+// this Client under the old lease. The retry under a new session recognises the
+// key as its own and takes the lock at once, instead of waiting the old lease out.
+func TestClient_Acquire_ownOrphan(t *testing.T) {
+	srv := locktest.Start(t)
+	var c *lockclient.Client
+	var armed atomic.Bool
+	var orphanLease atomic.Int64
+	lose := func(ctx context.Context, m string, req, reply any, cc *grpc.ClientConn, invoke grpc.UnaryInvoker, opts ...grpc.CallOption) error {
+		if m != "/etcdserverpb.KV/Txn" || !armed.CompareAndSwap(true, false) {
+			return invoke(ctx, m, req, reply, cc, opts...)
+		}
+		if err := invoke(ctx, m, req, reply, cc, opts...); err != nil {
+			return err
+		}
+		orphanLease.Store(int64(lockclient.SessionLease(c)))
+		lockclient.LoseSession(c)
+		return status.Error(codes.Unavailable, "answer lost in transit")
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints: srv.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop(),
+		DialOptions: []grpc.DialOption{grpc.WithChainUnaryInterceptor(lose)},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	c = newClient(t, cli, lockclient.WithTTL(30*time.Second))
+	warm := mustAcquire(t, c, "warm") // the session exists before the armed Txn
+	if err := warm.Release(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	l := mustAcquire(t, c, "job")
+	if orphanLease.Load() == 0 {
+		t.Fatal("the armed Txn was never sent")
+	}
+	// The old lease still lives in etcd: its key was deleted, not waited out.
+	resp, err := srv.Client(t).TimeToLive(t.Context(), clientv3.LeaseID(orphanLease.Load()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.TTL <= 0 {
+		t.Fatalf("Acquire returned only after its own orphan's lease expired (TTL %d)", resp.TTL)
+	}
+	if info, err := c.Holder(t.Context(), "job"); err != nil || info.Token != l.Token() {
+		t.Fatalf("Holder = %+v, %v; want token %d", info, err, l.Token())
+	}
 }
