@@ -94,12 +94,13 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		done:     make(chan struct{}),
 		locks:    make(map[string]*Lock),
 	}
+	var b [8]byte
+	rand.Read(b[:])
+	instance := hex.EncodeToString(b[:])
 	if c.id == "" {
-		var b [6]byte
-		rand.Read(b[:])
-		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, hex.EncodeToString(b[:]))
+		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, instance[:12])
 	}
-	c.valuePrefix = valuePrefix(c.host, c.pid, c.id)
+	c.valuePrefix = valuePrefix(c.host, c.pid, c.id, instance)
 	return c, nil
 }
 

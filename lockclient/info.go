@@ -68,13 +68,15 @@ func (c *Client) encode(at time.Time, r *request) []byte {
 }
 
 // valuePrefix is the opening of every value this client writes: holderValue's
-// fixed fields as JSON, without the closing brace.
-func valuePrefix(host string, pid int, id string) []byte {
+// fixed fields as JSON, without the closing brace. instance is random per
+// Client, so the prefix is this Client's own even when clients share an ID.
+func valuePrefix(host string, pid int, id, instance string) []byte {
 	b, _ := json.Marshal(struct {
 		Host     string `json:"host"`
 		PID      int    `json:"pid"`
 		ClientID string `json:"client_id"`
-	}{host, pid, id})
+		Instance string `json:"instance"`
+	}{host, pid, id, instance})
 	return b[:len(b)-1]
 }
 

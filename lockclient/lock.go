@@ -41,6 +41,7 @@ type Lock struct {
 	token   fence.Token
 	lease   clientv3.LeaseID
 	manual  bool
+	watch   bool          // watches its key (a term of Lead)
 	dur     time.Duration // lease duration of a manual-renewal lock
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -71,7 +72,7 @@ var (
 func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: r.names[0], names: r.names, set: r.set, token: token, lease: lease,
-		manual: r.lo.manual, dur: r.lo.lease, ctx: ctx, cancel: cancel, index: -1}
+		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()
 	}
@@ -140,6 +141,38 @@ func (l *Lock) Context() context.Context {
 		return nilLockCtx
 	}
 	return l.ctx
+}
+
+// keyGone ends l as lost because its key is gone or carries another token.
+// When l's session lease ran out (its local deadline passed, or etcd no
+// longer has it) that is the cause, as for every lock of the session: a key
+// deleted by the lease's expiry was not deleted by someone else.
+func (c *Client) keyGone(ctx context.Context, l *Lock) {
+	if l.ctx.Err() != nil {
+		return // ended meanwhile (released, lost, closed)
+	}
+	c.mu.Lock()
+	st, lease, deadline := c.state, c.lease, c.deadline
+	c.mu.Unlock()
+	if st != live || lease != l.lease {
+		return // the session ended, and every lock of it with it
+	}
+	why := ""
+	if !time.Now().Before(deadline) {
+		why = "no renewal confirmed before the session deadline"
+	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
+		why = "etcd no longer has the session lease"
+	}
+	if why != "" {
+		c.loseLease(lease, why)
+		return
+	}
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if held {
+		l.lose(nil)
+	}
 }
 
 // lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
@@ -214,9 +247,8 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return l.endedErr()
 	}
 	if !held {
-		c.unregisterLocked(l)
 		c.mu.Unlock()
-		l.lose(nil)
+		c.keyGone(ctx, l)
 		return l.endedErr()
 	}
 	if l.manual {
@@ -334,7 +366,9 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 		dels[i] = clientv3.OpDelete(key)
 		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
 	}
-	resp, err := c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	resp, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	})
 	if err != nil {
 		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.denied(err))
 	}
@@ -394,7 +428,9 @@ func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
 	for i, n := range l.names {
 		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
 	}
-	resp, err := c.cli.Txn(ctx).Then(ops...).Commit()
+	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
 	if err != nil {
 		return false, err
 	}
