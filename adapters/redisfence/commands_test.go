@@ -169,3 +169,74 @@ func TestStore_Fenced_crossSlotStore(t *testing.T) {
 		t.Fatal("a refused cross-slot transaction wrote")
 	}
 }
+
+// TestStore_commandTable checks that the Store reads the server's command table
+// once, on the first Fenced that queues a command; that a failed read (a user
+// the server's ACL denies COMMAND) is ErrCommandTable with nothing written and
+// is read again on the next call; and that a reply that is not a command table
+// is ErrCommandTable.
+func TestStore_commandTable(t *testing.T) {
+	raw := ownNode(t)
+	ctx := t.Context()
+	if err := raw.Do(ctx, "acl", "setuser", "fenced", "on", ">pw", "~*", "+@all", "-command").Err(); err != nil {
+		t.Fatal(err)
+	}
+	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Username: "fenced", Password: "pw"}))
+	res := e.res("r")
+	n := e.key(res, "n")
+	incr := func(tok fence.Token) error {
+		return e.store.Fenced(ctx, fence.NewGrant(res, tok), func(tx redis.Pipeliner) error {
+			tx.Incr(ctx, n)
+			return nil
+		})
+	}
+	if err := e.store.Set(ctx, fence.NewGrant(res, 1), e.key(res, "s"), "v", 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Fenced(ctx, fence.NewGrant(res, 1), func(redis.Pipeliner) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.sent.table.Load(); c != 0 {
+		t.Fatalf("%d COMMAND sent before a Fenced queued a command", c)
+	}
+	err := incr(2)
+	if !errors.Is(err, redisfence.ErrCommandTable) || !strings.Contains(err.Error(), "NOPERM") {
+		t.Fatalf("Fenced with COMMAND denied = %v, want ErrCommandTable with the server's NOPERM", err)
+	}
+	if _, found := e.get(t, n); found || e.mark(t, res) != 1 {
+		t.Fatal("a Fenced whose commands could not be checked wrote")
+	}
+	if err := raw.Do(ctx, "acl", "setuser", "fenced", "+command").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for tok := range fence.Token(3) {
+		if err := incr(tok + 3); err != nil {
+			t.Fatalf("Fenced once COMMAND is allowed: %v", err)
+		}
+	}
+	if c := e.sent.table.Load(); c != 2 {
+		t.Fatalf("%d COMMAND sent, want 2: the failed read and one read kept for the next calls", c)
+	}
+	if v, _ := e.get(t, n); v != "3" {
+		t.Fatalf("counter %s, want 3", v)
+	}
+
+	entry := func(a ...any) []any { return a }
+	get := entry("get", int64(2), []any{"readonly"}, int64(1), int64(1), int64(1))
+	for name, reply := range map[string][]any{
+		"empty":           nil,
+		"not an array":    {get, "set"},
+		"too short":       {entry("get", int64(2), []any{}, int64(1), int64(1))},
+		"no name":         {entry(int64(1), int64(2), []any{}, int64(1), int64(1), int64(1))},
+		"arity not a int": {entry("get", "2", []any{}, int64(1), int64(1), int64(1))},
+		"flags not array": {entry("get", int64(2), "readonly", int64(1), int64(1), int64(1))},
+		"bad subcommand":  {entry("xgroup", int64(-2), []any{}, int64(0), int64(0), int64(0), nil, nil, nil, []any{"x"})},
+	} {
+		if err := redisfence.ParseCommandTableForTest(reply); !errors.Is(err, redisfence.ErrCommandTable) {
+			t.Errorf("%s: %v, want ErrCommandTable", name, err)
+		}
+	}
+	if err := redisfence.ParseCommandTableForTest([]any{get}); err != nil {
+		t.Fatalf("a table of GET alone: %v", err)
+	}
+}
