@@ -6,7 +6,7 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,11 +73,11 @@ func (e *NotHeldError) Error() string {
 // Unwrap returns ErrNotHeld.
 func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 
-// checkName reports why name cannot name a lock (engine.CheckLockName: a resource name
+// checkName reports why name cannot name a lock (lockname.Check: a resource name
 // without slashes or control characters), or nil; the error wraps
 // fence.ErrInvalidArgument.
 func checkName(name string) error {
-	if err := engine.CheckLockName(name); err != nil {
+	if err := lockname.Check(name); err != nil {
 		return fmt.Errorf("lockclient: %w", err)
 	}
 	return nil

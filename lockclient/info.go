@@ -45,28 +45,25 @@ type holderValue struct {
 	Value      []byte    `json:"value,omitempty"`    // WithValue's value (base64 in JSON)
 }
 
-// encodeValue is encode with value, when not nil, stored in holderValue's
-// Value field.
-func (c *Client) encodeValue(at time.Time, value []byte) []byte {
-	b := c.encode(at)
-	if value == nil {
-		return b
-	}
-	b = append(b[:len(b)-1], `,"value":"`...)
-	b = base64.StdEncoding.AppendEncode(b, value)
-	return append(b, `"}`...)
-}
-
 // encode returns the value of one acquire attempt: holderValue's JSON, built from
-// the client's fixed fields (marshalled once, in New) and the attempt's time and
-// sequence number, without reflection on the hot path.
-func (c *Client) encode(at time.Time) []byte {
+// the client's fixed fields (marshalled once, in New), the attempt's time and
+// sequence number, a set's size and the stored value, without reflection.
+func (c *Client) encode(at time.Time, r *request) []byte {
 	b := make([]byte, 0, len(c.valuePrefix)+64)
 	b = append(b, c.valuePrefix...)
 	b = append(b, `,"acquired_at":"`...)
 	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","seq":`...)
 	b = strconv.AppendUint(b, c.seq.Add(1), 10)
+	if r.set {
+		b = append(b, `,"set_size":`...)
+		b = strconv.AppendInt(b, int64(len(r.names)), 10)
+	}
+	if r.lo.value != nil {
+		b = append(b, `,"value":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.lo.value)
+		b = append(b, '"')
+	}
 	return append(b, '}')
 }
 
@@ -168,6 +165,25 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		}
 	}
 	return infos, nil
+}
+
+// setNames returns the names of the set whose token is tok: the keys under the
+// prefix created at revision tok, which only one Txn can have created. One etcd
+// read, filtered by etcd.
+func (c *Client) setNames(ctx context.Context, tok fence.Token) ([]string, error) {
+	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithMinCreateRev(int64(tok)), clientv3.WithMaxCreateRev(int64(tok)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if n := c.nameOf(kv); checkName(n) == nil {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }
 
 // inSet reports whether kv's value says it was created by AcquireSet.

@@ -101,7 +101,7 @@ func (c *Client) Lead(ctx context.Context, name string, fn func(term *Lock) erro
 	}
 	backoff := retryDelay
 	for {
-		term, err := c.acquire(ctx, name, nil, true, lo.value)
+		term, err := c.acquire(ctx, &request{names: []string{name}, keys: []string{c.key(name)}, wait: true, lo: lockOptions{value: lo.value}})
 		if err != nil {
 			if !c.retryCampaign(ctx, name, err, &backoff) {
 				return err

@@ -134,6 +134,7 @@ type LockOption func(*lockOptions) error
 type lockOptions struct {
 	manual bool
 	lease  time.Duration
+	value  []byte // stored with the key (WithValue)
 }
 
 // WithManualRenewal makes the lock live only while the caller renews it: a lock

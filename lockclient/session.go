@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -138,7 +138,7 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	c.mu.Unlock()
 	c.sessionLost(lease, why, len(locks))
 	for _, l := range locks {
-		l.end(fmt.Errorf("%w: %w", engine.Lost(l.name, l.token), ErrSessionLost))
+		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
 	}
 }
 

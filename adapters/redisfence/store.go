@@ -9,7 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Store makes fenced writes through a go-redis client: a *redis.Client (a single
@@ -43,7 +43,7 @@ type Option func(*Store) error
 // default, reports nothing.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
-		if engine.IsNil(obs) {
+		if typednil.Is(obs) {
 			obs = nil
 		}
 		s.obs = obs
@@ -77,7 +77,7 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // fence.ErrInvalidArgument, and a nil Store, for a nil rdb (a typed nil too) and an
 // unusable option (the error names it). A nil Option is ignored.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
-	if engine.IsNil(rdb) {
+	if typednil.Is(rdb) {
 		return nil, invalid("nil Redis client")
 	}
 	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript, cmds: &commands{}}
@@ -108,7 +108,7 @@ func (s *Store) observe(op string, errp *error) {
 }
 
 func (s *Store) usable() error {
-	if s == nil || engine.IsNil(s.rdb) {
+	if s == nil || typednil.Is(s.rdb) {
 		return invalid("nil Store; use New")
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 var _ fence.Store[redis.Pipeliner] = (*Store)(nil)
@@ -40,7 +40,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if fn == nil {
 		return invalid("nil function")
 	}
-	c, err := engine.Check(g) // checked and its resources sorted once, here
+	c, err := grant.Check(g) // checked and its resources sorted once, here
 	if err != nil {
 		return err
 	}
@@ -65,7 +65,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if err != nil {
 		return err
 	}
-	if err := engine.CheckLost(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

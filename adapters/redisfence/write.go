@@ -10,7 +10,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Set stores value at key for grant g, as SET does, in one round trip: a script
@@ -80,7 +81,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if err := engine.CheckSingle(g); err != nil {
+	if err := grant.CheckSingle(g); err != nil {
 		return err
 	}
 	res := g.Resource()
@@ -119,13 +120,13 @@ func (s *Store) failed(g fence.Grant, what string, err error) error {
 	if serverError(err) || unsent(err) {
 		return fmt.Errorf("redisfence: %s: %w", what, err)
 	}
-	return engine.CommitUnknown(g, what, err)
+	return grant.CommitUnknown(g, what, err)
 }
 
 // checkValue refuses a value go-redis cannot send: nil, a typed nil, or a type it
 // has no encoding for.
 func checkValue(v any) error {
-	if engine.IsNil(v) {
+	if typednil.Is(v) {
 		return invalid("nil value (%T); use \"\" for an empty string", v)
 	}
 	switch v.(type) {
