@@ -41,7 +41,8 @@ func TestMain(m *testing.M) {
 // can tell that a refusal made no I/O: n counts every command but COMMAND (the
 // Store reading the server's command table, or asking it for keys), which table
 // counts, and a new connection's HELLO and CLIENT SETINFO, which neither does.
-type counter struct{ n, table atomic.Int64 }
+// pipelines counts the pipelines sent.
+type counter struct{ n, table, pipelines atomic.Int64 }
 
 func (c *counter) add(cmds ...redis.Cmder) {
 	for _, cmd := range cmds {
@@ -64,6 +65,7 @@ func (c *counter) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 }
 func (c *counter) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
 	return func(ctx context.Context, cmds []redis.Cmder) error {
+		c.pipelines.Add(1)
 		c.add(cmds...)
 		return next(ctx, cmds)
 	}

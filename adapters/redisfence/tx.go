@@ -19,17 +19,18 @@ var _ fence.Store[redis.Pipeliner] = (*Store)(nil)
 var errExecInFn = errors.New("redisfence: a fenced transaction's commands are sent when fn returns; do not call Exec, Pipelined or TxPipelined on it")
 
 // Fenced runs fn, which queues commands on tx as on a go-redis pipeline, then
-// sends them with the fence in one script, one round trip, applied atomically:
-// if any of g's resources has a higher token than g's, nothing is applied and
-// Fenced returns a *fence.StaleError naming it; else every mark is raised to g's
-// token and the commands run in order, their replies filling the commands fn
-// queued. As in EXEC, a command failing at run time (WRONGTYPE) does not undo the
-// others nor the raise: Fenced returns the first such error, wrapped. Nothing is
-// sent when fn returns an error (returned as is) or a Watched lock is lost
-// (fence.ErrLost). Commands are checked by the server's command table (see
-// Commands in the package doc): a refused one is fence.ErrInvalidArgument naming
-// it, nothing written, as are a bad grant, a nil fn and a reply type the Store
-// cannot fill. ErrCommandTable when the table cannot be read; a lost reply is
+// sends them with the fence in one script, applied atomically (one round trip;
+// two when one of them has keys that move with its arguments): if any of g's
+// resources has a higher token than g's, nothing is applied and Fenced returns a
+// *fence.StaleError naming it; else every mark is raised to g's token and the
+// commands run in order, their replies filling fn's commands. As in EXEC, a
+// command failing at run time (WRONGTYPE) undoes neither the others nor the
+// raise: Fenced returns the first such error, wrapped. Nothing is sent when fn
+// returns an error (returned as is) or a Watched lock is lost (fence.ErrLost).
+// Commands are checked by the server's command table (see Commands in the package
+// doc): a refused one is fence.ErrInvalidArgument naming it, nothing written, as
+// are a bad grant, a nil fn and a reply type the Store cannot fill.
+// ErrCommandTable when the table cannot be read; a lost reply is
 // fence.ErrCommitUnknown, never sent again.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipeliner) error) (err error) {
 	defer s.observe("fenced", &err)

@@ -103,3 +103,36 @@ func waitOnline(t *testing.T, primary *redis.Client) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestWithWaitReplicas_staleDoesNotWait checks that a write refused as stale
+// sends no WAIT, in every form, on a primary with no replica (where WAIT would
+// last its whole timeout): the server's command statistics count the one WAIT
+// of the accepted write only.
+func TestWithWaitReplicas_staleDoesNotWait(t *testing.T) {
+	raw := ownNode(t)
+	ctx := t.Context()
+	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr}), redisfence.WithWaitReplicas(1, 100*time.Millisecond))
+	res := e.res("r")
+	k := e.key(res, "k")
+	if err := raw.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Set(ctx, fence.NewGrant(res, 2), k, "two", 0); !errors.Is(err, redisfence.ErrNotReplicated) {
+		t.Fatalf("accepted Set with no replica = %v, want ErrNotReplicated", err)
+	}
+	stale := fence.NewGrant(res, 1)
+	for _, err := range []error{
+		e.store.Set(ctx, stale, k, "one", 0),
+		e.store.HSet(ctx, stale, e.key(res, "h"), map[string]any{"f": 1}),
+		e.store.Delete(ctx, stale, k),
+		e.store.Fenced(ctx, stale, func(tx redis.Pipeliner) error {
+			tx.Incr(ctx, e.key(res, "n"))
+			return nil
+		}),
+	} {
+		wantStale(t, err, res, 1, 2)
+	}
+	if n := commandStats(t, raw)["wait"]; n != 1 {
+		t.Fatalf("WAIT sent %d times, want once: for the accepted write only", n)
+	}
+}
