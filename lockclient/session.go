@@ -68,7 +68,9 @@ func (c *Client) grant(ctx context.Context) error {
 		}
 	}
 	sent := time.Now()
-	resp, err := c.cli.Grant(ctx, int64(c.ttl/time.Second))
+	resp, err := retryOverload(ctx, c, "grant", func() (*clientv3.LeaseGrantResponse, error) {
+		return c.cli.Grant(ctx, int64(c.ttl/time.Second))
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			c.mu.Lock()
