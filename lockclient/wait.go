@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"cmp"
 	"context"
 	"slices"
 	"strings"
@@ -43,6 +44,8 @@ func (c *Client) wait(ctx context.Context, s watchSpec) error {
 				return nil
 			case err == nil:
 				rev = next
+			case c.cli.Ctx().Err() != nil:
+				return c.cli.Ctx().Err() // the etcd client was closed
 			default:
 				if err := c.sleep(ctx, retryDelay); err != nil {
 					return err
@@ -50,18 +53,14 @@ func (c *Client) wait(ctx context.Context, s watchSpec) error {
 				continue
 			}
 		}
-		done, cmp, err := c.watchOnce(ctx, s, &rev)
+		done, lost, err := c.watchOnce(ctx, s, &rev)
 		if done || err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if err := cmp.Or(ctx.Err(), c.cli.Ctx().Err()); err != nil {
+			return err // ctx ended, or the etcd client was closed
 		}
-		if err := c.cli.Ctx().Err(); err != nil {
-			return err // the etcd client was closed: nothing comes any more
-		}
-		compacted = cmp
-		if !compacted {
+		if compacted = lost; !compacted {
 			if err := c.sleep(ctx, retryDelay); err != nil {
 				return err
 			}
