@@ -73,13 +73,13 @@ func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
 	q, args := engine.PGRaise(g, "") // a savepoint: the caller's transaction is the caller's to bound
-	if _, err := tx.Exec(ctx, q, args...); err != nil {
+	if _, err := tx.Exec(ctx, q, s.mode(args)...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
+	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return poolerHint(fnErr(g, fn(tx))) })
 }
 
 // savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.
@@ -101,7 +101,7 @@ func (t savepoint) Commit() error {
 
 // runLazy runs fn on t and commits (engine.RunTx); with WithFenceFirst t has begun.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
-	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
+	return engine.RunTx(t.g, lazyRun{t}, func() error { return poolerHint(fnErr(t.g, fn(t))) })
 }
 
 // lazyRun is a lazyTx as the lifecycle ends it (engine.Tx).
@@ -145,6 +145,9 @@ func (t *lazyTx) batch() *pgx.Batch {
 }
 
 func (t *lazyTx) begin(ctx context.Context) error {
+	if t.s.pooler {
+		return t.beginPooled(ctx)
+	}
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN
