@@ -4,14 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"regexp"
-	"strconv"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/pgsql"
 )
 
 // WithPooler makes the Store's own statements work through a transaction pooler
@@ -62,8 +59,7 @@ func (s *Store) fnMode(args []any) []any {
 // beginPooled begins t's transaction for WithPooler: BEGIN and the raise in one
 // simple-protocol query, nothing prepared. A refused raise is rolled back at once.
 func (t *lazyTx) beginPooled(ctx context.Context) error {
-	q, args := engine.PGRaise(t.g, t.s.set.IdleMS(t.g))
-	raise, err := literalSQL(t.conn.PgConn(), q, args)
+	raise, err := pgsql.RaiseLiteral(t.g, t.s.set.IdleMS(t.g))
 	if err != nil {
 		t.refused = fmt.Errorf("pgxfence: fenced transaction for %q: %w", t.g.Resource(), err)
 		return t.refused
@@ -85,56 +81,6 @@ func (t *lazyTx) beginPooled(ctx context.Context) error {
 	}
 	t.refused = refusal(ctx, t.g, err, lookup)
 	return t.refused
-}
-
-var placeholder = regexp.MustCompile(`\$[0-9]+`)
-
-// literalSQL writes args into q's $n placeholders as SQL literals: strings quoted
-// (which needs standard_conforming_strings, as pgx's simple protocol does), integers
-// in decimal, string slices as ARRAY[...]. The raise has no '$' of its own.
-func literalSQL(pc *pgconn.PgConn, q string, args []any) (string, error) {
-	if pc.ParameterStatus("standard_conforming_strings") != "on" {
-		return "", errors.New("WithPooler needs standard_conforming_strings = on")
-	}
-	lits := make([]string, len(args))
-	for i, a := range args {
-		var err error
-		if lits[i], err = literal(a); err != nil {
-			return "", err
-		}
-	}
-	var bad error
-	out := placeholder.ReplaceAllStringFunc(q, func(p string) string {
-		n, _ := strconv.Atoi(p[1:])
-		if n < 1 || n > len(lits) {
-			bad = fmt.Errorf("placeholder %s without a value", p)
-			return p
-		}
-		return lits[n-1]
-	})
-	return out, bad
-}
-
-func literal(a any) (string, error) {
-	switch v := a.(type) {
-	case string:
-		if strings.IndexByte(v, 0) >= 0 {
-			return "", errors.New("a value holds a NUL byte")
-		}
-		return "'" + strings.ReplaceAll(v, "'", "''") + "'", nil
-	case int64:
-		return strconv.FormatInt(v, 10), nil
-	case []string:
-		parts := make([]string, len(v))
-		for i, s := range v {
-			var err error
-			if parts[i], err = literal(s); err != nil {
-				return "", err
-			}
-		}
-		return "ARRAY[" + strings.Join(parts, ", ") + "]::varchar[]", nil
-	}
-	return "", fmt.Errorf("no literal for a %T", a)
 }
 
 // poolerHint adds the fix to err when it says a named or unnamed prepared statement
