@@ -59,6 +59,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
+	forgetReplication(conn)
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
 	if s.fenceFirst { // BEGIN and the raise in one round trip, before fn runs
 		if err := t.begin(ctx); err != nil {
@@ -120,7 +121,10 @@ func (r lazyRun) Commit() error {
 		}
 	}
 	err := commit(ctx, t.tx, t.g)
-	if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
+	if err == nil {
+		return replicationErr(t.conn, t.g) // WatchReplication
+	}
+	if errors.Is(err, fence.ErrCommitUnknown) {
 		return err
 	}
 	return refusal(ctx, t.g, err, t.conn)

@@ -12,7 +12,7 @@ import (
 
 // RaiseLiteral is Raise with c's values written into the SQL as literals, to send
 // without parameters: over the simple protocol nothing is prepared, so a transaction
-// pooler may run it on any server connection. Strings are E'' literals, quoted the
+// pooler may run it on any server connection. Strings are E” literals, quoted the
 // same whatever standard_conforming_strings says; a NUL byte is refused.
 func RaiseLiteral(c *grant.Checked, idleMS string) (string, error) {
 	q, args := Raise(c, idleMS)
