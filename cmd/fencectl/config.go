@@ -28,6 +28,7 @@ type config struct {
 	timeout   time.Duration
 	json      bool
 	release   bool
+	all       bool
 }
 
 func defaultConfig() config {
@@ -66,6 +67,7 @@ func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the command's I/O")
 	fs.BoolVar(&c.json, "json", c.json, "print JSON")
 	fs.BoolVar(&c.release, "release", c.release, "fence: also release the lock key, conditioned on the holder's token")
+	fs.BoolVar(&c.all, "all", c.all, "fence: every mark stored and every lock held (after promoting a replica that may lag)")
 	return fs
 }
 

@@ -94,7 +94,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "tokens":
 		c = command{nargs: -1, usage: "[RESOURCE]", run: cmdTokens}
 	case "fence":
-		c = command{nargs: -2, usage: "[-release] RESOURCE...", run: cmdFence}
+		c = command{nargs: -2, usage: "[-release] RESOURCE... (or -all)", run: cmdFence}
 	case "watch":
 		c = command{nargs: 1, usage: "NAME (or 'PREFIX*')", run: cmdWatch, long: true}
 	case "help", "-h", "--help":
@@ -105,7 +105,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		usage(stderr)
 		return 2
 	}
-	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0) {
+	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0 && !cfg.all) {
 		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] %s %s\n", cmd, c.usage)
 		return 2
 	}
