@@ -31,13 +31,16 @@ type Config struct {
 	TTL time.Duration
 }
 
-// Main runs the package's tests; a worker process runs only its scenario's job.
-// Call it from TestMain:
+// Main runs the package's tests and then each of after (stop shared servers
+// there); a worker process runs only its scenario's job. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { scenario.Main(m) }
-func Main(m *testing.M) {
+func Main(m *testing.M, after ...func()) {
 	os.Setenv(mainEnv, "1")
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if spec := os.Getenv(workerEnv); spec != "" {
 		name, _, _ := strings.Cut(spec, " ")
 		fmt.Fprintf(os.Stderr, "scenario: worker %s: the test ended (exit %d) before calling scenario.Run: code before Run runs in workers too; move it into Config.Setup\n", name, code)
