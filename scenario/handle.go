@@ -131,6 +131,7 @@ func (r *run) act(i int, s *Step, p *proc) error {
 		return nil
 	case "Freeze":
 		p.cmd.Process.Signal(syscall.SIGSTOP)
+		waitStopped(p.cmd.Process.Pid)
 		r.eventLocked(p.name, "frozen")
 		undo = func() { p.cmd.Process.Signal(syscall.SIGCONT); r.eventLocked(p.name, "thawed") }
 	case "CutOff":
