@@ -24,7 +24,7 @@ type writeFunc func(ctx context.Context, g fence.Grant, value string, inTx func(
 // backend is a store the invoice job can run on.
 type backend struct {
 	name  string
-	setup func(t *testing.T) string                                          // in the test process: a DSN
+	setup func(t *testing.T) string                                                   // in the test process: a DSN
 	open  func(ctx context.Context, dsn string, bare bool) (writeFunc, func(), error) // in a worker
 	read  func(ctx context.Context, dsn string) (map[string]string, error)
 }

@@ -29,6 +29,8 @@ type Config struct {
 	// TTL is the workers' session lease (default lockclient.MinTTL, 2 s): how long a
 	// frozen or cut-off worker keeps its locks.
 	TTL time.Duration
+	// Launcher starts the workers (default: child processes of the test).
+	Launcher Launcher
 }
 
 // Main runs the package's tests and then each of after (stop shared servers
@@ -76,6 +78,9 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 	}
 	if cfg.TTL == 0 {
 		cfg.TTL = lockclient.MinTTL
+	}
+	if cfg.Launcher == nil {
+		cfg.Launcher = processes{}
 	}
 	etcd := locktest.Start(t)
 	r, err := newRun(t, cfg, etcd)
