@@ -51,6 +51,10 @@ func Main(m *testing.M, after ...func()) {
 	os.Exit(code)
 }
 
+// IsWorker reports whether this process is a worker of a run, for code before Run
+// that must not run in workers (a Launcher's setup, a server's start).
+func IsWorker() bool { return os.Getenv(workerEnv) != "" }
+
 // Run runs the scenario and fails t when its history breaks the fencing guarantee
 // (History.Check), with every worker's timeline. It returns the history.
 func Run(t *testing.T, cfg Config, steps ...*Step) *History {
