@@ -3,6 +3,8 @@ package fence
 import (
 	"context"
 	"fmt"
+
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Store is what an adapter gives Exec: a database that can run a function inside a
@@ -27,7 +29,7 @@ type Store[Tx any] interface {
 // token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
 // from fn is returned as is, after rollback.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
-	if isNil(s) {
+	if typednil.Is(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
 	}
 	if fn == nil {

@@ -2,8 +2,9 @@ package fence
 
 import (
 	"fmt"
-	"reflect"
 	"unicode/utf8"
+
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Token is a fencing token: a number that only goes up across the grants of one
@@ -68,7 +69,7 @@ const maxResourceLen = 200
 // with no resources, or a token <= 0; and ErrLost when g is a Watched
 // grant whose Done channel is closed. Adapters call it before any I/O.
 func CheckGrant(g Grant) error {
-	if isNil(g) {
+	if typednil.Is(g) {
 		return errNilGrant
 	}
 	if err := CheckResource(g.Resource()); err != nil {
@@ -95,7 +96,7 @@ func CheckGrant(g Grant) error {
 // closed, and nil otherwise.
 func checkLost(g Grant) error {
 	w, ok := g.(Watched)
-	if !ok || isNil(g) {
+	if !ok || typednil.Is(g) {
 		return nil
 	}
 	if d := w.Done(); d != nil {
@@ -106,19 +107,6 @@ func checkLost(g Grant) error {
 		}
 	}
 	return nil
-}
-
-// isNil reports whether v is nil or holds a nil pointer, map, slice, channel or
-// function: a typed nil whose methods would dereference it.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
 }
 
 var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)

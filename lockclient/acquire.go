@@ -1,9 +1,11 @@
 package lockclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -12,249 +14,324 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// retryDelay spaces retries after a transient etcd error (no leader, a member
-// down), so a waiting Acquire does not spin while the cluster elects.
-const retryDelay = 100 * time.Millisecond
+// MaxSetSize is the most names one AcquireSet takes: its Txn has a compare and
+// a put per name, and etcd refuses more operations per branch than its
+// --max-txn-ops (default 128; a lower limit refuses with rpctypes.ErrTooManyOps).
+const MaxSetSize = 128
 
-// Acquire takes the lock name, waiting while another holder has it, until it is
-// granted or ctx ends; ctx governs the wait and every etcd call. Each attempt is
-// one etcd Txn that creates the key under the session lease if it is absent; the
-// lock's token is the key's create revision, higher than every token granted
-// before for any name. While the lock is held, Acquire watches the key for its
-// deletion and writes nothing. Transient etcd errors (no leader, a member down)
-// are retried until ctx ends. If the Client has no session (its first call, or
-// its last session was lost), Acquire first grants one; if the session is lost
-// while Acquire waits, it goes on under a new one.
+// Acquire takes the lock name, waiting while another holder has it, until it
+// is granted or ctx ends; ctx governs the wait and every etcd call. It is
+// AcquireSet with one name: one Txn per attempt, the token the key's create
+// revision, no writes while waiting. Transient etcd errors are retried; a lost
+// session is replaced and the wait goes on under the new one.
 //
-// Before any I/O it returns an error wrapping fence.ErrInvalidArgument for a
-// bad name or a bad option. Other errors: ErrClosed after Close, ctx's error, or etcd's error that is not transient
-// (a failed session grant included).
+// Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
+// ErrClosed, ctx's error, or etcd's error that is not transient.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	if c.obs == nil && c.log == nil {
-		return c.acquire(ctx, name, opts, true, nil)
-	}
-	start := time.Now()
-	l, err := c.acquire(ctx, name, opts, true, nil)
-	c.acquired(ctx, name, start, l, err, true)
-	return l, err
+	return c.acquireObserved(ctx, []string{name}, opts, true, false)
 }
 
-// TryAcquire takes the lock name if nobody holds it, and otherwise returns at once
-// a *HeldError (errors.Is(err, ErrHeld)) carrying the holder and its token. It is
-// one etcd Txn and writes nothing when the lock is held. ctx governs the call.
-// Other errors are those of Acquire; a transient etcd error is returned, not
-// retried, and so is an error matching ErrSessionLost when the session was lost
-// during the call (the next call starts a new one).
+// TryAcquire is Acquire without the wait: when the lock is held it returns at
+// once a *HeldError (ErrHeld) naming the holder, having written nothing. A
+// transient etcd error is returned, not retried, and a session lost during the
+// call is an error matching ErrSessionLost (the next call starts a new one).
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	if c.obs == nil && c.log == nil {
-		return c.acquire(ctx, name, opts, false, nil)
+	return c.acquireObserved(ctx, []string{name}, opts, false, false)
+}
+
+// AcquireSet takes every one of names all-or-nothing, under one token, waiting
+// while any is held. It holds none of them while it waits, so sets listed in
+// any order cannot deadlock; it is not fair. The set is one *Lock (Resources
+// are its names, Resource the first in sorted order) that ends as a whole;
+// Holder and List show its names in Info.Set.
+//
+// Errors are those of Acquire; fence.ErrInvalidArgument also for no names, a
+// name listed twice or more than MaxSetSize names.
+func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
+	return c.acquireObserved(ctx, names, opts, true, true)
+}
+
+// TryAcquireSet is AcquireSet without the wait, as TryAcquire is Acquire
+// without it; its *HeldError names the first held name in sorted order.
+func (c *Client) TryAcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
+	return c.acquireObserved(ctx, names, opts, false, true)
+}
+
+// request is one acquire call: its names, sorted, and what it asks for.
+type request struct {
+	names []string
+	keys  []string
+	set   bool // AcquireSet: the value says so, and Holder lists the names
+	wait  bool
+	lo    lockOptions
+}
+
+func (c *Client) acquireObserved(ctx context.Context, names []string, opts []LockOption, wait, set bool) (*Lock, error) {
+	var start time.Time
+	if c.obs != nil || c.log != nil {
+		start = time.Now()
 	}
-	start := time.Now()
-	l, err := c.acquire(ctx, name, opts, false, nil)
-	c.acquired(ctx, name, start, l, err, false)
+	r, err := c.newRequest(names, opts, wait, set)
+	var l *Lock
+	if err == nil {
+		l, err = c.acquire(ctx, r)
+	}
+	if c.obs != nil || c.log != nil {
+		first := ""
+		if len(names) > 0 {
+			first = slices.Min(names)
+		}
+		c.acquired(ctx, first, start, l, err, wait)
+	}
 	return l, err
 }
 
-// acquire takes name; value, when not nil, is stored with the key (Lead's
-// WithValue) and shown as Info.Value.
-func (c *Client) acquire(ctx context.Context, name string, opts []LockOption, wait bool, value []byte) (*Lock, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
+func (c *Client) newRequest(names []string, opts []LockOption, wait, set bool) (*request, error) {
+	r := &request{names: names, set: set, wait: wait}
+	var err error
+	if set {
+		r.names, err = checkSet(names)
+	} else {
+		err = checkName(names[0])
 	}
-	lo, err := buildLockOptions(c.ttl, opts)
 	if err != nil {
 		return nil, err
 	}
-	key := c.key(name)
+	if r.lo, err = buildLockOptions(c.ttl, opts); err != nil {
+		return nil, err
+	}
+	r.keys = make([]string, len(r.names))
+	for i, n := range r.names {
+		r.keys[i] = c.key(n)
+	}
+	return r, nil
+}
+
+// checkSet returns names sorted in a new slice, or why they cannot form a set.
+func checkSet(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, invalid("lock set: no names")
+	case len(names) > MaxSetSize:
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, invalid("lock set: %q listed more than once", sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+// acquire is the one lock path: each attempt is one Txn that creates every key
+// under the session lease if none exists, else reads them.
+func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
 	var lease clientv3.LeaseID
 	// Values of attempts whose outcome is unknown (the Txn failed in transit):
-	// finding one of them on the key later means that attempt took the lock.
+	// finding one of them on the keys later means that attempt took the lock.
 	var unknown [][]byte
 	for {
-		// The session of every attempt: a waiting Acquire whose session was lost
-		// goes on under a new one.
-		cur, err := c.session(ctx)
+		cur, err := c.session(ctx) // per attempt: a lost session is replaced
 		if err != nil {
-			c.forget(key, unknown)
+			c.forget(r.keys, unknown)
 			return nil, err
 		}
 		if cur != lease {
 			lease, unknown = cur, nil // the old lease takes its keys with it
 		}
 		sent := time.Now()
-		val := c.encodeValue(sent, value)
-		resp, err := c.cli.Txn(ctx).
-			If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0)).
-			Then(clientv3.OpPut(key, string(val), clientv3.WithLease(lease))).
-			Else(clientv3.OpGet(key)).
-			Commit()
+		val := c.encode(sent, r)
+		resp, err := c.txnCreate(ctx, r.keys, lease, val)
 		if err != nil {
 			unknown = append(unknown, val) // it may have landed, or ctx ended on a Txn that did
-			if retry, err := c.retryAcquire(ctx, err, wait, name, lease); !retry {
-				c.forget(key, unknown)
+			if err := c.retryAcquire(ctx, err, r, lease); err != nil {
+				c.forget(r.keys, unknown)
 				return nil, err
 			}
 			continue
 		}
 		if resp.Succeeded {
-			l, err := c.register(name, fence.Token(resp.Header.Revision), lease, sent, lo)
-			if wait && errors.Is(err, ErrSessionLost) {
+			l, err := c.register(c.newLock(r, fence.Token(resp.Header.Revision), lease), sent)
+			if r.wait && errors.Is(err, ErrSessionLost) {
 				continue
 			}
 			return l, err
 		}
-		if l, done, err := c.blocked(ctx, name, resp, lease, unknown, lo, wait); done {
+		if l, done, err := c.blocked(ctx, r, resp, lease, unknown); done {
 			return l, err
 		}
 	}
 }
 
-// retryAcquire decides what a failed acquire Txn means: try again (at once
+// txnCreate sends one attempt: every key put with val under lease if none exists.
+func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
+	cmps := make([]clientv3.Cmp, len(keys))
+	puts := make([]clientv3.Op, len(keys))
+	gets := make([]clientv3.Op, len(keys))
+	for i, k := range keys {
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
+		gets[i] = clientv3.OpGet(k)
+	}
+	return retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+	})
+}
+
+// retryAcquire decides what a failed attempt means: nil to try again (at once
 // under a new session, or after a pause for a transient error while waiting),
-// or give up with the error to return.
-func (c *Client) retryAcquire(ctx context.Context, err error, wait bool, name string, lease clientv3.LeaseID) (bool, error) {
+// or the error to return. A lease etcd no longer has ends the session at once.
+func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
 	switch {
 	case errors.Is(err, rpctypes.ErrLeaseNotFound):
 		c.loseLease(lease, "etcd no longer has the session lease")
-		if wait {
-			return true, nil
+		if r.wait {
+			return nil
 		}
-		return false, fmt.Errorf("%w: lease not found while acquiring %q", ErrSessionLost, name)
-	case transient(ctx, err) && wait:
-		if err := c.sleep(ctx, retryDelay); err != nil {
-			return false, err
-		}
-		return true, nil
+		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
+	case transient(ctx, err) && r.wait:
+		return c.sleep(ctx, retryDelay)
 	}
-	return false, fmt.Errorf("lockclient: acquire %q: %w", name, c.denied(err))
+	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
 }
 
-// blocked handles an acquire Txn that found name's key. It is done when an
-// earlier attempt of this call had taken the lock (registered and returned),
-// for TryAcquire (a *HeldError), or when the wait for the key's deletion fails;
-// otherwise the key was deleted and the caller tries again.
-func (c *Client) blocked(ctx context.Context, name string, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte, lo lockOptions, wait bool) (l *Lock, done bool, err error) {
-	kvs := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(kvs) == 0 {
-		return nil, false, nil // cannot happen: the compare failed, so the key existed in this Txn
+// blocked handles an attempt that found keys. It is done when an earlier
+// attempt of this call had taken every key (registered and returned), for a
+// try (a *HeldError), or when the wait fails; otherwise the keys that blocked
+// it were deleted and the caller tries again.
+func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (*Lock, bool, error) {
+	var held, ours, orphans []*mvccpb.KeyValue
+	for _, rr := range resp.Responses {
+		kvs := rr.GetResponseRange().GetKvs()
+		switch {
+		case len(kvs) == 0:
+		case clientv3.LeaseID(kvs[0].Lease) != lease && bytes.HasPrefix(kvs[0].Value, c.valuePrefix):
+			orphans = append(orphans, kvs[0])
+		case clientv3.LeaseID(kvs[0].Lease) == lease && slices.ContainsFunc(unknown, func(v []byte) bool { return string(v) == string(kvs[0].Value) }):
+			ours = append(ours, kvs[0])
+		default:
+			held = append(held, kvs[0])
+		}
 	}
-	kv := kvs[0]
-	if clientv3.LeaseID(kv.Lease) == lease && isOneOf(kv.Value, unknown) {
-		// An earlier attempt whose answer was lost did take the lock.
-		info := decodeInfo(name, kv)
-		l, err := c.register(name, info.Token, lease, info.AcquiredAt, lo)
+	if len(orphans) > 0 {
+		if err := c.dropOrphans(ctx, orphans); err == nil {
+			return nil, false, nil
+		}
+		held = append(held, orphans...) // not deleted: waited out like any other
+	}
+	if len(ours) == len(r.names) {
+		// An earlier attempt whose answer was lost took every key.
+		info := decodeInfo(r.names[0], ours[0])
+		l, err := c.register(c.newLock(r, info.Token, lease), info.AcquiredAt)
 		return l, true, err
 	}
-	if !wait {
-		info := decodeInfo(name, kv)
-		return nil, true, &HeldError{Name: name, Holder: info, Token: info.Token}
+	if len(ours) > 0 {
+		// Part of an earlier attempt's keys is left (someone deleted the rest):
+		// give it up, and wait for those keys like any other.
+		c.forget(r.keys, unknown)
+		held = append(held, ours...)
 	}
-	c.waiting(ctx, name, kv)
-	if err := c.waitDelete(ctx, c.key(name), resp.Header.Revision); err != nil {
-		c.forget(c.key(name), unknown)
-		return nil, true, err
+	if len(held) == 0 {
+		return nil, false, nil // cannot happen: the compare failed, so a key existed
+	}
+	if !r.wait {
+		info := decodeInfo(c.nameOf(held[0]), held[0])
+		return nil, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+	}
+	c.waiting(ctx, c.nameOf(held[0]), held[0])
+	for _, kv := range held {
+		if err := c.waitDeleted(ctx, string(kv.Key), resp.Header.Revision); err != nil {
+			c.forget(r.keys, unknown)
+			return nil, true, err
+		}
 	}
 	return nil, false, nil
 }
 
-// waitDelete watches key from the revision after rev until it is deleted (or the
-// watch breaks, which the caller answers by trying again).
-func (c *Client) waitDelete(ctx context.Context, key string, rev int64) error {
-	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-	defer cancel()
-	wch := c.cli.Watch(wctx, key, clientv3.WithRev(rev+1), clientv3.WithFilterPut())
-	for {
-		select {
-		case <-c.done:
-			c.mu.Lock()
-			st := c.state
-			c.mu.Unlock()
-			return stateErr(st)
-		case wr, ok := <-wch:
-			if !ok {
-				if err := ctx.Err(); err != nil {
-					return err
-				}
-				return c.sleep(ctx, retryDelay)
-			}
-			if wr.Err() != nil {
-				// Compacted, no leader, cancelled: the Txn tells what is true now.
-				return c.sleep(ctx, retryDelay)
-			}
-			for _, ev := range wr.Events {
-				if ev.Type == mvccpb.DELETE {
-					return nil
-				}
-			}
-		}
+// dropOrphans deletes keys this Client created under a session it has lost
+// (an attempt whose outcome was unknown, a lock whose session ended here before
+// etcd expired it): every Lock of that session has ended, so nobody holds them,
+// and waiting for their lease to expire would only delay the caller. Each
+// delete is conditioned on the key's create revision.
+func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
+	ops := make([]clientv3.Op, len(kvs))
+	for i, kv := range kvs {
+		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
 	}
+	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	return err
 }
 
-func (c *Client) sleep(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.done:
-		c.mu.Lock()
-		st := c.state
-		c.mu.Unlock()
-		return stateErr(st)
+func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
+
+// label names a lock in errors: its name, or for a set its first names and size.
+func label(names []string, set bool) string {
+	switch {
+	case !set:
+		return fmt.Sprintf("%q", names[0])
+	case len(names) <= 3:
+		return fmt.Sprintf("set %q", names)
 	}
+	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
 }
 
-// forget queues deletes of the keys an attempt with an unknown outcome may have
+// forget queues deletes of the keys attempts with an unknown outcome may have
 // created, so that a lock nobody will use does not stay held for the session's
-// life. The delete is conditioned on the exact value that attempt wrote.
-func (c *Client) forget(key string, vals [][]byte) {
-	for _, v := range vals {
-		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.Value(key), "=", string(v))})
-	}
-}
-
-func isOneOf(v []byte, vals [][]byte) bool {
-	for _, u := range vals {
-		if string(u) == string(v) {
-			return true
+// life; each delete is conditioned on the exact value the attempt wrote.
+func (c *Client) forget(keys []string, vals [][]byte) {
+	for _, k := range keys {
+		for _, v := range vals {
+			c.addPending(pendingDelete{key: k, cmp: clientv3.Compare(clientv3.Value(k), "=", string(v))})
 		}
 	}
-	return false
 }
 
-// register records a granted lock. If the session ended meanwhile, the key is
-// deleted again and the session's error returned.
-func (c *Client) register(name string, token fence.Token, lease clientv3.LeaseID, sent time.Time, lo lockOptions) (*Lock, error) {
-	return c.registerLock(newLock(c, name, token, lease, lo), sent, lo)
-}
-
-// registerLock records l, a single lock or a set, under each of its names.
-func (c *Client) registerLock(l *Lock, sent time.Time, lo lockOptions) (*Lock, error) {
-	name, lease := l.name, l.lease
+// register records a granted lock under each of its names. If the session
+// ended meanwhile, the keys go with it and the session's error is returned;
+// after Close they are deleted.
+func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 	c.mu.Lock()
-	if c.state != live || c.lease != lease {
+	if c.state != live || c.lease != l.lease {
 		st := c.state
 		c.mu.Unlock()
 		l.cancel(stateErr(st))
 		if st != closed {
-			// The lease is gone or going; its keys go with it.
-			return nil, fmt.Errorf("%w: lost while acquiring %q", ErrSessionLost, name)
+			return nil, fmt.Errorf("%w: lost while acquiring %s", ErrSessionLost, label(l.names, l.set))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 		defer cancel()
-		c.deleteLock(ctx, l)
+		c.deleteKeys(ctx, l.names, l.token, l.set)
 		return nil, ErrClosed
 	}
+	// The first lock of an idle session wakes the loop: the busy cadence may
+	// want a renewal now.
+	poke := len(c.locks) == 0
 	// A lock of ours still registered under one of these names cannot hold the
 	// key we just created: it was released by token elsewhere or expired. It is lost.
-	// The first lock of an idle session wakes the loop: the busy cadence may
-	// want a renewal now (see renewal).
-	poke := len(c.locks) == 0
-	olds := c.replaceLocked(l)
-	if lo.manual {
-		l.deadline = sent.Add(lo.lease)
+	var olds []*Lock
+	for _, n := range l.names {
+		if old := c.locks[n]; old != nil && old != l {
+			c.unregisterLocked(old)
+			olds = append(olds, old)
+		}
+		c.locks[n] = l
+	}
+	if l.watch {
+		c.loops.Add(1)
+		go c.followKey(l)
+	}
+	if l.manual {
+		l.deadline = sent.Add(l.dur)
 		c.manual.push(l)
 		poke = poke || c.manual[0] == l
 	}
@@ -273,8 +350,7 @@ func (c *Client) unregisterLocked(l *Lock) bool {
 	if c.locks[l.name] != l {
 		return false
 	}
-	delete(c.locks, l.name)
-	for _, n := range l.names { // a set's other names (its first is l.name)
+	for _, n := range l.names {
 		if c.locks[n] == l {
 			delete(c.locks, n)
 		}

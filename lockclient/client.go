@@ -12,7 +12,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -95,12 +94,13 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		done:     make(chan struct{}),
 		locks:    make(map[string]*Lock),
 	}
+	var b [8]byte
+	rand.Read(b[:])
+	instance := hex.EncodeToString(b[:])
 	if c.id == "" {
-		var b [6]byte
-		rand.Read(b[:])
-		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, hex.EncodeToString(b[:]))
+		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, instance[:12])
 	}
-	c.valuePrefix = valuePrefix(c.host, c.pid, c.id)
+	c.valuePrefix = valuePrefix(c.host, c.pid, c.id, instance)
 	return c, nil
 }
 
@@ -152,53 +152,4 @@ func (c *Client) takeLocksLocked() []*Lock {
 	c.manual = nil
 	c.pending = nil
 	return locks
-}
-
-// Release releases the lock name if its key still carries token, for callers
-// that kept only the token (the Lock's own Release does the same). It is one etcd
-// Txn conditioned on the key's create revision, so it can never delete a
-// successor's key. ctx governs the Txn.
-//
-// It returns a *NotHeldError (ErrNotHeld) when the key is gone or carries another
-// token, an error wrapping fence.ErrInvalidArgument for a bad name or a token
-// <= 0, ErrClosed on a closed Client, or etcd's error.
-func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
-	if err := checkName(name); err != nil {
-		return err
-	}
-	if err := checkToken(name, token); err != nil {
-		return err
-	}
-	c.mu.Lock()
-	st := c.state
-	l := c.locks[name]
-	c.mu.Unlock()
-	if st == closed {
-		return ErrClosed
-	}
-	if l != nil && l.token == token {
-		return l.Release(ctx)
-	}
-	return c.deleteKey(ctx, name, token)
-}
-
-// deleteKey is the release Txn: delete the key only if it carries token.
-func (c *Client) deleteKey(ctx context.Context, name string, token fence.Token) error {
-	key := c.key(name)
-	resp, err := c.cli.Txn(ctx).
-		If(clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))).
-		Then(clientv3.OpDelete(key)).
-		Else(clientv3.OpGet(key)).
-		Commit()
-	if err != nil {
-		return fmt.Errorf("lockclient: release %q (token %d): %w", name, token, c.denied(err))
-	}
-	if !resp.Succeeded {
-		e := &NotHeldError{Name: name, Token: token}
-		if kvs := resp.Responses[0].GetResponseRange().GetKvs(); len(kvs) > 0 {
-			e.Current = fence.Token(kvs[0].CreateRevision)
-		}
-		return e
-	}
-	return nil
 }

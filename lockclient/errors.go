@@ -4,9 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
@@ -73,11 +75,27 @@ func (e *NotHeldError) Error() string {
 // Unwrap returns ErrNotHeld.
 func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 
-// checkName reports why name cannot name a lock (engine.CheckLockName: a resource name
+// TermError is what Lead returns when fn returned an error while its term was
+// still held. It matches fn's error, never fence.ErrLost: a lost term does not
+// end Lead.
+type TermError struct {
+	Name  string
+	Token fence.Token // the term in which fn failed
+	Err   error       // what fn returned
+}
+
+func (e *TermError) Error() string {
+	return fmt.Sprintf("lockclient: lead %q: term %d: %v", e.Name, e.Token, e.Err)
+}
+
+// Unwrap returns fn's error.
+func (e *TermError) Unwrap() error { return e.Err }
+
+// checkName reports why name cannot name a lock (lockname.Check: a resource name
 // without slashes or control characters), or nil; the error wraps
 // fence.ErrInvalidArgument.
 func checkName(name string) error {
-	if err := engine.CheckLockName(name); err != nil {
+	if err := lockname.Check(name); err != nil {
 		return fmt.Errorf("lockclient: %w", err)
 	}
 	return nil
@@ -112,4 +130,33 @@ func transient(ctx context.Context, err error) bool {
 		return true
 	}
 	return false
+}
+
+// overloaded reports whether etcd refused err's request before proposing it
+// ("etcdserver: too many requests": its apply lags its commit): nothing was
+// written, so the request may be sent again as it was.
+func overloaded(err error) bool {
+	return errors.Is(err, rpctypes.ErrTooManyRequests)
+}
+
+// maxOverloadPause bounds the jittered pause between tries of a request etcd
+// refused as overloaded.
+const maxOverloadPause = time.Second
+
+// retryOverload runs call until etcd does not refuse it as overloaded, ctx
+// ends or the Client closes; between tries it pauses a random while within a
+// window that doubles from retryDelay up to maxOverloadPause, and reports
+// each retry (op names the request).
+func retryOverload[T any](ctx context.Context, c *Client, op string, call func() (T, error)) (T, error) {
+	for n := 0; ; n++ {
+		v, err := call()
+		if err == nil || !overloaded(err) || ctx.Err() != nil {
+			return v, err
+		}
+		c.retried(op, err)
+		window := min(retryDelay<<min(n, 8), maxOverloadPause)
+		if err := c.sleep(ctx, window/2+rand.N(window/2)); err != nil {
+			return v, err
+		}
+	}
 }

@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
@@ -147,7 +147,7 @@ func TestLock_Lease(t *testing.T) {
 			if got := l.Lease(); got != tt.want {
 				t.Fatalf("Lease() = %v, want %v", got, tt.want)
 			}
-			ck, err := engine.Check(l)
+			ck, err := grant.Check(l)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -45,39 +45,38 @@ type holderValue struct {
 	Value      []byte    `json:"value,omitempty"`    // WithValue's value (base64 in JSON)
 }
 
-// encodeValue is encode with value, when not nil, stored in holderValue's
-// Value field.
-func (c *Client) encodeValue(at time.Time, value []byte) []byte {
-	b := c.encode(at)
-	if value == nil {
-		return b
-	}
-	b = append(b[:len(b)-1], `,"value":"`...)
-	b = base64.StdEncoding.AppendEncode(b, value)
-	return append(b, `"}`...)
-}
-
 // encode returns the value of one acquire attempt: holderValue's JSON, built from
-// the client's fixed fields (marshalled once, in New) and the attempt's time and
-// sequence number, without reflection on the hot path.
-func (c *Client) encode(at time.Time) []byte {
+// the client's fixed fields (marshalled once, in New), the attempt's time and
+// sequence number, a set's size and the stored value, without reflection.
+func (c *Client) encode(at time.Time, r *request) []byte {
 	b := make([]byte, 0, len(c.valuePrefix)+64)
 	b = append(b, c.valuePrefix...)
 	b = append(b, `,"acquired_at":"`...)
 	b = at.UTC().AppendFormat(b, time.RFC3339Nano)
 	b = append(b, `","seq":`...)
 	b = strconv.AppendUint(b, c.seq.Add(1), 10)
+	if r.set {
+		b = append(b, `,"set_size":`...)
+		b = strconv.AppendInt(b, int64(len(r.names)), 10)
+	}
+	if r.lo.value != nil {
+		b = append(b, `,"value":"`...)
+		b = base64.StdEncoding.AppendEncode(b, r.lo.value)
+		b = append(b, '"')
+	}
 	return append(b, '}')
 }
 
 // valuePrefix is the opening of every value this client writes: holderValue's
-// fixed fields as JSON, without the closing brace.
-func valuePrefix(host string, pid int, id string) []byte {
+// fixed fields as JSON, without the closing brace. instance is random per
+// Client, so the prefix is this Client's own even when clients share an ID.
+func valuePrefix(host string, pid int, id, instance string) []byte {
 	b, _ := json.Marshal(struct {
 		Host     string `json:"host"`
 		PID      int    `json:"pid"`
 		ClientID string `json:"client_id"`
-	}{host, pid, id})
+		Instance string `json:"instance"`
+	}{host, pid, id, instance})
 	return b[:len(b)-1]
 }
 
@@ -168,6 +167,25 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 		}
 	}
 	return infos, nil
+}
+
+// setNames returns the names of the set whose token is tok: the keys under the
+// prefix created at revision tok, which only one Txn can have created. One etcd
+// read, filtered by etcd.
+func (c *Client) setNames(ctx context.Context, tok fence.Token) ([]string, error) {
+	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
+		clientv3.WithMinCreateRev(int64(tok)), clientv3.WithMaxCreateRev(int64(tok)),
+		clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, 0, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if n := c.nameOf(kv); checkName(n) == nil {
+			names = append(names, n)
+		}
+	}
+	return names, nil
 }
 
 // inSet reports whether kv's value says it was created by AcquireSet.

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -35,11 +35,13 @@ import (
 // does watch its key and ends within moments of its deletion.
 type Lock struct {
 	c       *Client
-	name    string   // for a set, its first name
-	names   []string // a set's names, sorted (AcquireSet); nil for a single lock
+	name    string   // its first name
+	names   []string // its names, sorted; one for Acquire
+	set     bool     // taken by AcquireSet
 	token   fence.Token
 	lease   clientv3.LeaseID
 	manual  bool
+	watch   bool          // watches its key (a term of Lead)
 	dur     time.Duration // lease duration of a manual-renewal lock
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
@@ -67,9 +69,10 @@ var (
 	}()
 )
 
-func newLock(c *Client, name string, token fence.Token, lease clientv3.LeaseID, lo lockOptions) *Lock {
+func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lock{c: c, name: name, token: token, lease: lease, manual: lo.manual, dur: lo.lease, ctx: ctx, cancel: cancel, index: -1}
+	l := &Lock{c: c, name: r.names[0], names: r.names, set: r.set, token: token, lease: lease,
+		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()
 	}
@@ -92,7 +95,7 @@ func (l *Lock) Resources() []string {
 	if l == nil {
 		return nil
 	}
-	return slices.Clone(l.keyNames())
+	return slices.Clone(l.names)
 }
 
 // Token returns the lock's fencing token: the etcd create revision of its keys;
@@ -140,15 +143,47 @@ func (l *Lock) Context() context.Context {
 	return l.ctx
 }
 
+// keyGone ends l as lost because its key is gone or carries another token.
+// When l's session lease ran out (its local deadline passed, or etcd no
+// longer has it) that is the cause, as for every lock of the session: a key
+// deleted by the lease's expiry was not deleted by someone else.
+func (c *Client) keyGone(ctx context.Context, l *Lock) {
+	if l.ctx.Err() != nil {
+		return // ended meanwhile (released, lost, closed)
+	}
+	c.mu.Lock()
+	st, lease, deadline := c.state, c.lease, c.deadline
+	c.mu.Unlock()
+	if st != live || lease != l.lease {
+		return // the session ended, and every lock of it with it
+	}
+	why := ""
+	if !time.Now().Before(deadline) {
+		why = "no renewal confirmed before the session deadline"
+	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
+		why = "etcd no longer has the session lease"
+	}
+	if why != "" {
+		c.loseLease(lease, why)
+		return
+	}
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if held {
+		l.lose(nil)
+	}
+}
+
 // lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
 // because its key was deleted or replaced.
 func (l *Lock) lose(why error) {
-	cause := engine.Lost(l.name, l.token)
+	cause := grant.Lost(l.name, l.token)
 	if why != nil {
 		cause = fmt.Errorf("%w: %w", cause, why)
 	}
 	l.end(cause)
-	if l.names != nil {
+	if len(l.names) > 1 {
 		l.c.dropSet(l) // the members whose keys are still ours go too
 	}
 }
@@ -212,9 +247,8 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return l.endedErr()
 	}
 	if !held {
-		c.unregisterLocked(l)
 		c.mu.Unlock()
-		l.lose(nil)
+		c.keyGone(ctx, l)
 		return l.endedErr()
 	}
 	if l.manual {
@@ -255,10 +289,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.endedErr()
 	}
 	l.end(ErrReleased)
-	err := c.deleteLock(ctx, l)
+	err := c.deleteKeys(ctx, l.names, l.token, l.set)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {
-		c.pendDeletes(l)
+		c.pendDeletes(l.names, l.token)
 	}
 	return err
 }
@@ -291,3 +325,120 @@ func (h *lockHeap) Pop() any {
 
 func (h *lockHeap) push(l *Lock)   { heap.Push(h, l) }
 func (h *lockHeap) remove(l *Lock) { heap.Remove(h, l.index) }
+
+// Release releases the lock name if its key still carries token, for callers
+// that kept only the token (the Lock's own Release does the same): one Txn on
+// the key's create revision, which never deletes a successor's key.
+//
+// Errors: a *NotHeldError (ErrNotHeld) when the key is gone or carries another
+// token; fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed;
+// etcd's error.
+func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
+	if err := checkName(name); err != nil {
+		return err
+	}
+	if err := checkToken(name, token); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	st := c.state
+	l := c.locks[name]
+	c.mu.Unlock()
+	if st == closed {
+		return ErrClosed
+	}
+	if l != nil && l.token == token {
+		return l.Release(ctx)
+	}
+	return c.deleteKeys(ctx, []string{name}, token, false)
+}
+
+// deleteKeys is the release Txn: delete every key of names only if every one
+// carries token. If some key does not, the keys that still do are deleted in
+// the background, and a *NotHeldError names the first key that does not.
+func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Token, set bool) error {
+	cmps := make([]clientv3.Cmp, len(names))
+	dels := make([]clientv3.Op, len(names))
+	gets := make([]clientv3.Op, len(names))
+	for i, n := range names {
+		key := c.key(n)
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))
+		dels[i] = clientv3.OpDelete(key)
+		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+	}
+	resp, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.denied(err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	var carrying []string
+	var nh *NotHeldError
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		switch {
+		case len(kvs) == 1 && fence.Token(kvs[0].CreateRevision) == token:
+			carrying = append(carrying, names[i])
+		case nh == nil:
+			nh = &NotHeldError{Name: names[i], Token: token}
+			if len(kvs) == 1 {
+				nh.Current = fence.Token(kvs[0].CreateRevision)
+			}
+		}
+	}
+	c.pendDeletes(carrying, token)
+	if nh == nil {
+		return &NotHeldError{Name: names[0], Token: token} // cannot happen: the compare failed
+	}
+	return nh
+}
+
+// pendDeletes queues a delete of each key of names, conditioned on token.
+func (c *Client) pendDeletes(names []string, token fence.Token) {
+	for _, n := range names {
+		key := c.key(n)
+		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))})
+	}
+}
+
+// dropSet finishes the loss of a set: its names still registered to it are
+// unregistered, and its keys that still carry its token are deleted in the
+// background, so that its other names do not stay held for the session's life.
+func (c *Client) dropSet(l *Lock) {
+	c.mu.Lock()
+	for _, n := range l.names {
+		if c.locks[n] == l {
+			delete(c.locks, n)
+		}
+	}
+	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
+		c.manual.remove(l) // a session loss or Close emptied the heap without this
+	}
+	c.mu.Unlock()
+	c.pendDeletes(l.names, l.token)
+}
+
+// carries reads every key of l in one linearizable read and reports whether
+// each still carries l's token under l's session lease.
+func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
+	ops := make([]clientv3.Op, len(l.names))
+	for i, n := range l.names {
+		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
+	}
+	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
+			return false, nil
+		}
+	}
+	return true, nil
+}

@@ -6,6 +6,7 @@ import (
 	"slices"
 	"time"
 
+	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -23,11 +24,11 @@ type sessionLoop struct {
 	lease      clientv3.LeaseID
 	ended      <-chan struct{} // closed when the session is lost
 	ctx        context.Context // cancelled when the loop returns
-	ka         *keepalive
+	ka         *keepalive.Stream
 	delc       chan error // a delete batch's result
 	deleting   bool
 	batch      int // pending deletes in flight
-	renew      renewal
+	renew      *keepalive.Cadence
 	nextDelete time.Time
 }
 
@@ -38,11 +39,11 @@ func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted tim
 	defer cancel()
 	s := &sessionLoop{
 		c: c, lease: lease, ended: ended, ctx: ctx,
-		ka:    newKeepalive(ctx, c, lease),
+		ka:    keepalive.New(ctx, c.cli.ActiveConnection(), lease, &c.loops, c.interval),
 		delc:  make(chan error, 1),
-		renew: newRenewal(granted),
+		renew: keepalive.NewCadence(c.ttl, c.interval, c.idle, granted),
 	}
-	defer s.ka.reset()
+	defer s.ka.Reset()
 	timer := time.NewTimer(time.Hour)
 	defer timer.Stop()
 	for {
@@ -88,7 +89,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	for _, l := range expired {
 		l.lose(ErrNotRenewed)
 	}
-	if !now.Before(s.renew.next(c, busy)) {
+	if !now.Before(s.renew.Next(busy)) {
 		s.send(now, deadline)
 	}
 	if todo != nil {
@@ -99,7 +100,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 			s.delc <- c.deleteBatch(s.ctx, todo, deadline)
 		}()
 	}
-	if next := s.renew.next(c, busy); next.Before(wake) {
+	if next := s.renew.Next(busy); next.Before(wake) {
 		wake = next
 	}
 	if !s.deleting && todo == nil && !s.nextDelete.IsZero() && s.nextDelete.Before(wake) {
@@ -111,15 +112,15 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 // send sends a keepalive and records it, or, if none could be sent, schedules a
 // retry.
 func (s *sessionLoop) send(now, deadline time.Time) {
-	err := s.ka.send(now)
+	err := s.ka.Send(now)
 	if err != nil {
 		s.c.keptAlive(s.lease, 0, deadline, err)
 	}
-	if err != nil && !errors.Is(err, errNoAnswer) {
-		s.renew.failed(now, s.c) // not sent
+	if err != nil && !errors.Is(err, keepalive.ErrNoAnswer) {
+		s.renew.Failed(now) // not sent
 		return
 	}
-	s.renew.sent(now)
+	s.renew.Sent(now)
 }
 
 // wait blocks until timer fires or something happens; false when the loop must
@@ -133,7 +134,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 		return false
 	case <-c.poke:
 	case <-timer.C:
-	case r := <-s.ka.results:
+	case r := <-s.ka.Results():
 		return s.answered(r)
 	case err := <-s.delc:
 		s.deleting = false
@@ -153,9 +154,9 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 
 // answered handles what the keepalive stream returned; false when the session is
 // lost.
-func (s *sessionLoop) answered(r kaResult) bool {
+func (s *sessionLoop) answered(r keepalive.Result) bool {
 	c := s.c
-	sent, ok := s.ka.answer(r)
+	sent, ok := s.ka.Answer(r)
 	if !ok {
 		return true // from a stream given up, or an answer nothing waited for
 	}
@@ -165,28 +166,28 @@ func (s *sessionLoop) answered(r kaResult) bool {
 		rtt = now.Sub(sent)
 	}
 	switch {
-	case r.err != nil:
+	case r.Err != nil:
 		c.mu.Lock()
 		deadline := c.deadline
 		c.mu.Unlock()
-		c.keptAlive(s.lease, rtt, deadline, r.err)
-		s.renew.failed(now, c)
-	case r.ttl <= 0:
+		c.keptAlive(s.lease, rtt, deadline, r.Err)
+		s.renew.Failed(now)
+	case r.TTL <= 0:
 		// etcd no longer has the lease: it expired there.
 		c.loseLease(s.lease, "etcd no longer has the session lease")
 		return false
 	default:
 		c.mu.Lock()
-		if d := sent.Add(time.Duration(r.ttl) * time.Second); d.After(c.deadline) {
+		if d := sent.Add(time.Duration(r.TTL) * time.Second); d.After(c.deadline) {
 			c.deadline = d
 		}
 		deadline := c.deadline
 		c.failures = 0 // a renewed session ends the backoff
 		c.mu.Unlock()
 		c.keptAlive(s.lease, rtt, deadline, nil)
-		s.renew.confirmed(rtt, s.ka.waiting() == 0, c)
-		if s.ka.rehome(r) {
-			s.ka.reset()
+		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
+		if s.ka.Rehome(r) {
+			s.ka.Reset()
 			s.send(now, deadline) // on a new stream, which may land on the leader
 		}
 	}

@@ -41,6 +41,14 @@ type Observer interface {
 	Session(locks int, err error)
 }
 
+// RetryObserver is told of each request etcd refused before acting on it
+// ("etcdserver: too many requests") and the Client sends again after a
+// jittered pause, when the Observer given to WithObserver also implements it.
+// op is "acquire", "release", "renew" or "grant".
+type RetryObserver interface {
+	Retried(op string, err error)
+}
+
 // WithLogger makes the Client log through l with slog attributes: grants and
 // waits (Info/Debug), releases (Info), losses with their cause and keepalive
 // failures (Warn). A nil l, the default, logs nothing.
@@ -170,5 +178,16 @@ func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
 		c.log.LogAttrs(context.Background(), slog.LevelWarn, "session lost",
 			slog.Int64("lease", int64(lease)), slog.String("cause", why),
 			slog.Int("locks_lost", locks))
+	}
+}
+
+// retried reports a request etcd refused as overloaded, sent again.
+func (c *Client) retried(op string, err error) {
+	if ro, ok := c.obs.(RetryObserver); ok {
+		ro.Retried(op, err)
+	}
+	if c.log != nil {
+		c.log.LogAttrs(context.Background(), slog.LevelWarn, "etcd overloaded, retrying",
+			slog.String("op", op), slog.Any("error", err))
 	}
 }

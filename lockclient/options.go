@@ -134,6 +134,26 @@ type LockOption func(*lockOptions) error
 type lockOptions struct {
 	manual bool
 	lease  time.Duration
+	value  []byte // stored with the key (WithValue)
+	watch  bool   // the lock watches its key (a term of Lead)
+}
+
+// MaxValueSize is the largest value WithValue accepts: with its base64 form,
+// the holder fields and the key it stays under etcd's default request limit
+// (--max-request-bytes, 1.5 MiB).
+const MaxValueSize = 1 << 20
+
+// WithValue stores value with the lock while it is held (a leader's address),
+// readable by everyone: Holder and List return it as Info.Value, Watch reports
+// it with each grant. It must be at most MaxValueSize bytes.
+func WithValue(value []byte) LockOption {
+	return func(o *lockOptions) error {
+		if len(value) > MaxValueSize {
+			return invalid("WithValue: value is %d bytes, the limit is %d", len(value), MaxValueSize)
+		}
+		o.value = append([]byte{}, value...) // the caller may reuse its slice
+		return nil
+	}
 }
 
 // WithManualRenewal makes the lock live only while the caller renews it: a lock

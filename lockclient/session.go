@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -68,7 +68,9 @@ func (c *Client) grant(ctx context.Context) error {
 		}
 	}
 	sent := time.Now()
-	resp, err := c.cli.Grant(ctx, int64(c.ttl/time.Second))
+	resp, err := retryOverload(ctx, c, "grant", func() (*clientv3.LeaseGrantResponse, error) {
+		return c.cli.Grant(ctx, int64(c.ttl/time.Second))
+	})
 	if err != nil {
 		if ctx.Err() == nil {
 			c.mu.Lock()
@@ -138,7 +140,7 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	c.mu.Unlock()
 	c.sessionLost(lease, why, len(locks))
 	for _, l := range locks {
-		l.end(fmt.Errorf("%w: %w", engine.Lost(l.name, l.token), ErrSessionLost))
+		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
 	}
 }
 

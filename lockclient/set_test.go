@@ -14,7 +14,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
@@ -147,14 +147,14 @@ func TestClient_AcquireSet_oneToken(t *testing.T) {
 	if err := fence.CheckGrant(s); err != nil {
 		t.Fatalf("CheckGrant(held set) = %v", err)
 	}
-	if err := engine.CheckSingle(s); !errors.Is(err, fence.ErrInvalidArgument) {
+	if err := grant.CheckSingle(s); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("CheckSingle(held set) = %v, want fence.ErrInvalidArgument", err)
 	}
 	// A lock on one name is a set of one: a single-row write takes it.
 	if got := before.Resources(); !slices.Equal(got, []string{"solo"}) || before.Resource() != "solo" {
 		t.Fatalf("single lock: Resources = %q, Resource = %q; want [solo]", got, before.Resource())
 	}
-	if err := engine.CheckSingle(before); err != nil {
+	if err := grant.CheckSingle(before); err != nil {
 		t.Fatalf("CheckSingle(held lock) = %v", err)
 	}
 	for _, n := range want {

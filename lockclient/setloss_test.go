@@ -9,6 +9,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // TestLock_set_keyDeleted: a key of the set deleted by someone else (an operator's
@@ -100,5 +101,55 @@ func TestClient_Release_setMember(t *testing.T) {
 	}
 	if _, err := a.TryAcquireSet(t.Context(), []string{"u", "v"}); err != nil {
 		t.Fatalf("u and v after the release: %v", err)
+	}
+}
+
+// TestClient_TryAcquireSet_leaseNotFound: an acquire, single or set, whose
+// session lease etcd no longer has ends the session at once (the locks of that
+// session end before the call returns), however long the renewal interval.
+func TestClient_TryAcquireSet_leaseNotFound(t *testing.T) {
+	tests := []struct {
+		name    string
+		acquire func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error)
+		wait    bool
+	}{
+		{"single try", func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error) {
+			return c.TryAcquire(ctx, "b")
+		}, false},
+		{"set try", func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error) {
+			return c.TryAcquireSet(ctx, []string{"b", "c"})
+		}, false},
+		{"set wait", func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error) {
+			return c.AcquireSet(ctx, []string{"b", "c"})
+		}, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := locktest.Start(t)
+			cli := srv.Client(t)
+			c := newClient(t, cli, lockclient.WithTTL(60*time.Second))
+			held := mustAcquire(t, c, "a")
+			resp, err := cli.Get(t.Context(), lockclient.DefaultPrefix+"a")
+			if err != nil || len(resp.Kvs) != 1 {
+				t.Fatalf("Get the held key: %v", err)
+			}
+			if _, err := cli.Revoke(t.Context(), clientv3.LeaseID(resp.Kvs[0].Lease)); err != nil {
+				t.Fatalf("Revoke: %v", err)
+			}
+			l, err := tt.acquire(t.Context(), c)
+			if tt.wait {
+				if err != nil || l.Token() <= held.Token() {
+					t.Fatalf("waiting acquire after the lease was revoked = %v, %v; want a new lock", l, err)
+				}
+			} else if !errors.Is(err, lockclient.ErrSessionLost) {
+				t.Fatalf("try after the lease was revoked = %v, want ErrSessionLost", err)
+			}
+			if !isClosed(held.Done()) {
+				t.Fatal("the session's lock still open after etcd refused its lease: the session was not ended")
+			}
+			if cause := context.Cause(held.Context()); !errors.Is(cause, lockclient.ErrSessionLost) {
+				t.Fatalf("held lock's cause = %v, want ErrSessionLost", cause)
+			}
+		})
 	}
 }

@@ -12,37 +12,26 @@ import (
 // watcher is the state of one Watch: the holders it last reported, by name,
 // and the revision to resume from. It runs on its own goroutine.
 type watcher struct {
-	c         *Client
-	name      string // the name, or the name prefix
-	key       string // the key, or the key prefix
-	prefix    bool
-	out       chan Event
-	held      map[string]*mvccpb.KeyValue // the key of each name held, as last reported
-	rev       int64                       // the next revision to watch from; 0 before the first read
-	compacted bool                        // the history from rev is gone: read the state again
-	gone      map[int64]bool              // lease lookups of the deletes at goneRev
-	goneRev   int64
+	c       *Client
+	name    string // the name, or the name prefix
+	key     string // the key, or the key prefix
+	prefix  bool
+	out     chan Event
+	held    map[string]*mvccpb.KeyValue // the key of each name held, as last reported
+	rev     int64                       // the revision after the last read; 0 before the first
+	gone    map[int64]bool              // lease lookups of the deletes at goneRev
+	goneRev int64
 }
 
 func (w *watcher) run(ctx context.Context) {
-	for ctx.Err() == nil && w.c.cli.Ctx().Err() == nil { // the etcd client closed: nothing comes any more
-		if w.rev == 0 || w.compacted {
-			if err := w.read(ctx); err != nil {
-				if w.c.sleep(ctx, retryDelay) != nil {
-					return
-				}
-				continue
-			}
-		}
-		// WithRequireLeader: a member cut off from its cluster ends the watch
-		// instead of keeping it silent; it resumes on another.
-		wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
-		w.compacted = w.follow(wctx)
-		cancel()
-		if !w.compacted && w.c.sleep(ctx, retryDelay) != nil {
-			return
-		}
-	}
+	w.c.wait(ctx, watchSpec{
+		key: w.key, prefix: w.prefix, prevKV: true,
+		event: func(ev *clientv3.Event) bool { return !w.apply(ctx, ev) },
+		reread: func(ctx context.Context) (int64, bool, error) {
+			err := w.read(ctx)
+			return w.rev, ctx.Err() != nil, err
+		},
+	})
 }
 
 func (w *watcher) opts(extra ...clientv3.OpOption) []clientv3.OpOption {
@@ -50,26 +39,6 @@ func (w *watcher) opts(extra ...clientv3.OpOption) []clientv3.OpOption {
 		extra = append(extra, clientv3.WithPrefix())
 	}
 	return extra
-}
-
-// follow reports the watch's events from w.rev until the watch ends; it
-// reports whether it ended because etcd compacted w.rev away.
-func (w *watcher) follow(ctx context.Context) (compacted bool) {
-	for wr := range w.c.cli.Watch(ctx, w.key, w.opts(clientv3.WithRev(w.rev), clientv3.WithPrevKV())...) {
-		if wr.CompactRevision != 0 {
-			return true
-		}
-		if wr.Err() != nil || wr.Canceled {
-			return false
-		}
-		for _, ev := range wr.Events {
-			if !w.apply(ctx, ev) {
-				return false
-			}
-			w.rev = ev.Kv.ModRevision + 1
-		}
-	}
-	return false
 }
 
 // apply reports one etcd event; false when ctx ended first.

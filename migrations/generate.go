@@ -11,7 +11,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
 )
 
 // Generated names the migration files GenerateTokenColumn wrote.
@@ -53,7 +53,7 @@ func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	if dir == "" {
 		return Generated{}, fmt.Errorf("%w: empty migrations folder", fence.ErrInvalidArgument)
 	}
-	quoted, err := engine.QuoteTable(d, table)
+	quoted, err := dialect.QuoteTable(d, table)
 	if err != nil {
 		return Generated{}, err
 	}

@@ -25,7 +25,7 @@ import (
 	"io/fs"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
 )
 
 // Errors returned by this package besides fence.ErrInvalidArgument (a nil *sql.DB,
@@ -49,13 +49,13 @@ const migrationsTable = "fencegate_schema_migrations"
 // the version is recorded here, and the SQL sqlfence and fencemark write. This
 // package imports no driver, so any user can name a dialect without linking one.
 // Its String is the folder name: "postgres", "mysql" or "sqlite".
-type Dialect = engine.Dialect
+type Dialect = dialect.Dialect
 
 // The supported dialects. The zero Dialect is none of them.
 const (
-	Postgres = engine.Postgres // PostgreSQL 12 and later (pgx v5)
-	MySQL    = engine.MySQL    // MySQL 8.0.16 and later, MariaDB 10.2 and later
-	SQLite   = engine.SQLite   // SQLite 3.35 and later (modernc.org/sqlite)
+	Postgres = dialect.Postgres // PostgreSQL 12 and later (pgx v5)
+	MySQL    = dialect.MySQL    // MySQL 8.0.16 and later, MariaDB 10.2 and later
+	SQLite   = dialect.SQLite   // SQLite 3.35 and later (modernc.org/sqlite)
 )
 
 // ParseDialect returns the Dialect named s ("postgres", "mysql" or "sqlite"; "pgx",

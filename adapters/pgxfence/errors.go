@@ -12,7 +12,8 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -25,12 +26,12 @@ type querier interface {
 func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		if pgErr.Code == engine.PGSerialization && lookup != nil {
+		if pgErr.Code == pgsql.Serialization && lookup != nil {
 			if seen, lerr := storedToken(ctx, lookup, g.Resource()); lerr == nil && seen > g.Token() {
 				return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 			}
 		}
-		if e := engine.PGRefusal(g, pgErr.Code, pgErr.Message, err); e != nil {
+		if e := pgsql.Refusal(g, pgErr.Code, pgErr.Message, err); e != nil {
 			return e
 		}
 	}
@@ -41,8 +42,8 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 // transaction for idling (25P03).
 func fnErr(g fence.Grant, err error) error {
 	var pgErr *pgconn.PgError
-	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == engine.PGIdleTimeout {
-		return engine.IdleTimeoutErr(g, err)
+	if err != nil && !errors.Is(err, fence.ErrIdleTimeout) && errors.As(err, &pgErr) && pgErr.Code == pgsql.IdleTimeout {
+		return grant.IdleTimeoutErr(g, err)
 	}
 	return err
 }
@@ -62,11 +63,11 @@ func writeError(op, table string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case engine.PGUnique:
+		case pgsql.Unique:
 			return &nolock.DuplicateError{Table: table, Constraint: pgErr.ConstraintName, Err: err}
-		case engine.PGNoConstraint:
+		case pgsql.NoConstraint:
 			return fmt.Errorf("pgxfence: %s %q: the key columns must be exactly a primary key or unique index: %w", op, table, err)
-		case engine.PGNoTable:
+		case pgsql.NoTable:
 			if strings.Contains(pgErr.Message, "fence_tokens") {
 				return fmt.Errorf("%w: %w", fence.ErrSchema, err)
 			}
@@ -76,7 +77,7 @@ func writeError(op, table string, err error) error {
 }
 
 // replyLost reports whether err, of a COMMIT or a single-row write outside a
-// transaction, leaves the outcome unknown: server replies as engine.PGReplyLost says;
+// transaction, leaves the outcome unknown: server replies as pgsql.ReplyLost says;
 // pgx's errors from before sending (SafeToRetry, connect, closed pool, ctx) decide it.
 func replyLost(err error) bool {
 	if err == nil {
@@ -84,7 +85,7 @@ func replyLost(err error) bool {
 	}
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
-		return engine.PGReplyLost(pgErr.Code, cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity))
+		return pgsql.ReplyLost(pgErr.Code, cmp.Or(pgErr.SeverityUnlocalized, pgErr.Severity))
 	}
 	var connectErr *pgconn.ConnectError
 	switch {
@@ -106,7 +107,7 @@ func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	open := !tx.Conn().IsClosed()
 	err := tx.Commit(ctx)
 	if err != nil && (open && errors.Is(err, pgconn.ErrConnClosed) || replyLost(err)) {
-		return engine.CommitUnknown(g, "commit", err)
+		return grant.CommitUnknown(g, "commit", err)
 	}
 	return err
 }
@@ -117,5 +118,5 @@ func (s *Store) unknownOutcome(op string, g fence.Grant, err error) error {
 	if s.nested || !replyLost(err) {
 		return nil
 	}
-	return engine.CommitUnknown(g, op, err)
+	return grant.CommitUnknown(g, op, err)
 }

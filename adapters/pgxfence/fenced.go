@@ -10,18 +10,20 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/fencedtx"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/pgsql"
 )
 
 // check checks and normalizes g once; one (single-row writes) refuses a set of several.
-func (s *Store) check(g fence.Grant, one bool) (*engine.Checked, error) {
+func (s *Store) check(g fence.Grant, one bool) (*grant.Checked, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
 	if one {
-		return engine.CheckOne(g)
+		return grant.CheckOne(g)
 	}
-	return engine.Check(g)
+	return grant.Check(g)
 }
 
 // Fenced is [fence.Store]'s Fenced. On a pool or connection the raise travels with fn's
@@ -52,7 +54,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(pgx.Tx) error
 	return s.fencedNested(ctx, c, fn)
 }
 
-func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checked, fn func(pgx.Tx) error) (err error) {
+func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked, fn func(pgx.Tx) error) (err error) {
 	if conn.PgConn().TxStatus() != 'I' {
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
@@ -67,26 +69,26 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *engine.Checke
 	return s.runLazy(t, fn)
 }
 
-func (s *Store) fencedNested(ctx context.Context, g *engine.Checked, fn func(pgx.Tx) error) error {
+func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.Tx) error) error {
 	tx, err := s.db.Begin(ctx)
 	if err != nil {
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
-	q, args := engine.PGRaise(g, "") // a savepoint: the caller's transaction is the caller's to bound
+	q, args := pgsql.Raise(g, "") // a savepoint: the caller's transaction is the caller's to bound
 	if _, err := tx.Exec(ctx, q, args...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return engine.RunTx(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
+	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
 }
 
 // savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.
 type savepoint struct {
 	ctx context.Context
 	tx  pgx.Tx
-	g   *engine.Checked
+	g   *grant.Checked
 }
 
 func (t savepoint) Refused() error { return nil }
@@ -99,12 +101,12 @@ func (t savepoint) Commit() error {
 	return nil
 }
 
-// runLazy runs fn on t and commits (engine.RunTx); with WithFenceFirst t has begun.
+// runLazy runs fn on t and commits (fencedtx.Run); with WithFenceFirst t has begun.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
-	return engine.RunTx(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
+	return fencedtx.Run(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
 }
 
-// lazyRun is a lazyTx as the lifecycle ends it (engine.Tx).
+// lazyRun is a lazyTx as the lifecycle ends it (fencedtx.Tx).
 type lazyRun struct{ t *lazyTx }
 
 func (r lazyRun) Refused() error { return r.t.refused }
@@ -130,7 +132,7 @@ type lazyTx struct {
 	ctx     context.Context // Fenced's: for Conn and LargeObjects, which take none
 	s       *Store
 	conn    *pgx.Conn
-	g       *engine.Checked
+	g       *grant.Checked
 	tx      pgx.Tx // nil until the transaction is begun
 	refused error  // the fence's refusal, or a failure to begin
 }
@@ -139,7 +141,7 @@ type lazyTx struct {
 func (t *lazyTx) batch() *pgx.Batch {
 	b := &pgx.Batch{}
 	b.BeginTx(pgx.TxOptions{BeginQuery: t.s.beginSQL})
-	q, args := engine.PGRaise(t.g, t.s.set.IdleMS(t.g))
+	q, args := pgsql.Raise(t.g, t.s.set.IdleMS(t.g))
 	b.Queue(q, args...)
 	return b
 }
@@ -200,7 +202,7 @@ func (t *lazyTx) sendFirst(ctx context.Context, sql string, args []any) (pgx.Bat
 // runs; a 40001 is rolled back at once, to read the stored token on the idle conn.
 func (t *lazyTx) refuse(ctx context.Context, err error) error {
 	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code != engine.PGSerialization &&
+	if errors.As(err, &pgErr) && pgErr.Code != pgsql.Serialization &&
 		t.tx != nil && !t.conn.IsClosed() && t.conn.PgConn().TxStatus() == 'E' {
 		t.refused = refusal(ctx, t.g, err, nil)
 		return t.refused

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/nolockpath"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -44,7 +45,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		if !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement", c.Table, err)
 		}
-		ct, err := engine.CheckCounter(engine.Postgres, c)
+		ct, err := dialect.CheckCounter(dialect.Postgres, c)
 		if err != nil {
 			return 0, err
 		}
@@ -53,7 +54,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement: look up", c.Table, err)
 		}
-		if err := engine.TakeRefused(c, n, left, err == nil, try); err != nil {
+		if err := nolockpath.TakeRefused(c, n, left, err == nil, try); err != nil {
 			return left, err
 		}
 	}
@@ -64,14 +65,14 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 func (s *Store) counterStatement(c nolock.Counter) (string, error) {
 	var buf [256]byte
 	key := append(buf[:0], 'n')
-	key = engine.AppendShapeName(engine.AppendShapeName(key, c.Table), c.Column)
+	key = dialect.AppendShapeName(dialect.AppendShapeName(key, c.Table), c.Column)
 	for _, k := range c.Key {
-		key = engine.AppendShapeName(key, k.Name)
+		key = dialect.AppendShapeName(key, k.Name)
 	}
 	if q, ok := s.shapes.Load(key); ok {
 		return q, nil
 	}
-	ct, err := engine.CheckCounter(engine.Postgres, c)
+	ct, err := dialect.CheckCounter(dialect.Postgres, c)
 	if err != nil {
 		return "", err
 	}
@@ -87,7 +88,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err := s.usable(); err != nil {
 		return err
 	}
-	qt, names, err := engine.CheckInsert(engine.Postgres, table, cols)
+	qt, names, err := dialect.CheckInsert(dialect.Postgres, table, cols)
 	if err != nil {
 		return err
 	}

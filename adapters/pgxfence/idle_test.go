@@ -126,7 +126,7 @@ type idleSet struct {
 func (s idleSet) Resources() []string { return s.res }
 
 // TestStore_WithIdleTimeout checks what a fenced transaction's idle timeout is: the
-// option's, else the grant's lease, else engine.DefaultIdleTimeout, in both raise
+// option's, else the grant's lease, else grant.DefaultIdleTimeout, in both raise
 // modes and for a fence.Set; and that a timeout under a millisecond is refused.
 func TestStore_WithIdleTimeout(t *testing.T) {
 	pool := newPool(t)

@@ -10,7 +10,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/nolockpath"
+	"github.com/fencegate/fencegate/internal/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -47,7 +48,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	if fn == nil {
 		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := engine.CheckIdemKey(key, fingerprint); err != nil {
+	if err := nolockpath.CheckIdemKey(key, fingerprint); err != nil {
 		return nolock.Result{}, err
 	}
 	var micros *int64
@@ -58,10 +59,10 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(pgx.T
 	wait := time.Millisecond
 	for attempt := 1; ; attempt++ {
 		r, ran, err := s.onceAttempt(ctx, key, fingerprint, micros, fn)
-		if err == nil || ran || s.nested || attempt == engine.MaxOnceAttempts || !retryable(err) {
+		if err == nil || ran || s.nested || attempt == nolockpath.MaxOnceAttempts || !retryable(err) {
 			return r, err
 		}
-		if cause := engine.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
+		if cause := nolockpath.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
 			return nolock.Result{}, fmt.Errorf("pgxfence: once %q: %w; last error: %w", key, cause, err)
 		}
 	}
@@ -84,12 +85,12 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, purgeKeysSQL, engine.PurgeBatch)
+		tag, err := s.db.Exec(ctx, purgeKeysSQL, nolockpath.PurgeBatch)
 		if err != nil {
 			return total, keyError("purge expired idempotency keys", err)
 		}
 		total += tag.RowsAffected()
-		if tag.RowsAffected() < engine.PurgeBatch {
+		if tag.RowsAffected() < nolockpath.PurgeBatch {
 			return total, nil
 		}
 	}
@@ -149,7 +150,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
 			if errors.Is(err, pgx.ErrNoRows) {
 				// Deleted in between (purged or replaced as expired): claim again.
-				if try < engine.MaxClaimTries {
+				if try < nolockpath.MaxClaimTries {
 					continue
 				}
 				return r, false, fmt.Errorf("pgxfence: once %q: the key vanished %d times while being read", key, try)
@@ -158,7 +159,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 		if err != nil {
 			return r, false, keyError("once: claim key", err)
 		}
-		if !expired || try == engine.MaxClaimTries {
+		if !expired || try == nolockpath.MaxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
@@ -170,7 +171,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 	case mine:
 		return r, true, nil
 	case expired:
-		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, engine.MaxClaimTries)
+		return r, false, fmt.Errorf("pgxfence: once %q: the expired key was replaced concurrently %d times", key, nolockpath.MaxClaimTries)
 	case storedFP == nil || *storedFP != fingerprint:
 		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}
@@ -191,7 +192,7 @@ func (s *Store) beginOnce(ctx context.Context) (pgx.Tx, error) {
 // retryable reports a refusal a fresh transaction may not meet.
 func retryable(err error) bool {
 	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == engine.PGSerialization || pgErr.Code == engine.PGDeadlock)
+	return errors.As(err, &pgErr) && (pgErr.Code == pgsql.Serialization || pgErr.Code == pgsql.Deadlock)
 }
 
 // keyError wraps an error of the idempotency-key statements.
@@ -199,9 +200,9 @@ func keyError(op string, err error) error {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
 		switch pgErr.Code {
-		case engine.PGSerialization:
+		case pgsql.Serialization:
 			return fmt.Errorf("%w: %s: %w", fence.ErrBusy, op, err)
-		case engine.PGNoTable:
+		case pgsql.NoTable:
 			return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 		}
 	}

@@ -8,7 +8,10 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/nolockpath"
+	"github.com/fencegate/fencegate/internal/pgsql"
 )
 
 // Update is the [fence] package doc's single-row Update, in one statement: a CTE raises
@@ -35,15 +38,15 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 
 // updateSQL's arguments: the resource, the token, the set values, the key values.
 func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
-	row, err := engine.CheckRow(engine.Postgres, r, set, true)
+	row, err := dialect.CheckRow(dialect.Postgres, r, set, true)
 	if err != nil {
 		return "", err
 	}
-	return engine.PGUpdateSQL(row.Table, row.Token, row.Keys, row.Set, bump), nil
+	return pgsql.UpdateSQL(row.Table, row.Token, row.Keys, row.Set, bump), nil
 }
 
 // write runs a single-row write's one statement; done reports that it changed a row.
-func (s *Store) write(ctx context.Context, op string, g *engine.Checked, table, q string, args []any) (done bool, err error) {
+func (s *Store) write(ctx context.Context, op string, g *grant.Checked, table, q string, args []any) (done bool, err error) {
 	tag, err := s.db.Exec(ctx, q, args...)
 	if err != nil {
 		if u := s.unknownOutcome(op, g, err); u != nil {
@@ -56,8 +59,8 @@ func (s *Store) write(ctx context.Context, op string, g *engine.Checked, table, 
 
 // explain reads why a write changed no row: a higher token on the row or the fence
 // row is a *fence.StaleError, else the row is missing.
-func (s *Store) explain(ctx context.Context, g *engine.Checked, r fence.Row, set []fence.Col, needSet bool) error {
-	row, err := engine.CheckRow(engine.Postgres, r, set, needSet)
+func (s *Store) explain(ctx context.Context, g *grant.Checked, r fence.Row, set []fence.Col, needSet bool) error {
+	row, err := dialect.CheckRow(dialect.Postgres, r, set, needSet)
 	if err != nil {
 		return err
 	}
@@ -77,10 +80,10 @@ func (s *Store) explain(ctx context.Context, g *engine.Checked, r fence.Row, set
 	case seen > g.Token():
 		return &fence.StaleError{Resource: g.Resource(), Presented: g.Token(), Seen: seen}
 	case rowTok == nil:
-		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
+		return fmt.Errorf("%w: %s where %s", fence.ErrNotFound, r.Table, nolockpath.DescribeKey(r.Key))
 	}
 	// There now with a token <= ours, not when the write ran: inserted concurrently.
-	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, engine.DescribeKey(r.Key))
+	return fmt.Errorf("%w: %s where %s (inserted concurrently)", fence.ErrNotFound, r.Table, nolockpath.DescribeKey(r.Key))
 }
 
 func deref(t *int64) fence.Token {
@@ -116,13 +119,13 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 // upsertSQL's arguments: resource, token, key values, set values. A row holding a
 // higher token leaves the fence row as it was.
 func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
-	row, err := engine.CheckRow(engine.Postgres, r, set, false)
+	row, err := dialect.CheckRow(dialect.Postgres, r, set, false)
 	if err != nil {
 		return "", err
 	}
 	keys, vals := params(3, len(row.Keys)), params(3+len(row.Keys), len(row.Set))
 	var b strings.Builder
-	b.WriteString(engine.PGFenceCTE("$1", "$2", "NOT EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+eqs(row.Keys, keys)+" AND "+row.Token+" > $2)"))
+	b.WriteString(pgsql.FenceCTE("$1", "$2", "NOT EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+eqs(row.Keys, keys)+" AND "+row.Token+" > $2)"))
 	cols := append(append(append([]string{}, row.Keys...), row.Set...), row.Token)
 	b.WriteString("INSERT INTO " + row.Table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
 	b.WriteString(strings.Join(append(append(keys, vals...), "$2"), ", "))
@@ -153,13 +156,13 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 
 // deleteSQL's arguments: resource, token, key values; a key of several rows deletes none.
 func deleteSQL(r fence.Row) (string, error) {
-	row, err := engine.CheckRow(engine.Postgres, r, nil, false)
+	row, err := dialect.CheckRow(dialect.Postgres, r, nil, false)
 	if err != nil {
 		return "", err
 	}
 	one := eqs(row.Keys, params(3, len(row.Keys)))
 	match := one + " AND " + row.Token + " <= $2"
-	return engine.PGFenceCTE("$1", "$2", "EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+match+
+	return pgsql.FenceCTE("$1", "$2", "EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+match+
 		") AND (SELECT count(*) FROM "+row.Table+" WHERE "+one+") = 1") +
 		"DELETE FROM " + row.Table + " WHERE " + match + " AND EXISTS (SELECT 1 FROM fencegate_raised)", nil
 }
@@ -186,19 +189,19 @@ func eqs(names, ps []string) string {
 }
 
 // A Store keeps its writes' and guarded takes' SQL by shape (op, table, token or
-// counter column, key and set names; engine.ShapeMap): no checks or building again.
+// counter column, key and set names; dialect.ShapeMap): no checks or building again.
 
 // shapeKey appends the shape of a write to buf.
 func shapeKey(buf []byte, op byte, r fence.Row, set []fence.Col) []byte {
 	buf = append(buf, op)
-	buf = engine.AppendShapeName(buf, r.Table)
-	buf = engine.AppendShapeName(buf, r.TokenColumn)
-	buf = engine.AppendShapeLen(buf, len(r.Key))
+	buf = dialect.AppendShapeName(buf, r.Table)
+	buf = dialect.AppendShapeName(buf, r.TokenColumn)
+	buf = dialect.AppendShapeLen(buf, len(r.Key))
 	for _, k := range r.Key {
-		buf = engine.AppendShapeName(buf, k.Name)
+		buf = dialect.AppendShapeName(buf, k.Name)
 	}
 	for _, c := range set {
-		buf = engine.AppendShapeName(buf, c.Name)
+		buf = dialect.AppendShapeName(buf, c.Name)
 	}
 	return buf
 }

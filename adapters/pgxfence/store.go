@@ -42,7 +42,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/fencedtx"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // DB is what a Store writes through: a *pgxpool.Pool, *pgxpool.Conn or *pgx.Conn (not
@@ -58,11 +60,11 @@ type DB interface {
 // use when its DB is (a *pgxpool.Pool is; a *pgx.Conn or pgx.Tx is not).
 type Store struct {
 	db         DB
-	beginSQL   string                  // "BEGIN ISOLATION LEVEL ...", without the fence
-	nested     bool                    // db is a pgx.Tx: savepoints inside it
-	fenceFirst bool                    // WithFenceFirst
-	shapes     engine.ShapeMap[string] // SQL by shape (rows.go)
-	set        engine.Settings         // WithIdleTimeout, WithObserver, WithKeyTTL
+	beginSQL   string                   // "BEGIN ISOLATION LEVEL ...", without the fence
+	nested     bool                     // db is a pgx.Tx: savepoints inside it
+	fenceFirst bool                     // WithFenceFirst
+	shapes     dialect.ShapeMap[string] // SQL by shape (rows.go)
+	set        fencedtx.Settings        // WithIdleTimeout, WithObserver, WithKeyTTL
 }
 
 var _ fence.Store[pgx.Tx] = (*Store)(nil)
@@ -128,7 +130,7 @@ func WithIdleTimeout(d time.Duration) Option {
 // New returns a Store writing through db; it does no I/O. A nil or unsupported db (see
 // DB) or an unusable option is fence.ErrInvalidArgument; a nil Option is ignored.
 func New(db DB, opts ...Option) (*Store, error) {
-	if engine.IsNil(db) {
+	if typednil.Is(db) {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
 	s := &Store{db: db, beginSQL: "BEGIN"}
@@ -139,7 +141,7 @@ func New(db DB, opts ...Option) (*Store, error) {
 	default: // a wrapper around a pool would otherwise get savepoints it did not ask for
 		return nil, fmt.Errorf("%w: pgxfence: a %T is neither a *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn nor a pgx.Tx", fence.ErrInvalidArgument, db)
 	}
-	if err := engine.Apply(s, opts); err != nil {
+	if err := fencedtx.Apply(s, opts); err != nil {
 		return nil, err
 	}
 	return s, nil

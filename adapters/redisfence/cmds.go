@@ -1,37 +1,16 @@
 package redisfence
 
 import (
+	"context"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/redis/go-redis/v9"
 )
 
-// notInScript are commands Redis refuses inside a script, or that would change the
-// connection under it: refused before any I/O, so that a fenced transaction never
-// stops halfway.
-var notInScript = map[string]bool{
-	"multi": true, "exec": true, "discard": true, "watch": true, "unwatch": true,
-	"eval": true, "evalsha": true, "eval_ro": true, "evalsha_ro": true, "script": true,
-	"fcall": true, "fcall_ro": true, "function": true, "select": true, "swapdb": true,
-	"subscribe": true, "psubscribe": true, "ssubscribe": true, "unsubscribe": true,
-	"punsubscribe": true, "sunsubscribe": true, "monitor": true, "sync": true, "psync": true,
-	"auth": true, "hello": true, "client": true, "reset": true, "quit": true, "shutdown": true,
-	"blpop": true, "brpop": true, "brpoplpush": true, "blmove": true, "bzpopmin": true,
-	"bzpopmax": true, "blmpop": true, "bzmpop": true, "xread": true, "xreadgroup": true,
-	"wait": true, "waitaof": true, "failover": true, "replicaof": true, "slaveof": true,
-	"debug": true, "config": true, "cluster": true, "readonly": true, "readwrite": true,
-}
-
-// checkCmd refuses a command a fenced transaction cannot run or answer.
+// checkCmd refuses a command whose reply the Store cannot fill from a script's.
 func checkCmd(c redis.Cmder) error {
-	args := c.Args()
-	if len(args) == 0 {
+	if len(c.Args()) == 0 {
 		return invalid("empty command")
-	}
-	if name := strings.ToLower(c.Name()); notInScript[name] {
-		return invalid("%s cannot run in a fenced transaction (a Lua script)", name)
 	}
 	switch c.(type) {
 	case *redis.Cmd, *redis.StatusCmd, *redis.IntCmd, *redis.StringCmd, *redis.BoolCmd,
@@ -42,37 +21,94 @@ func checkCmd(c redis.Cmder) error {
 	return invalid("the Store cannot fill a %T from a script's reply; queue the command with tx.Do", c)
 }
 
-// cmdKeys returns the keys a command names, for the slot check and the script's
-// KEYS. Commands not listed take the key at position 1, as most do; the server
-// refuses a script that touches a key of another slot on a Cluster all the same.
-func cmdKeys(c redis.Cmder) ([]string, error) {
-	args := c.Args()
-	from, step, to := 1, 1, 2 // args[from:to] every step-th
-	switch strings.ToLower(c.Name()) {
-	case "del", "unlink", "exists", "touch", "sunionstore", "sinterstore", "sdiffstore",
-		"pfmerge", "pfcount", "sinter", "sunion", "sdiff", "mget":
-		to = len(args)
-	case "mset", "msetnx":
-		to, step = len(args), 2
-	case "rename", "renamenx", "smove", "lmove", "rpoplpush", "copy", "geosearchstore", "zrangestore":
-		to = 3
-	case "bitop":
-		from, to = 2, len(args)
-	case "zunionstore", "zinterstore", "zdiffstore":
-		n, err := intArg(args, 2)
-		if err != nil {
-			return nil, err
-		}
-		keys, err := strArgs(args, 1, 2, 1)
-		if err != nil {
-			return nil, err
-		}
-		more, err := strArgs(args, 3, 3+n, 1)
-		return append(keys, more...), err
-	case "ping", "echo", "time", "dbsize", "lastsave", "randomkey":
-		return nil, nil
+// cmdKeys checks fn's commands by the server's command table and returns each
+// one's keys, every key checked by checkKey: from the table's key positions, and
+// for commands whose keys move with their arguments from COMMAND GETKEYS, asked
+// for all of them in one round trip, only when fn queued one. Every refusal that
+// needs no GETKEYS comes before it.
+func (s *Store) cmdKeys(ctx context.Context, resource, mark string, cmds []redis.Cmder) ([][]string, error) {
+	t, err := s.table(ctx)
+	if err != nil {
+		return nil, err
 	}
-	return strArgs(args, from, min(to, len(args)), step)
+	keys := make([][]string, len(cmds))
+	specs := make([]*cmdSpec, len(cmds))
+	var movable []int
+	for i, c := range cmds {
+		if err := checkCmd(c); err != nil {
+			return nil, cmdErr(i, c, err)
+		}
+		if specs[i], err = t.lookup(c.Name(), c.Args()); err != nil {
+			return nil, cmdErr(i, c, err)
+		}
+		if specs[i].movable {
+			movable = append(movable, i)
+			continue
+		}
+		if keys[i], err = specs[i].keys(c.Args()); err != nil {
+			return nil, cmdErr(i, c, err)
+		}
+		if err := s.checkKeys(resource, mark, keys[i]); err != nil {
+			return nil, cmdErr(i, c, err)
+		}
+	}
+	if len(movable) == 0 {
+		return keys, nil
+	}
+	if err := s.getKeys(ctx, mark, cmds, movable, keys); err != nil {
+		return nil, err
+	}
+	for _, i := range movable {
+		if specs[i].write && len(keys[i]) == 0 {
+			return nil, cmdErr(i, cmds[i], invalid("%s writes without naming a key", specs[i].name))
+		}
+		if err := s.checkKeys(resource, mark, keys[i]); err != nil {
+			return nil, cmdErr(i, cmds[i], err)
+		}
+	}
+	return keys, nil
+}
+
+// getKeys asks the server for the keys of cmds[i], i in which (COMMAND GETKEYS),
+// in one pipelined round trip to the node serving mark, and stores them in keys.
+// A command whose keys the server cannot tell is refused.
+func (s *Store) getKeys(ctx context.Context, mark string, cmds []redis.Cmder, which []int, keys [][]string) error {
+	node, err := s.node(ctx, mark)
+	if err != nil {
+		return fmt.Errorf("redisfence: asking the server for keys (COMMAND GETKEYS): %w", err)
+	}
+	p := node.Pipeline()
+	gk := make([]*redis.StringSliceCmd, len(which))
+	for j, i := range which {
+		gk[j] = redis.NewStringSliceCmd(ctx, append([]any{"command", "getkeys"}, cmds[i].Args()...)...)
+		_ = p.Process(ctx, gk[j])
+	}
+	_, _ = p.Exec(ctx)
+	for j, i := range which {
+		err := gk[j].Err()
+		switch {
+		case err == nil:
+			keys[i] = gk[j].Val()
+		case serverError(err):
+			return cmdErr(i, cmds[i], invalid("the server cannot tell its keys (COMMAND GETKEYS): %v", err))
+		default:
+			return fmt.Errorf("redisfence: asking the server for keys (COMMAND GETKEYS): %w", err)
+		}
+	}
+	return nil
+}
+
+func (s *Store) checkKeys(resource, mark string, keys []string) error {
+	for _, k := range keys {
+		if err := s.checkKey(resource, mark, k); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func cmdErr(i int, c redis.Cmder, err error) error {
+	return fmt.Errorf("command %d (%s): %w", i+1, c.Name(), err)
 }
 
 func strArgs(args []any, from, to, step int) ([]string, error) {
@@ -91,117 +127,4 @@ func strArgs(args []any, from, to, step int) ([]string, error) {
 		}
 	}
 	return keys, nil
-}
-
-func intArg(args []any, i int) (int, error) {
-	if i < len(args) {
-		switch v := args[i].(type) {
-		case int:
-			return v, nil
-		case int64:
-			return int(v), nil
-		case string:
-			if n, err := strconv.Atoi(v); err == nil {
-				return n, nil
-			}
-		}
-	}
-	return 0, invalid("%v: no key count at position %d", args, i)
-}
-
-// fill sets c's result from its reply in the script's reply (RESP2: integers,
-// strings, arrays, nil, error replies).
-func fill(c redis.Cmder, v any) {
-	if err, ok := v.(error); ok {
-		c.SetErr(err)
-		return
-	}
-	if v == nil {
-		if b, ok := c.(*redis.BoolCmd); ok {
-			b.SetVal(false) // SET NX that did not set: false, as go-redis reads it
-			return
-		}
-		c.SetErr(redis.Nil)
-		return
-	}
-	switch c := c.(type) {
-	case *redis.Cmd:
-		c.SetVal(v)
-	case *redis.StatusCmd:
-		c.SetVal(str(v))
-	case *redis.StringCmd:
-		c.SetVal(str(v))
-	case *redis.IntCmd:
-		n, err := toInt(v)
-		setOr(c, err, func() { c.SetVal(n) })
-	case *redis.BoolCmd:
-		n, err := toInt(v)
-		if _, ok := v.(string); ok {
-			n, err = 1, nil // a status reply (SET ... NX that set: OK)
-		}
-		setOr(c, err, func() { c.SetVal(n == 1) })
-	case *redis.FloatCmd:
-		f, err := strconv.ParseFloat(str(v), 64)
-		setOr(c, err, func() { c.SetVal(f) })
-	case *redis.SliceCmd:
-		a, _ := v.([]any)
-		c.SetVal(a)
-	case *redis.StringSliceCmd:
-		a, _ := v.([]any)
-		out := make([]string, len(a))
-		for i := range a {
-			out[i] = str(a[i])
-		}
-		c.SetVal(out)
-	case *redis.IntSliceCmd:
-		a, _ := v.([]any)
-		out := make([]int64, len(a))
-		for i := range a {
-			out[i], _ = toInt(a[i])
-		}
-		c.SetVal(out)
-	case *redis.BoolSliceCmd:
-		a, _ := v.([]any)
-		out := make([]bool, len(a))
-		for i := range a {
-			n, _ := toInt(a[i])
-			out[i] = n == 1
-		}
-		c.SetVal(out)
-	case *redis.MapStringStringCmd:
-		a, _ := v.([]any)
-		m := make(map[string]string, len(a)/2)
-		for i := 0; i+1 < len(a); i += 2 {
-			m[str(a[i])] = str(a[i+1])
-		}
-		c.SetVal(m)
-	}
-}
-
-func setOr(c redis.Cmder, err error, set func()) {
-	if err != nil {
-		c.SetErr(fmt.Errorf("redisfence: reply of %s: %w", c.Name(), err))
-		return
-	}
-	set()
-}
-
-func str(v any) string {
-	switch v := v.(type) {
-	case string:
-		return v
-	case int64:
-		return strconv.FormatInt(v, 10)
-	}
-	return fmt.Sprint(v)
-}
-
-func toInt(v any) (int64, error) {
-	switch v := v.(type) {
-	case int64:
-		return v, nil
-	case string:
-		return strconv.ParseInt(v, 10, 64)
-	}
-	return 0, fmt.Errorf("not an integer: %v", v)
 }

@@ -25,6 +25,43 @@
 // resource, on any of its keys. Get and HGetAll read a key with the stored token
 // for a read-modify-write whose write-back is a fenced write.
 //
+// # Fenced transactions
+//
+// Fenced runs the commands fn queued on a go-redis pipeline in one script, after
+// the fence: one round trip, atomic, nothing else between the check, the raise
+// and the commands, which run as EXEC runs a MULTI's (one failing does not undo
+// the others). fn sees no replies while it runs; they fill its commands when
+// Fenced returns:
+//
+//	err := fence.Exec(ctx, store, lock, func(tx redis.Pipeliner) error {
+//		tx.Set(ctx, "{job-7}:progress", 100, 0)
+//		tx.HIncrBy(ctx, "{job-7}:stats", "runs", 1)
+//		return nil
+//	})
+//
+// A grant over several resources (fence.Set) raises each one's mark; on a
+// Cluster their marks and keys must share one slot (a common hash tag:
+// "{order-7}:invoice", "{order-7}:stock").
+//
+// # Commands
+//
+// Fenced knows each command's keys the way the server defines them: it reads the
+// server's command table (COMMAND, whose key positions Redis 7 derives from its
+// key specifications) once per Store, on the first Fenced that queues a command
+// (a failed read, ErrCommandTable, is read again next time). For commands whose
+// keys move with their arguments (movablekeys: SORT and GEORADIUS with STORE,
+// ZUNIONSTORE, LMPOP, ...) it asks the server (COMMAND GETKEYS), for all of them in
+// one round trip before the script, only when fn queued one. Refused with
+// fence.ErrInvalidArgument naming the command and why, before the script is
+// sent: a command the server does not know or with the wrong number of
+// arguments; one Redis refuses in scripts (MULTI, EVAL, SUBSCRIBE, ...), that may
+// block (XREAD) or is administrative; a write naming no key (FLUSHALL, FLUSHDB,
+// SWAPDB), which would reach every mark; SELECT, MOVE, COPY ... DB and MIGRATE,
+// which reach another database or server the marks do not fence; a command
+// whose keys the server cannot tell; and any command naming a key beginning
+// "fencegate:" or, on a Cluster, a key of another slot than the marks'. So no
+// command in a fenced transaction can change, delete or rename a mark.
+//
 // # Deletes
 //
 // Delete removes the key (plain readers see it gone) and leaves its tombstone in
@@ -52,10 +89,11 @@
 // on), RDB snapshots only, or a failover to an asynchronous replica, the last
 // second or so of writes can be lost, marks and data together: the mark may fall
 // back to an older token, but never below the data it guards, so a holder the
-// lost write refused may then write again. WithWaitReplicas makes each write wait
-// for replicas (WAIT) in the same round trip, so that a failover to one of them
-// keeps it; it does not make a replica sync its AOF, nor stop a failover from
-// promoting a replica that missed the write. A maxmemory-policy that evicts any
+// lost write refused may then write again. WithWaitReplicas makes each accepted
+// write wait for replicas (WAIT, a second round trip on the write's connection;
+// a stale refusal does not wait), so that a failover to one of them keeps it; it
+// does not make a replica sync its AOF, nor stop a failover from promoting a
+// replica that missed the write. A maxmemory-policy that evicts any
 // key (allkeys-*) can evict a mark: use noeviction or a volatile-* policy (marks
 // have no expiry).
 //
@@ -67,7 +105,8 @@
 // the problem, for bad input and typed nils, before any I/O; fence.ErrCommitUnknown
 // when a script was sent and its reply lost (a broken connection, ctx ended): the
 // write may or may not have landed, and the Store never sends it again (it tells
-// go-redis not to resend it either). ErrNotReplicated comes from WithWaitReplicas.
+// go-redis not to resend it either). ErrNotReplicated comes from WithWaitReplicas,
+// ErrCommandTable from Fenced when the server's command table cannot be read.
 // Single-key writes refuse a grant over several resources (fence.Set); Fenced
 // raises every resource's mark.
 package redisfence

@@ -26,6 +26,10 @@ var (
 	// compared. A mark key holding another type than a hash fails every write
 	// with Redis's WRONGTYPE error, before anything is written.
 	ErrBadMark = errors.New("redisfence: unreadable fence mark")
+	// ErrCommandTable means the server's command table (COMMAND), which Fenced
+	// reads once to learn each command's keys, could not be read: the error says
+	// why. Nothing was written; the next Fenced reads the table again.
+	ErrCommandTable = errors.New("redisfence: cannot read the server's command table")
 )
 
 func invalid(format string, args ...any) error {
@@ -40,7 +44,8 @@ func stale(resource string, presented fence.Token, seen fence.Token) error {
 // context ended before it was sent, or no connection could be made.
 func unsent(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var ns notSent
+	return errors.As(err, &ns) || (errors.As(err, &op) && op.Op == "dial")
 }
 
 // serverError reports whether err is a reply from Redis (an error reply), not a

@@ -16,3 +16,9 @@ func WithUncheckedWritesForTest() Option {
 		return nil
 	}
 }
+
+// ParseCommandTableForTest reads reply as the Store reads COMMAND's.
+func ParseCommandTableForTest(reply []any) error {
+	_, err := parseTable(reply)
+	return err
+}

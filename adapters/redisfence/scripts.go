@@ -142,42 +142,51 @@ type waited struct {
 }
 
 // run sends sc once by its SHA1 and, on NOSCRIPT (the script did not run), once
-// whole. It returns the script's reply and what WAIT said.
-func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any) (any, waited, error) {
-	c := sc.cmd(ctx, false, keys, args)
-	w, err := s.send(ctx, keys[0], c)
-	if isNoScript(err) {
-		c = sc.cmd(ctx, true, keys, args)
-		w, err = s.send(ctx, keys[0], c)
-	}
-	if err != nil {
-		return nil, w, err
-	}
-	return c.Val(), w, nil
-}
-
-// send sends c and, when the Store waits for replicas, WAIT after it on the same
-// connection, in the same round trip. key routes both on a Cluster.
-func (s *Store) send(ctx context.Context, key string, c noRetryCmd) (waited, error) {
+// whole. When the Store waits for replicas it sends them on one connection and,
+// when accepted says the reply is an accepted write, WAIT after it on that
+// connection (WAIT counts the replicas that have that connection's writes). It
+// returns the script's reply and what WAIT said.
+func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any, accepted func(any) bool) (any, waited, error) {
+	none := waited{n: -1}
 	if s.replicas == 0 {
-		return waited{n: -1}, s.rdb.Process(ctx, c)
+		reply, err := eval(ctx, s.rdb, sc, keys, args)
+		return reply, none, err
 	}
-	pipe, err := s.primary(ctx, key)
+	node, err := s.node(ctx, keys[0])
 	if err != nil {
-		return waited{n: -1}, err
+		return nil, none, notSent{err}
+	}
+	conn := node.(*redis.Client).Conn() // New accepts WithWaitReplicas only on such clients
+	defer conn.Close()
+	reply, err := eval(ctx, conn, sc, keys, args)
+	if err != nil || !accepted(reply) {
+		return reply, none, err
 	}
 	w := redis.NewIntCmd(ctx, "wait", s.replicas, s.waitTimeout.Milliseconds())
-	_ = pipe.Process(ctx, c)
-	_ = pipe.Process(ctx, w)
-	_, err = pipe.Exec(ctx)
-	if c.Err() != nil {
-		return waited{n: -1}, c.Err()
-	}
-	if c.Val() == nil {
-		return waited{n: -1}, err
-	}
-	return waited{n: w.Val(), err: w.Err()}, nil
+	_ = conn.Process(ctx, w)
+	return reply, waited{n: w.Val(), err: w.Err()}, nil
 }
+
+// eval sends sc by its SHA1 and, on NOSCRIPT, whole, through p.
+func eval(ctx context.Context, p interface {
+	Process(context.Context, redis.Cmder) error
+}, sc *script, keys []string, args []any) (any, error) {
+	c := sc.cmd(ctx, false, keys, args)
+	err := p.Process(ctx, c)
+	if isNoScript(err) {
+		c = sc.cmd(ctx, true, keys, args)
+		err = p.Process(ctx, c)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c.Val(), nil
+}
+
+// notSent is an error met before a script was sent.
+type notSent struct{ error }
+
+func (e notSent) Unwrap() error { return e.error }
 
 // check returns nil when WAIT was not asked for or counted enough replicas, else
 // ErrNotReplicated saying how many did (or why WAIT failed).
@@ -193,15 +202,11 @@ func (w waited) check(s *Store) error {
 	return nil
 }
 
-// primary returns a pipeline on one connection of the primary serving key: WAIT
-// counts the replicas that acknowledged that connection's writes.
-func (s *Store) primary(ctx context.Context, key string) (redis.Pipeliner, error) {
+// node returns the client of the node serving key: on a Cluster its primary's,
+// else the Store's own.
+func (s *Store) node(ctx context.Context, key string) (redis.UniversalClient, error) {
 	if cc, ok := s.rdb.(*redis.ClusterClient); ok {
-		node, err := cc.MasterForKey(ctx, key)
-		if err != nil {
-			return nil, err
-		}
-		return node.Pipeline(), nil
+		return cc.MasterForKey(ctx, key)
 	}
-	return s.rdb.Pipeline(), nil
+	return s.rdb, nil
 }

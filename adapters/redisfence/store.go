@@ -9,13 +9,14 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Store makes fenced writes through a go-redis client: a *redis.Client (a single
 // node, or a Sentinel-backed failover client) or a *redis.ClusterClient. It is
-// safe for concurrent use and holds no state besides its settings; the scripts it
-// runs are loaded by the server on first use.
+// safe for concurrent use and holds no state besides its settings and the
+// server's command table, read on the first Fenced that queues a command; the
+// scripts it runs are loaded by the server on first use.
 type Store struct {
 	rdb         redis.UniversalClient
 	cluster     bool
@@ -24,6 +25,7 @@ type Store struct {
 	obs         fence.WriteObserver
 
 	write, tx, read *script
+	cmds            *commands
 }
 
 var (
@@ -41,7 +43,7 @@ type Option func(*Store) error
 // default, reports nothing.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
-		if engine.IsNil(obs) {
+		if typednil.Is(obs) {
 			obs = nil
 		}
 		s.obs = obs
@@ -51,14 +53,13 @@ func WithObserver(obs fence.WriteObserver) Option {
 
 // WithWaitReplicas makes every fenced write that was accepted wait until n
 // replicas (1 to 100) acknowledged it, or timeout (1 ms or more) passed: Redis's
-// WAIT, sent on the write's connection right after it, in the same round trip. A
-// write acknowledged by fewer replicas returns ErrNotReplicated; it stands on the
-// primary. WAIT makes a failover to an acknowledging replica keep the write (mark
-// and data together), but it does not make Redis strongly consistent: a replica
-// that acknowledged can still lose the write if it restarts without having synced
-// its AOF, and a failover may promote a replica that did not acknowledge. Writes
-// refused as stale do not wait. On a client that is neither a *redis.Client nor a
-// *redis.ClusterClient (a Ring), New refuses the option.
+// WAIT, sent on the write's connection once its reply says it was accepted (a
+// second round trip). Fewer acknowledgements return ErrNotReplicated; the write
+// stands on the primary. A failover to an acknowledging replica keeps the write,
+// mark and data, but Redis stays not strongly consistent (see Durability in the
+// package doc). A write refused as stale returns at once, without WAIT. New
+// refuses the option on a client that is neither a *redis.Client nor a
+// *redis.ClusterClient (a Ring).
 func WithWaitReplicas(n int, timeout time.Duration) Option {
 	return func(s *Store) error {
 		if n < 1 || n > 100 {
@@ -76,10 +77,10 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // fence.ErrInvalidArgument, and a nil Store, for a nil rdb (a typed nil too) and an
 // unusable option (the error names it). A nil Option is ignored.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
-	if engine.IsNil(rdb) {
+	if typednil.Is(rdb) {
 		return nil, invalid("nil Redis client")
 	}
-	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript}
+	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript, cmds: &commands{}}
 	_, s.cluster = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
 		if o == nil {
@@ -107,7 +108,7 @@ func (s *Store) observe(op string, errp *error) {
 }
 
 func (s *Store) usable() error {
-	if s == nil || engine.IsNil(s.rdb) {
+	if s == nil || typednil.Is(s.rdb) {
 		return invalid("nil Store; use New")
 	}
 	return nil

@@ -10,7 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 var _ fence.Store[redis.Pipeliner] = (*Store)(nil)
@@ -18,34 +18,20 @@ var _ fence.Store[redis.Pipeliner] = (*Store)(nil)
 // errExecInFn is what a fenced transaction's pipeline says when fn tries to send it.
 var errExecInFn = errors.New("redisfence: a fenced transaction's commands are sent when fn returns; do not call Exec, Pipelined or TxPipelined on it")
 
-// Fenced runs fn, which queues commands on tx as on a go-redis pipeline
-// (tx.Set, tx.HIncrBy, tx.Do ...), and then sends them with the fence in one
-// script, one round trip, applied atomically: no other command runs between the
-// check, the raise and fn's commands. If the mark of any of g's resources holds a
-// higher token than g's, nothing is applied and Fenced returns a *fence.StaleError
-// naming that resource; otherwise every mark is raised to g's token and the
-// commands run in order. Their replies fill the commands fn queued (read them after
-// Fenced returns). So fence.Exec works on Redis:
-//
-//	err := fence.Exec(ctx, store, lock, func(tx redis.Pipeliner) error {
-//		tx.Set(ctx, "{job-7}:progress", 100, 0)
-//		tx.HIncrBy(ctx, "{job-7}:stats", "runs", 1)
-//		return nil
-//	})
-//
-// As in MULTI/EXEC, a command that fails when it runs (WRONGTYPE) does not undo
-// the others, nor the raise: Fenced then returns the first such error, wrapped.
-// A grant over several resources (fence.Set) raises each one's mark; on a Cluster
-// their marks and every key must share one slot (resources with a common hash
-// tag, "{order-7}:invoice" and "{order-7}:stock"). fn sees no replies while it
-// runs, and its commands are not sent when it returns an error (Fenced returns
-// that error) or when a Watched grant's lock was lost by then (fence.ErrLost).
-//
-// Before any I/O Fenced returns fence.ErrInvalidArgument for a bad grant, a nil
-// fn, a command on a key beginning "fencegate:" or, on a Cluster, outside the
-// marks' slot, a command not allowed in a script (MULTI, EXEC, WATCH, EVAL,
-// SUBSCRIBE, ...), and a command whose reply type the Store cannot fill. A script
-// sent whose reply was lost is fence.ErrCommitUnknown, never sent again.
+// Fenced runs fn, which queues commands on tx as on a go-redis pipeline, then
+// sends them with the fence in one script, applied atomically (one round trip;
+// two when one of them has keys that move with its arguments): if any of g's
+// resources has a higher token than g's, nothing is applied and Fenced returns a
+// *fence.StaleError naming it; else every mark is raised to g's token and the
+// commands run in order, their replies filling fn's commands. As in EXEC, a
+// command failing at run time (WRONGTYPE) undoes neither the others nor the
+// raise: Fenced returns the first such error, wrapped. Nothing is sent when fn
+// returns an error (returned as is) or a Watched lock is lost (fence.ErrLost).
+// Commands are checked by the server's command table (see Commands in the package
+// doc): a refused one is fence.ErrInvalidArgument naming it, nothing written, as
+// are a bad grant, a nil fn and a reply type the Store cannot fill.
+// ErrCommandTable when the table cannot be read; a lost reply is
+// fence.ErrCommitUnknown, never sent again.
 func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipeliner) error) (err error) {
 	defer s.observe("fenced", &err)
 	if err := s.usable(); err != nil {
@@ -54,7 +40,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if fn == nil {
 		return invalid("nil function")
 	}
-	c, err := engine.Check(g) // checked and its resources sorted once, here
+	c, err := grant.Check(g) // checked and its resources sorted once, here
 	if err != nil {
 		return err
 	}
@@ -75,17 +61,17 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 		return errExecInFn
 	}
 	cmds := p.Pipeliner.Cmds()
-	keys, args, err := s.txArgs(g, resources, marks, cmds)
+	keys, args, err := s.txArgs(ctx, g, resources, marks, cmds)
 	if err != nil {
 		return err
 	}
-	if err := engine.CheckLost(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	reply, w, err := s.run(ctx, s.tx, keys, args)
+	reply, w, err := s.run(ctx, s.tx, keys, args, txAccepted)
 	if err != nil {
 		err = s.failed(g, "fenced transaction", err)
 		fail(cmds, err)
@@ -96,21 +82,18 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 
 // txArgs checks fn's commands and lays out the script's keys (marks, then data
 // keys, each once) and arguments.
-func (s *Store) txArgs(g fence.Grant, resources, marks []string, cmds []redis.Cmder) ([]string, []any, error) {
+func (s *Store) txArgs(ctx context.Context, g fence.Grant, resources, marks []string, cmds []redis.Cmder) ([]string, []any, error) {
 	keys := slices.Clone(marks)
 	args := []any{strconv.FormatInt(int64(g.Token()), 10), len(marks), len(cmds)}
+	if len(cmds) == 0 {
+		return keys, args, nil
+	}
+	cmdKeys, err := s.cmdKeys(ctx, resources[0], marks[0], cmds)
+	if err != nil {
+		return nil, nil, err
+	}
 	for i, c := range cmds {
-		if err := checkCmd(c); err != nil {
-			return nil, nil, fmt.Errorf("command %d (%s): %w", i+1, c.Name(), err)
-		}
-		ks, err := cmdKeys(c)
-		if err != nil {
-			return nil, nil, fmt.Errorf("command %d: %w", i+1, err)
-		}
-		for _, k := range ks {
-			if err := s.checkKey(resources[0], marks[0], k); err != nil {
-				return nil, nil, fmt.Errorf("command %d (%s): %w", i+1, c.Name(), err)
-			}
+		for _, k := range cmdKeys[i] {
 			if !slices.Contains(keys, k) {
 				keys = append(keys, k)
 			}
@@ -156,6 +139,12 @@ func (s *Store) txResult(g fence.Grant, resources []string, cmds []redis.Cmder, 
 		return first
 	}
 	return w.check(s)
+}
+
+// txAccepted reports whether the transaction script's reply says it ran: {1, replies}.
+func txAccepted(reply any) bool {
+	r, ok := reply.([]any)
+	return ok && len(r) > 0 && r[0] == int64(1)
 }
 
 func fail(cmds []redis.Cmder, err error) {

@@ -56,16 +56,7 @@ func TestWithWaitReplicas(t *testing.T) {
 	if err := rr.ReplicaOf(ctx, host, port).Err(); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		info, err := rr.Info(ctx, "replication").Result()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if strings.Contains(info, "master_link_status:up") {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitOnline(t, raw)
 	writes := []struct {
 		name  string
 		write func() error
@@ -94,5 +85,54 @@ func TestWithWaitReplicas(t *testing.T) {
 	}
 	if m, err := rr.HGet(ctx, redisfence.MarkKey(res), "token").Result(); err != nil || m != "6" {
 		t.Fatalf("replica's mark %q, %v; want 6", m, err)
+	}
+}
+
+// waitOnline waits until the primary counts a replica as online: the replica has
+// loaded the primary's data and acknowledges its writes, so WAIT counts it.
+func waitOnline(t *testing.T, primary *redis.Client) {
+	t.Helper()
+	for {
+		info, err := primary.Info(t.Context(), "replication").Result()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(info, "state=online") {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// TestWithWaitReplicas_staleDoesNotWait checks that a write refused as stale
+// sends no WAIT, in every form, on a primary with no replica (where WAIT would
+// last its whole timeout): the server's command statistics count the one WAIT
+// of the accepted write only.
+func TestWithWaitReplicas_staleDoesNotWait(t *testing.T) {
+	raw := ownNode(t)
+	ctx := t.Context()
+	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr}), redisfence.WithWaitReplicas(1, 100*time.Millisecond))
+	res := e.res("r")
+	k := e.key(res, "k")
+	if err := raw.ConfigResetStat(ctx).Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.store.Set(ctx, fence.NewGrant(res, 2), k, "two", 0); !errors.Is(err, redisfence.ErrNotReplicated) {
+		t.Fatalf("accepted Set with no replica = %v, want ErrNotReplicated", err)
+	}
+	stale := fence.NewGrant(res, 1)
+	for _, err := range []error{
+		e.store.Set(ctx, stale, k, "one", 0),
+		e.store.HSet(ctx, stale, e.key(res, "h"), map[string]any{"f": 1}),
+		e.store.Delete(ctx, stale, k),
+		e.store.Fenced(ctx, stale, func(tx redis.Pipeliner) error {
+			tx.Incr(ctx, e.key(res, "n"))
+			return nil
+		}),
+	} {
+		wantStale(t, err, res, 1, 2)
+	}
+	if n := commandStats(t, raw)["wait"]; n != 1 {
+		t.Fatalf("WAIT sent %d times, want once: for the accepted write only", n)
 	}
 }

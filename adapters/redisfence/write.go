@@ -10,24 +10,23 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Set stores value at key for grant g, as SET does, in one round trip: a script
 // that refuses g's token if the resource's mark holds a higher one
 // (*fence.StaleError naming it, nothing written) and otherwise sets the key and
-// raises the mark to g's token, atomically. expiration is SET's: 0 for none,
-// redis.KeepTTL to keep the key's, else at least a millisecond (sent as PX). value
-// is what go-redis sends for SET: a string, []byte, number, bool, time.Time or an
+// raises the mark, atomically. expiration is SET's: 0 for none, redis.KeepTTL to
+// keep the key's, else at least a millisecond (sent as PX). value is what
+// go-redis sends for SET: a string, []byte, number, bool, time.Time or an
 // encoding.BinaryMarshaler.
 //
-// Before any I/O Set returns fence.ErrInvalidArgument for a bad grant (see
-// fence.CheckGrant; a fence.Set of several resources too: fence them in Fenced), an
-// empty key, a key beginning "fencegate:", on a Cluster a key outside the
-// resource's slot, a nil or unsupported value or a bad expiration; and
-// fence.ErrLost for a Watched grant whose lock is lost. When the script was sent
-// but no reply came (the connection broke, ctx ended), Set returns
-// fence.ErrCommitUnknown: the write may or may not have landed, and it is not sent
+// Before any I/O Set returns fence.ErrInvalidArgument for a bad grant (a
+// fence.Set of several resources too: fence them in Fenced), an empty key, a key
+// beginning "fencegate:" or, on a Cluster, outside the resource's slot, and a
+// nil or unsupported value or bad expiration; fence.ErrLost for a lost Watched
+// grant. A script sent whose reply was lost is fence.ErrCommitUnknown, never sent
 // again. Error replies from Redis are returned wrapped.
 func (s *Store) Set(ctx context.Context, g fence.Grant, key string, value any, expiration time.Duration) (err error) {
 	defer s.observe("set", &err)
@@ -82,7 +81,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if err := engine.CheckSingle(g); err != nil {
+	if err := grant.CheckSingle(g); err != nil {
 		return err
 	}
 	res := g.Resource()
@@ -94,7 +93,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 		return err
 	}
 	tok := strconv.FormatInt(int64(g.Token()), 10)
-	reply, w, err := s.run(ctx, s.write, []string{mark, key}, append([]any{tok}, args...))
+	reply, w, err := s.run(ctx, s.write, []string{mark, key}, append([]any{tok}, args...), writeAccepted)
 	if err != nil {
 		return s.failed(g, op+" "+key, err)
 	}
@@ -111,6 +110,9 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	return fmt.Errorf("redisfence: %s %s: unexpected reply %v", op, key, reply)
 }
 
+// writeAccepted reports whether the write script's reply says it wrote: 1.
+func writeAccepted(reply any) bool { return reply == int64(1) }
+
 // failed classifies the error of a fenced write's script: a reply from Redis
 // (the script did not run, or failed before writing), a command never sent, or
 // else an outcome that cannot be known.
@@ -118,13 +120,13 @@ func (s *Store) failed(g fence.Grant, what string, err error) error {
 	if serverError(err) || unsent(err) {
 		return fmt.Errorf("redisfence: %s: %w", what, err)
 	}
-	return engine.CommitUnknown(g, what, err)
+	return grant.CommitUnknown(g, what, err)
 }
 
 // checkValue refuses a value go-redis cannot send: nil, a typed nil, or a type it
 // has no encoding for.
 func checkValue(v any) error {
-	if engine.IsNil(v) {
+	if typednil.Is(v) {
 		return invalid("nil value (%T); use \"\" for an empty string", v)
 	}
 	switch v.(type) {

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"reflect"
 
 	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/s3/types"
@@ -34,19 +33,6 @@ var (
 
 func invalid(format string, args ...any) error {
 	return fmt.Errorf("%w: s3fence: %s", fence.ErrInvalidArgument, fmt.Sprintf(format, args...))
-}
-
-// isNil reports whether v is nil or an interface holding a nil pointer, map, slice,
-// channel or function, so that such a value is refused rather than called.
-func isNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface:
-		return rv.IsNil()
-	}
-	return false
 }
 
 // statusOf returns the HTTP status of a failed request, or 0.

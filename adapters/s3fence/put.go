@@ -13,7 +13,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Put stores the object in describes (Bucket, Key, Body and any other field of a
@@ -77,7 +78,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 	if err == nil || !conditionFailed(err) {
 		return v, err
 	}
-	if err := engine.CheckLost(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	st, herr := s.head(ctx, bucket, key)
@@ -95,7 +96,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 // state already is what the write wants (nothing to store).
 func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, build func(state) (*s3.PutObjectInput, error)) (Version, error) {
 	for attempt := 1; ; attempt++ {
-		if err := engine.CheckLost(g); err != nil {
+		if err := grant.CheckLost(g); err != nil {
 			return Version{}, err
 		}
 		st, err := s.head(ctx, bucket, key)
@@ -122,7 +123,7 @@ func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, bu
 // putOnce sends one conditional PUT. A condition that fails is returned as the
 // client's error, for the caller to tell apart.
 func (s *Store) putOnce(ctx context.Context, g fence.Grant, bucket, key string, put *s3.PutObjectInput) (Version, error) {
-	if err := engine.CheckLost(g); err != nil {
+	if err := grant.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	out, err := s.api.PutObject(ctx, put)
@@ -183,7 +184,7 @@ func (s *Store) checkPut(g fence.Grant, in *s3.PutObjectInput) (*rewindable, err
 	if in.Body == nil {
 		return nil, nil
 	}
-	if isNil(in.Body) {
+	if typednil.Is(in.Body) {
 		return nil, invalid("body is a nil %T", in.Body)
 	}
 	rs, ok := in.Body.(io.ReadSeeker)

@@ -11,7 +11,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
 )
@@ -20,15 +21,15 @@ import (
 // 3.35+ and PostgreSQL 12+: statements (written with ?, passed through rebind) and the
 // reading of driver errors, each in its file (mysql*.go, sqlite.go, postgres.go).
 type database interface {
-	dialect() engine.Dialect
+	dialect() dialect.Dialect
 	rebind(q string) string
 	now() string // the database's clock, to the microsecond
 
 	probe(ctx context.Context, s *Store) error // checks the pool once, before its first write
 	isolation(l sql.IsolationLevel) error      // refuses a level it cannot fence
-	fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error
-	raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error    // a single grant
-	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error // a fence.Set; base's is set.go's
+	fenced(ctx context.Context, s *Store, g *grant.Checked, fn func(*sql.Tx) error) error
+	raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error    // a single grant
+	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error // a fence.Set; base's is set.go's
 	// raiseSetTail ends a set's fence-row INSERT; counts: its row count tells all raised.
 	raiseSetTail() (tail string, counts bool)
 
@@ -67,11 +68,11 @@ func (base) prepares() bool                        { return true }
 func (base) claimed(error) bool                    { return false }
 func (base) idleEnded(error, bool, bool) bool      { return false }
 
-func (base) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+func (base) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
 	return s.raiseSet(ctx, tx, g)
 }
 
-func (base) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (base) fenced(ctx context.Context, s *Store, g *grant.Checked, fn func(*sql.Tx) error) error {
 	return s.run(ctx, s.db, g, fn)
 }
 
@@ -109,11 +110,11 @@ func dupErr(err error, table string, re *regexp.Regexp, msg, doubled string) *no
 
 func newDatabase(d migrations.Dialect) (database, error) {
 	switch d {
-	case engine.Postgres:
+	case dialect.Postgres:
 		return postgres{}, nil
-	case engine.MySQL:
+	case dialect.MySQL:
 		return mysql{}, nil
-	case engine.SQLite:
+	case dialect.SQLite:
 		return sqlite{}, nil
 	}
 	return nil, fmt.Errorf("sqlfence: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)

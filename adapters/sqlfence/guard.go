@@ -9,7 +9,8 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/nolockpath"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -56,7 +57,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 		if err != nil && !errors.Is(err, sql.ErrNoRows) {
 			return 0, s.wrap(err, "decrement: look up", c.Table, "")
 		}
-		if err := engine.TakeRefused(c, n, left, err == nil, try); err != nil {
+		if err := nolockpath.TakeRefused(c, n, left, err == nil, try); err != nil {
 			return left, err
 		}
 	}
@@ -92,7 +93,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	if err := s.usable(); err != nil {
 		return err
 	}
-	qt, names, err := engine.CheckInsert(s.d.dialect(), table, cols)
+	qt, names, err := dialect.CheckInsert(s.d.dialect(), table, cols)
 	if err != nil {
 		return err
 	}

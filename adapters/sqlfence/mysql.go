@@ -13,7 +13,8 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -22,7 +23,7 @@ import (
 // ON DUPLICATE KEY assignments run left to right.
 type mysql struct{ base }
 
-func (mysql) dialect() engine.Dialect                   { return engine.MySQL }
+func (mysql) dialect() dialect.Dialect                  { return dialect.MySQL }
 func (mysql) now() string                               { return "CURRENT_TIMESTAMP(6)" }
 func (mysql) probe(ctx context.Context, s *Store) error { return s.probeFoundRows(ctx) }
 
@@ -33,7 +34,7 @@ const mysqlRaiseSQL = "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) 
 	"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 	"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
 
-func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
 	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?"
 	return s.bumpOrUpsert(ctx, tx, g, bump, mysqlRaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
 		id, err := res.LastInsertId()

@@ -12,14 +12,14 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/internal/fastbegin"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // fenced: on MariaDB through a sqlfence/mysql pool (internal/fastbegin) one compound
 // statement sets idle_transaction_timeout, begins and raises, and one commits or rolls
 // back and restores it; on error its handler rolls back and restores. Otherwise the
 // transaction runs on a pinned connection (fencedPinned).
-func (mysql) fenced(ctx context.Context, s *Store, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (mysql) fenced(ctx context.Context, s *Store, g *grant.Checked, fn func(*sql.Tx) error) error {
 	if !g.Multi() && s.mariadb && s.txOpts == nil {
 		if _, ok := s.db.Driver().(fastbegin.Driver); ok {
 			return s.fencedFast(ctx, g, fn)
@@ -61,7 +61,7 @@ func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
 	return args
 }
 
-func (s *Store) fencedFast(ctx context.Context, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (s *Store) fencedFast(ctx context.Context, g *grant.Checked, fn func(*sql.Tx) error) error {
 	b := &fastbegin.Begin{
 		Query:    fastBeginSQL,
 		Args:     fastBeginArgs(g, idleSecs(s, g)),
@@ -98,7 +98,7 @@ func (s *Store) fastBeginErr(g fence.Grant, err error) error {
 
 // fencedPinned sets the session's idle timeout (MariaDB's idle_transaction_timeout,
 // MySQL's wait_timeout) on a pinned connection before BEGIN, restored after.
-func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (s *Store) fencedPinned(ctx context.Context, g *grant.Checked, fn func(*sql.Tx) error) error {
 	conn, err := s.db.Conn(ctx)
 	if err != nil {
 		return fmt.Errorf("sqlfence: get a connection: %w", err)
@@ -120,7 +120,7 @@ func (s *Store) fencedPinned(ctx context.Context, g *engine.Checked, fn func(*sq
 	return s.run(ctx, conn, g, fn)
 }
 
-func idleSecs(s *Store, g *engine.Checked) int64 {
+func idleSecs(s *Store, g *grant.Checked) int64 {
 	return int64(math.Ceil(g.IdleTimeout(s.set.Idle).Seconds()))
 }
 

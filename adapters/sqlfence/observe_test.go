@@ -9,7 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // writeRecorder is a fence.WriteObserver that keeps what it was told.
@@ -21,7 +21,7 @@ type writeRecorder struct {
 func (r *writeRecorder) FencedWrite(adapter, op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.seen = append(r.seen, adapter+" "+op+" "+engine.WriteResult(err))
+	r.seen = append(r.seen, adapter+" "+op+" "+grant.WriteResult(err))
 }
 
 func TestStore_WithObserver(t *testing.T) {

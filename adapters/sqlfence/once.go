@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/nolockpath"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -48,7 +48,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 	if fn == nil {
 		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
 	}
-	if err := engine.CheckIdemKey(key, fingerprint); err != nil {
+	if err := nolockpath.CheckIdemKey(key, fingerprint); err != nil {
 		return nolock.Result{}, err
 	}
 	wait := time.Millisecond
@@ -57,10 +57,10 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 		switch {
 		case err == nil || stage == fnFailed || !s.d.busy(err) || errors.Is(err, fence.ErrBusy):
 			return r, err
-		case stage == fnRan || attempt == engine.MaxOnceAttempts:
+		case stage == fnRan || attempt == nolockpath.MaxOnceAttempts:
 			return r, fmt.Errorf("%w: once %q, nothing was written: %w", fence.ErrBusy, key, err)
 		}
-		if cause := engine.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
+		if cause := nolockpath.Pause(ctx, &wait, 50*time.Millisecond); cause != nil {
 			return nolock.Result{}, fmt.Errorf("%w: once %q: %w; last error: %w", fence.ErrBusy, key, cause, err)
 		}
 	}
@@ -80,13 +80,13 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	for {
 		var n int64
 		err := s.retry(ctx, func() (err error) {
-			n, err = affected(s.db.ExecContext(ctx, s.keys.purge, engine.PurgeBatch))
+			n, err = affected(s.db.ExecContext(ctx, s.keys.purge, nolockpath.PurgeBatch))
 			return err
 		})
 		if err != nil {
 			return total, s.keyErr("purge expired idempotency keys", err)
 		}
-		if total += n; n < engine.PurgeBatch {
+		if total += n; n < nolockpath.PurgeBatch {
 			return total, nil
 		}
 	}
@@ -146,13 +146,13 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 			return r, mine, s.keyErr("once: claim key", err)
 		}
 		err := tx.QueryRowContext(ctx, s.keys.read, key).Scan(&storedFP, &stored, &expired)
-		if errors.Is(err, sql.ErrNoRows) && try < engine.MaxClaimTries {
+		if errors.Is(err, sql.ErrNoRows) && try < nolockpath.MaxClaimTries {
 			continue // deleted in between (purged, or replaced as expired): claim again
 		}
 		if err != nil {
 			return r, false, s.keyErr("once: read key", err)
 		}
-		if expired == 0 || try == engine.MaxClaimTries {
+		if expired == 0 || try == nolockpath.MaxClaimTries {
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
@@ -162,7 +162,7 @@ func (s *Store) claimKey(ctx context.Context, tx *sql.Tx, key, fingerprint strin
 	}
 	switch {
 	case expired != 0:
-		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, engine.MaxClaimTries)
+		return r, false, fmt.Errorf("sqlfence: once %q: the expired key was replaced concurrently %d times", key, nolockpath.MaxClaimTries)
 	case storedFP != fingerprint:
 		return r, false, fmt.Errorf("%w: key %q", nolock.ErrKeyReused, key)
 	}

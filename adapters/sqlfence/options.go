@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/fencedtx"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -25,7 +25,7 @@ func New(db *sql.DB, d migrations.Dialect, opts ...Option) (*Store, error) {
 		return nil, err
 	}
 	s := &Store{db: db, d: dd, keys: keyStmts(dd)}
-	if err := engine.Apply(s, opts); err != nil {
+	if err := fencedtx.Apply(s, opts); err != nil {
 		return nil, err
 	}
 	return s, nil

@@ -9,7 +9,9 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -17,9 +19,9 @@ import (
 // (pgx's *pgconn.PgError and lib/pq's *pq.Error both report it).
 type postgres struct{ base }
 
-func (postgres) dialect() engine.Dialect { return engine.Postgres }
-func (postgres) now() string             { return "now()" }
-func (postgres) prepares() bool          { return false } // pgx's stdlib keeps statements prepared by text
+func (postgres) dialect() dialect.Dialect { return dialect.Postgres }
+func (postgres) now() string              { return "now()" }
+func (postgres) prepares() bool           { return false } // pgx's stdlib keeps statements prepared by text
 
 // rebind turns ? into $n outside double-quoted identifiers, the package's only quoted text.
 func (postgres) rebind(q string) string {
@@ -43,13 +45,13 @@ func (postgres) rebind(q string) string {
 	return b.String()
 }
 
-// raise is pgxfence's one statement (engine.PGRaiseIdleSQL; for a set PGRaiseSetEach,
+// raise is pgxfence's one statement (pgsql.RaiseIdleSQL; for a set pgsql.RaiseSetEach,
 // a parameter per resource, which any driver can send), its errors read as pgxfence's.
-func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
-	q, args := engine.PGRaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
+func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
+	q, args := pgsql.RaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
 	if g.Multi() {
 		res := g.Resources()
-		q, args = engine.PGRaiseSetEach(len(res)), make([]any, len(res), len(res)+2)
+		q, args = pgsql.RaiseSetEach(len(res)), make([]any, len(res), len(res)+2)
 		for i, r := range res {
 			args[i] = r
 		}
@@ -59,22 +61,22 @@ func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Check
 	if err == nil {
 		return nil
 	}
-	if e := engine.PGRefusal(g, sqlState(err), err.Error(), err); e != nil {
+	if e := pgsql.Refusal(g, sqlState(err), err.Error(), err); e != nil {
 		return e
 	}
 	return s.raiseErr(g, err)
 }
 
-func (d postgres) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+func (d postgres) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
 	return d.raise(ctx, s, tx, g)
 }
 
-// update is engine.PGUpdateSQL, raising the fence row by a plain UPDATE (cheaper),
+// update is pgsql.UpdateSQL, raising the fence row by a plain UPDATE (cheaper),
 // then, if that wrote nothing, by the upsert.
 func (postgres) update(ctx context.Context, s *Store, st *rowStmt) error {
 	args := append(append([]any{st.g.Resource(), int64(st.g.Token())}, st.SetVals...), st.KeyVals...)
 	for _, bump := range []bool{true, false} {
-		n, err := s.updateTry(ctx, st, engine.PGUpdateSQL(st.Table, st.Token, st.Keys, st.Set, bump), args)
+		n, err := s.updateTry(ctx, st, pgsql.UpdateSQL(st.Table, st.Token, st.Keys, st.Set, bump), args)
 		if err != nil || n > 0 {
 			return err
 		}
@@ -113,7 +115,7 @@ func sqlState(err error) string {
 // lock not available.
 func (postgres) busy(err error) bool {
 	switch sqlState(err) {
-	case engine.PGSerialization, engine.PGDeadlock, engine.PGLockUnavailable:
+	case pgsql.Serialization, pgsql.Deadlock, pgsql.LockUnavailable:
 		return true
 	}
 	return false
@@ -122,19 +124,19 @@ func (postgres) busy(err error) bool {
 var pgUniqueRE = regexp.MustCompile(`unique constraint "((?:[^"]|"")*)"`)
 
 func (postgres) duplicate(err error, table string) *nolock.DuplicateError {
-	if sqlState(err) != engine.PGUnique {
+	if sqlState(err) != pgsql.Unique {
 		return nil
 	}
 	return dupErr(err, table, pgUniqueRE, err.Error(), `""`)
 }
 
 func (postgres) missingTable(err error, table string) bool {
-	return sqlState(err) == engine.PGNoTable && strings.Contains(err.Error(), table)
+	return sqlState(err) == pgsql.NoTable && strings.Contains(err.Error(), table)
 }
 
 func (postgres) replyLost(err error, commit bool) bool {
 	if st := sqlState(err); st != "" {
-		return engine.PGReplyLost(st, pgSeverity(err))
+		return pgsql.ReplyLost(st, pgSeverity(err))
 	}
 	return undecided(err, commit)
 }
@@ -158,4 +160,4 @@ func pgSeverity(err error) string {
 	return ""
 }
 
-func (postgres) idleEnded(err error, _, _ bool) bool { return sqlState(err) == engine.PGIdleTimeout }
+func (postgres) idleEnded(err error, _, _ bool) bool { return sqlState(err) == pgsql.IdleTimeout }

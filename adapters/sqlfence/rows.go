@@ -10,16 +10,18 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/fencedtx"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
 
 // rowStmt is a checked, quoted fence.Row with its set columns, and the grant.
 type rowStmt struct {
-	engine.Row
+	dialect.Row
 	name  string // the table as given, for errors
 	where string // "k1 = ? AND k2 = ?"
-	g     *engine.Checked
+	g     *grant.Checked
 }
 
 // prepare checks the store, grant, row and columns, then the pool once (probe).
@@ -28,10 +30,10 @@ func (s *Store) prepare(ctx context.Context, g fence.Grant, r fence.Row, set []f
 	if err != nil {
 		return nil, err
 	}
-	if c, err = engine.CheckOne(c); err != nil {
+	if c, err = grant.CheckOne(c); err != nil {
 		return nil, err
 	}
-	row, err := engine.CheckRow(s.d.dialect(), r, set, needSet)
+	row, err := dialect.CheckRow(s.d.dialect(), r, set, needSet)
 	if err != nil {
 		return nil, err
 	}
@@ -185,13 +187,13 @@ func onConflictTail(st *rowStmt, old string) string {
 
 // writeTx runs fn in a transaction that raises g's fence row first, and commits,
 // retried whole while busy (every statement in it is the Store's own).
-func (s *Store) writeTx(ctx context.Context, op string, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (s *Store) writeTx(ctx context.Context, op string, g *grant.Checked, fn func(*sql.Tx) error) error {
 	return s.retry(ctx, func() error {
 		tx, err := s.beginRaise(ctx, s.db, nil, g)
 		if err != nil {
 			return err
 		}
-		return engine.RunTx(g, &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: op, begun: time.Now()}, func() error { return fn(tx) })
+		return fencedtx.Run(g, &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: op, begun: time.Now()}, func() error { return fn(tx) })
 	})
 }
 
@@ -230,7 +232,7 @@ func (s *Store) refused(ctx context.Context, q querier, st *rowStmt) error {
 
 // fenceStale reads g's mark after a one-statement Update changed nothing: a
 // *fence.StaleError when higher than g's token; found: a mark is stored.
-func (s *Store) fenceStale(ctx context.Context, g *engine.Checked) (found bool, err error) {
+func (s *Store) fenceStale(ctx context.Context, g *grant.Checked) (found bool, err error) {
 	seen, found, err := s.mark(ctx, s.db, g.Resource())
 	if err == nil && seen > g.Token() {
 		return true, stale(g, seen)

@@ -8,7 +8,7 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // onConflictRaise ends a fence-row INSERT on SQLite: raised unless a higher token is
@@ -17,9 +17,9 @@ const onConflictRaise = " ON CONFLICT (resource) DO UPDATE SET token = excluded.
 	"WHERE fence_tokens.token <= excluded.token"
 
 // raiseSet raises a fence.Set's rows with one upsert that never lowers a row, locking
-// them in sorted order (engine.Checked.Resources); a *fence.StaleError names the first holding
+// them in sorted order (grant.Checked.Resources); a *fence.StaleError names the first holding
 // a higher token, looked up unless the row count says every row was raised.
-func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g *engine.Checked) error {
+func (s *Store) raiseSet(ctx context.Context, tx *sql.Tx, g *grant.Checked) error {
 	res := g.Resources()
 	tok := int64(g.Token())
 	args := make([]any, 0, 2*len(res))

@@ -44,7 +44,9 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/fencedtx"
+	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/nolockpath"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -55,10 +57,10 @@ var _ fence.Store[*sql.Tx] = (*Store)(nil)
 type Store struct {
 	db      *sql.DB
 	d       database
-	txOpts  *sql.TxOptions  // Fenced's and Once's; nil: the server's default
-	set     engine.Settings // WithIdleTimeout, WithObserver, WithKeyTTL
-	keys    keySQL          // the idempotency-key statements, built by New
-	mariadb bool            // set by the MySQL probe, before probeOK
+	txOpts  *sql.TxOptions    // Fenced's and Once's; nil: the server's default
+	set     fencedtx.Settings // WithIdleTimeout, WithObserver, WithKeyTTL
+	keys    keySQL            // the idempotency-key statements, built by New
+	mariadb bool              // set by the MySQL probe, before probeOK
 
 	probeOK atomic.Bool // the MySQL probe passed
 	probeMu sync.Mutex
@@ -94,11 +96,11 @@ func (s *Store) usable() error {
 	return nil
 }
 
-func (s *Store) check(g fence.Grant) (*engine.Checked, error) {
+func (s *Store) check(g fence.Grant) (*grant.Checked, error) {
 	if err := s.usable(); err != nil {
 		return nil, err
 	}
-	return engine.Check(g)
+	return grant.Check(g)
 }
 
 // beginner is a *sql.DB or a pinned *sql.Conn.
@@ -107,7 +109,7 @@ type beginner interface {
 }
 
 // run is Fenced's transaction on b; begin and raise are retried while busy: fn has not run.
-func (s *Store) run(ctx context.Context, b beginner, g *engine.Checked, fn func(*sql.Tx) error) error {
+func (s *Store) run(ctx context.Context, b beginner, g *grant.Checked, fn func(*sql.Tx) error) error {
 	var tx *sql.Tx
 	if err := s.retry(ctx, func() (err error) { tx, err = s.beginRaise(ctx, b, s.txOpts, g); return err }); err != nil {
 		return err
@@ -116,7 +118,7 @@ func (s *Store) run(ctx context.Context, b beginner, g *engine.Checked, fn func(
 }
 
 // beginRaise begins a transaction and raises g's fence rows, rolling back on error.
-func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions, g *engine.Checked) (*sql.Tx, error) {
+func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions, g *grant.Checked) (*sql.Tx, error) {
 	tx, err := b.BeginTx(ctx, opts)
 	if err != nil {
 		return nil, fmt.Errorf("sqlfence: begin: %w", err)
@@ -133,21 +135,21 @@ func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions,
 	return tx, nil
 }
 
-// finish runs fn in tx and ends it (engine.RunTx), fn's idle-ended error as ErrIdleTimeout.
-func (s *Store) finish(ctx context.Context, tx *sql.Tx, g *engine.Checked, fn func(*sql.Tx) error) error {
+// finish runs fn in tx and ends it (fencedtx.Run), fn's idle-ended error as ErrIdleTimeout.
+func (s *Store) finish(ctx context.Context, tx *sql.Tx, g *grant.Checked, fn func(*sql.Tx) error) error {
 	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: "commit", begun: time.Now()}
-	return engine.RunTx(g, t, func() error {
+	return fencedtx.Run(g, t, func() error {
 		err := fn(tx)
 		return cmp.Or(s.idleEnded(g, t.begun, err, false), err)
 	})
 }
 
-// fencedTx is an open fenced *sql.Tx as engine.RunTx ends it.
+// fencedTx is an open fenced *sql.Tx as fencedtx.Run ends it.
 type fencedTx struct {
 	s     *Store
 	ctx   context.Context
 	tx    *sql.Tx
-	g     *engine.Checked
+	g     *grant.Checked
 	op    string    // what a lost COMMIT reply is reported as: "commit", or the write's name
 	begun time.Time // when the raise returned: a bound on how long it can have sat idle
 }
@@ -176,7 +178,7 @@ func (s *Store) commitErr(ctx context.Context, err error) error {
 // bumpOrUpsert is MySQL's and SQLite's raise: the plain UPDATE bump (cheaper than an
 // upsert, which tries the insert first), else upsert; raised reads whether it was
 // refused and the stored token (0: read it).
-func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *engine.Checked, bump, upsert string,
+func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *grant.Checked, bump, upsert string,
 	raised func(sql.Result) (stale bool, seen fence.Token, err error)) error {
 	tok := int64(g.Token())
 	// Matched rows: clientFoundRows on MySQL (checked by probe), always on SQLite.
@@ -232,7 +234,7 @@ func (s *Store) retry(ctx context.Context, attempt func() error) error {
 		if err == nil || !s.d.busy(err) {
 			return err
 		}
-		if cause := engine.Pause(ctx, &wait, 100*time.Millisecond); cause != nil {
+		if cause := nolockpath.Pause(ctx, &wait, 100*time.Millisecond); cause != nil {
 			return fmt.Errorf("%w: %w; last error: %w", fence.ErrBusy, cause, err)
 		}
 	}
@@ -257,17 +259,17 @@ func (s *Store) unknownOutcome(op string, g fence.Grant, err error, commit bool)
 	if err == nil || !s.d.replyLost(err, commit) {
 		return nil
 	}
-	return engine.CommitUnknown(g, op, err)
+	return grant.CommitUnknown(g, op, err)
 }
 
 // idleEnded is fence.ErrIdleTimeout when err, of fn or COMMIT, says the server ended
 // the transaction begun at begun for idling; else nil.
-func (s *Store) idleEnded(g *engine.Checked, begun time.Time, err error, commit bool) error {
+func (s *Store) idleEnded(g *grant.Checked, begun time.Time, err error, commit bool) error {
 	if err == nil || errors.Is(err, fence.ErrIdleTimeout) ||
 		!s.d.idleEnded(err, commit, time.Since(begun) >= g.IdleTimeout(s.set.Idle)) {
 		return nil
 	}
-	return engine.IdleTimeoutErr(g, err)
+	return grant.IdleTimeoutErr(g, err)
 }
 
 func (s *Store) missingSchema(err error) bool { return s.d.missingTable(err, "fence_tokens") }

@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -17,8 +18,8 @@ import (
 // round trips, no reply is ever lost, and nothing else ends an idle transaction.
 type sqlite struct{ base }
 
-func (sqlite) dialect() engine.Dialect { return engine.SQLite }
-func (sqlite) now() string             { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
+func (sqlite) dialect() dialect.Dialect { return dialect.SQLite }
+func (sqlite) now() string              { return "strftime('%Y-%m-%d %H:%M:%f', 'now')" }
 
 func (sqlite) isolation(l sql.IsolationLevel) error {
 	if l != sql.LevelDefault && l != sql.LevelSerializable {
@@ -27,7 +28,7 @@ func (sqlite) isolation(l sql.IsolationLevel) error {
 	return nil
 }
 
-func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *engine.Checked) error {
+func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
 	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE resource = ? AND token <= ?"
 	return s.bumpOrUpsert(ctx, tx, g, bump, "INSERT INTO fence_tokens (resource, token) VALUES (?, ?)"+onConflictRaise,
 		func(res sql.Result) (bool, fence.Token, error) {

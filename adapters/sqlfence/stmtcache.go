@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"sync"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -36,7 +36,7 @@ func (sh *shape) queryRow(ctx context.Context, db *sql.DB, args []any) *sql.Row 
 // shapeCache is a Store's shapes; a cleanup closes their statements once the Store is
 // unreachable (Store has no Close).
 type shapeCache struct {
-	m     engine.ShapeMap[*shape]
+	m     dialect.ShapeMap[*shape]
 	once  sync.Once
 	stmts *stmtList
 }
@@ -62,15 +62,15 @@ func (l *stmtList) close() {
 // a cached shape whose prepare failed is replaced once one succeeds.
 func (s *Store) shapeOf(ctx context.Context, c nolock.Counter) (*shape, error) {
 	var buf [128]byte // the key stays on the stack for names of ordinary length
-	key := engine.AppendShapeName(engine.AppendShapeName(buf[:0], c.Table), c.Column)
+	key := dialect.AppendShapeName(dialect.AppendShapeName(buf[:0], c.Table), c.Column)
 	for _, k := range c.Key {
-		key = engine.AppendShapeName(key, k.Name)
+		key = dialect.AppendShapeName(key, k.Name)
 	}
 	cached, _ := s.shapes.m.Load(key)
 	if cached != nil && (cached.stmt != nil || !s.d.prepares()) {
 		return cached, nil
 	}
-	ct, err := engine.CheckCounter(s.d.dialect(), c)
+	ct, err := dialect.CheckCounter(s.d.dialect(), c)
 	if err != nil {
 		return nil, err
 	}

@@ -17,7 +17,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/lockname"
 	"github.com/fencegate/fencegate/lockclient"
 )
 
@@ -214,4 +214,4 @@ func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) 
 
 // checkLockName reports why name cannot name a lock, or nil: lockclient's rule. It
 // lets fencectl refuse a bad name before any I/O.
-func checkLockName(name string) error { return engine.CheckLockName(name) }
+func checkLockName(name string) error { return lockname.Check(name) }

@@ -42,7 +42,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/lockclient"
 )
 
@@ -220,5 +220,5 @@ func (m *Metrics) Session(_ int, err error) {
 // FencedWrite implements fence.WriteObserver: it counts the write under its adapter
 // and its result, "accepted", "stale", "lost", "commit_unknown" or "error".
 func (m *Metrics) FencedWrite(adapter, _ string, err error) {
-	m.writes.WithLabelValues(adapter, engine.WriteResult(err)).Inc()
+	m.writes.WithLabelValues(adapter, grant.WriteResult(err)).Inc()
 }

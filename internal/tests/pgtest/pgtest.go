@@ -160,7 +160,7 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 
 // launch initialises a cluster in a temporary directory and starts postgres on it.
 func (s *Server) launch() (*url.URL, error) {
-	bin, err := binDir()
+	bin, err := BinDir()
 	if err != nil {
 		return nil, err
 	}
@@ -235,9 +235,9 @@ func (s *Server) stop() error {
 	return err
 }
 
-// binDir finds the newest /usr/lib/postgresql/<version>/bin holding initdb and
+// BinDir finds the newest /usr/lib/postgresql/<version>/bin holding initdb and
 // postgres, or a directory on PATH holding both.
-func binDir() (string, error) {
+func BinDir() (string, error) {
 	dirs, _ := filepath.Glob("/usr/lib/postgresql/*/bin")
 	sort.Slice(dirs, func(i, j int) bool { return version(dirs[i]) > version(dirs[j]) })
 	if p, err := exec.LookPath("initdb"); err == nil {

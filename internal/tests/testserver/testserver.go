@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"os/user"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -125,6 +126,61 @@ func StartChild(cmd *exec.Cmd) (<-chan struct{}, error) {
 		return nil, err
 	}
 	return exited, nil
+}
+
+// SignalAll sends sig to the started process and every process it forked (PostgreSQL
+// gives each worker a session of its own, so a process group is not enough): SIGKILL
+// is a crash, SIGSTOP and SIGCONT freeze and thaw it. The started process is stopped
+// while its children are listed, so none is forked unseen.
+func (in *Instance) SignalAll(sig syscall.Signal) error {
+	if in.cmd == nil {
+		return fmt.Errorf("signal %s: not started", in.name)
+	}
+	pid := in.cmd.Process.Pid
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return fmt.Errorf("signal %s: %w", in.name, err)
+	}
+	kids := descendants(pid)
+	for _, k := range kids {
+		_ = syscall.Kill(k, sig) // one may have exited
+	}
+	if err := syscall.Kill(pid, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", in.name, err)
+	}
+	if sig != syscall.SIGSTOP && sig != syscall.SIGKILL {
+		return syscall.Kill(pid, syscall.SIGCONT)
+	}
+	return nil
+}
+
+// descendants lists the processes below pid, from /proc.
+func descendants(pid int) []int {
+	parent := map[int]int{}
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, st := range stats {
+		b, err := os.ReadFile(st)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so read after the last ')'.
+		i := strings.LastIndexByte(string(b), ')')
+		f := strings.Fields(string(b[i+1:]))
+		if i < 0 || len(f) < 2 {
+			continue
+		}
+		p, _ := strconv.Atoi(filepath.Base(filepath.Dir(st)))
+		parent[p], _ = strconv.Atoi(f[1])
+	}
+	var out []int
+	for p := range parent {
+		for q := parent[p]; q > 1; q = parent[q] {
+			if q == pid {
+				out = append(out, p)
+				break
+			}
+		}
+	}
+	return out
 }
 
 // Exited is closed when the started process has exited; before Start it is nil,

@@ -1,4 +1,4 @@
-package lockclient
+package keepalive
 
 import (
 	"context"
@@ -33,7 +33,7 @@ type leaderView struct {
 
 // leaderFor returns the leader's member ID as of raft term, or 0 when it
 // cannot be learnt: one Status call when term is newer than what is known.
-func (k *keepalive) leaderFor(ctx context.Context, term uint64) uint64 {
+func (k *Stream) leaderFor(ctx context.Context, term uint64) uint64 {
 	v := &k.leader
 	v.mu.Lock()
 	if v.id != 0 && term <= v.term {
@@ -41,9 +41,9 @@ func (k *keepalive) leaderFor(ctx context.Context, term uint64) uint64 {
 		return v.id
 	}
 	v.mu.Unlock()
-	ctx, cancel := context.WithTimeout(ctx, k.c.interval)
+	ctx, cancel := context.WithTimeout(ctx, k.timeout)
 	defer cancel()
-	resp, err := pb.NewMaintenanceClient(k.c.cli.ActiveConnection()).Status(ctx, &pb.StatusRequest{})
+	resp, err := pb.NewMaintenanceClient(k.conn).Status(ctx, &pb.StatusRequest{})
 	if err != nil || resp.RaftTerm < term {
 		return 0 // no answer, or from a member behind: stay where the stream is
 	}
@@ -55,9 +55,9 @@ func (k *keepalive) leaderFor(ctx context.Context, term uint64) uint64 {
 	return v.id
 }
 
-// rehome reports whether the stream that gave r, the first answer on it,
-// should be replaced by one that may land on the leader.
-func (k *keepalive) rehome(r kaResult) bool {
+// Rehome reports whether the stream that gave r, the first answer on it,
+// should be replaced (Reset, then Send) by one that may land on the leader.
+func (k *Stream) Rehome(r Result) bool {
 	if r.leader == 0 || r.member == r.leader || len(k.sent) > 0 {
 		return false
 	}

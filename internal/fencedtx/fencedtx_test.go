@@ -1,11 +1,12 @@
-package engine_test
+package fencedtx_test
 
 import (
 	"errors"
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/fencedtx"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // tx records what RunTx asked of it.
@@ -25,9 +26,9 @@ func (t *tx) Commit() error {
 }
 func (t *tx) Rollback() { t.rolledBack = true }
 
-func checked(t *testing.T, g fence.Grant) *engine.Checked {
+func checked(t *testing.T, g fence.Grant) *grant.Checked {
 	t.Helper()
-	c, err := engine.Check(g)
+	c, err := grant.Check(g)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -66,11 +67,11 @@ func TestRun_outcomes(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			h := &tx{refused: tt.refused}
-			var c *engine.Checked
+			var c *grant.Checked
 			if tt.name == "lost while fn ran" {
 				done := make(chan struct{})
 				c = checked(t, watchedTx{fence.NewGrant("r", 1), done})
-				err := engine.RunTx(c, h, func() error { close(done); return nil })
+				err := fencedtx.Run(c, h, func() error { close(done); return nil })
 				if !errors.Is(err, fence.ErrLost) || h.committed || !h.rolledBack {
 					t.Fatalf("RunTx() = %v, committed = %v, rolled back = %v", err, h.committed, h.rolledBack)
 				}
@@ -78,13 +79,13 @@ func TestRun_outcomes(t *testing.T) {
 			}
 			if tt.name == "lost before commit" {
 				// fence.CheckGrant refuses it at the door, before any I/O.
-				if _, err := engine.Check(tt.g); !errors.Is(err, fence.ErrLost) {
+				if _, err := grant.Check(tt.g); !errors.Is(err, fence.ErrLost) {
 					t.Fatalf("Check() = %v, want ErrLost", err)
 				}
 				return
 			}
 			c = checked(t, tt.g)
-			err := engine.RunTx(c, h, func() error { return tt.fnErr })
+			err := fencedtx.Run(c, h, func() error { return tt.fnErr })
 			committed, rolledBack := h.committed, h.rolledBack
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("RunTx() = %v, want %v", err, tt.want)
@@ -108,5 +109,19 @@ func TestRun_panicRollsBack(t *testing.T) {
 	}()
 	h := &tx{commit: func() { t.Fatal("committed after a panic") }}
 	defer func() { rolledBack = h.rolledBack }()
-	_ = engine.RunTx(checked(t, fence.NewGrant("r", 1)), h, func() error { panic("boom") })
+	_ = fencedtx.Run(checked(t, fence.NewGrant("r", 1)), h, func() error { panic("boom") })
+}
+
+func TestApply(t *testing.T) {
+	type store struct{ n int }
+	type option func(*store) error
+	bad := errors.New("bad option")
+	inc := func(s *store) error { s.n++; return nil }
+	s := &store{}
+	if err := fencedtx.Apply(s, []option{inc, nil, inc}); err != nil || s.n != 2 {
+		t.Fatalf("Apply = %v, n = %d; want nil, 2 (a nil option skipped)", err, s.n)
+	}
+	if err := fencedtx.Apply(s, []option{func(*store) error { return bad }, inc}); err != bad || s.n != 2 {
+		t.Fatalf("Apply = %v, n = %d; want the first error, and no option after it", err, s.n)
+	}
 }

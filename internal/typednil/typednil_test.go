@@ -1,9 +1,9 @@
-package engine_test
+package typednil_test
 
 import (
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 type ptr struct{}
@@ -17,12 +17,12 @@ func TestIsNil(t *testing.T) {
 		i  any = p
 	)
 	for _, v := range []any{nil, p, m, f, ch, i} {
-		if !engine.IsNil(v) {
+		if !typednil.Is(v) {
 			t.Errorf("IsNil(%T) = false", v)
 		}
 	}
 	for _, v := range []any{&ptr{}, ptr{}, 0, "", map[string]int{}, func() {}} {
-		if engine.IsNil(v) {
+		if typednil.Is(v) {
 			t.Errorf("IsNil(%T %v) = true", v, v)
 		}
 	}

@@ -1,11 +1,11 @@
-package engine_test
+package pgsql_test
 
 import (
 	"strings"
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/pgsql"
 )
 
 // TestMarkedStale reads the stored token (and, for a set, the resource) from the
@@ -24,18 +24,18 @@ func TestMarkedStale(t *testing.T) {
 		{`invalid input syntax for type bigint: "fencegate-stale:"`, 0, "", false},
 	}
 	for _, tt := range tests {
-		seen, res, ok := engine.PGMarkedStale(tt.msg)
+		seen, res, ok := pgsql.MarkedStale(tt.msg)
 		if seen != tt.seen || res != tt.res || ok != tt.ok {
 			t.Errorf("PGMarkedStale(%q) = %d, %q, %v; want %d, %q, %v", tt.msg, seen, res, ok, tt.seen, tt.res, tt.ok)
 		}
 	}
 }
 
-// TestPGUpdateSQL checks the argument order both PostgreSQL adapters bind: the
+// TestUpdateSQL checks the argument order both PostgreSQL adapters bind: the
 // resource, the token, the set values, the key values.
-func TestPGUpdateSQL(t *testing.T) {
+func TestUpdateSQL(t *testing.T) {
 	for _, bump := range []bool{true, false} {
-		q := engine.PGUpdateSQL(`"t"`, `"tok"`, []string{`"k1"`, `"k2"`}, []string{`"a"`, `"b"`}, bump)
+		q := pgsql.UpdateSQL(`"t"`, `"tok"`, []string{`"k1"`, `"k2"`}, []string{`"a"`, `"b"`}, bump)
 		for _, want := range []string{
 			`"a" = $3, "b" = $4, "tok" = $2 WHERE "k1" = $5 AND "k2" = $6 AND "tok" <= $2`,
 			"$1::varchar",
@@ -51,7 +51,7 @@ func TestPGUpdateSQL(t *testing.T) {
 	}
 }
 
-func TestPGReplyLost(t *testing.T) {
+func TestReplyLost(t *testing.T) {
 	tests := []struct {
 		name, state, severity string
 		want                  bool
@@ -60,26 +60,26 @@ func TestPGReplyLost(t *testing.T) {
 		{"a FATAL may follow the commit", "XX000", "FATAL", true},
 		{"a PANIC may follow the commit", "XX000", "PANIC", true},
 		{"a terminated backend", "57P01", "FATAL", true},
-		{"ended idle before COMMIT arrived", engine.PGIdleTimeout, "FATAL", false},
+		{"ended idle before COMMIT arrived", pgsql.IdleTimeout, "FATAL", false},
 		{"no severity: a connection exception", "08006", "", true},
 		{"no severity: operator intervention", "57P02", "", true},
-		{"no severity: a serialization failure", engine.PGSerialization, "", false},
-		{"no severity: idle timeout", engine.PGIdleTimeout, "", false},
+		{"no severity: a serialization failure", pgsql.Serialization, "", false},
+		{"no severity: idle timeout", pgsql.IdleTimeout, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := engine.PGReplyLost(tt.state, tt.severity); got != tt.want {
+			if got := pgsql.ReplyLost(tt.state, tt.severity); got != tt.want {
 				t.Errorf("PGReplyLost(%q, %q) = %v, want %v", tt.state, tt.severity, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestPGRaiseSetEach_numbering(t *testing.T) {
-	q := engine.PGRaiseSetEach(2)
+func TestRaiseSetEach_numbering(t *testing.T) {
+	q := pgsql.RaiseSetEach(2)
 	for _, want := range []string{"unnest(ARRAY[$1, $2]::varchar[])", "SELECT fencegate_r, $3::bigint", "timeout', $4, true"} {
 		if !strings.Contains(q, want) {
-			t.Errorf("PGRaiseSetEach(2) lacks %q:\n%s", want, q)
+			t.Errorf("RaiseSetEach(2) lacks %q:\n%s", want, q)
 		}
 	}
 }

@@ -1,9 +1,12 @@
-package engine
+// Package dialect checks and quotes what the SQL adapters and migrations put into a
+// statement for each database: identifiers (quoted, never concatenated), a fence.Row's
+// or nolock.Counter's names, and the bounded ShapeMap that caches a statement per shape
+// of names. Values never pass through it: they travel as arguments.
+package dialect
 
 import (
 	"fmt"
 	"strings"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/fence"
@@ -89,20 +92,4 @@ func QuoteTable(d Dialect, name string) (string, error) {
 		return "", err
 	}
 	return qs + "." + qt, nil
-}
-
-// CheckLockName reports why name cannot name a lock (fence.ErrInvalidArgument), or nil.
-func CheckLockName(name string) error {
-	if err := fence.CheckResource(name); err != nil {
-		return fmt.Errorf("lock name: %w", err)
-	}
-	for _, r := range name {
-		switch {
-		case r == '/':
-			return fmt.Errorf("lock name %q contains a slash: %w", name, fence.ErrInvalidArgument)
-		case unicode.IsControl(r):
-			return fmt.Errorf("lock name %q contains control character %U: %w", name, r, fence.ErrInvalidArgument)
-		}
-	}
-	return nil
 }

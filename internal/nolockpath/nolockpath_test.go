@@ -1,4 +1,4 @@
-package engine_test
+package nolockpath_test
 
 import (
 	"context"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/nolockpath"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -19,18 +19,18 @@ func TestCheckIdemKey(t *testing.T) {
 	}{
 		{"plain", "order-1", "sha256:ab", true},
 		{"longest key", strings.Repeat("k", nolock.MaxKeyLen), "", true},
-		{"longest fingerprint in characters", "k", strings.Repeat("ü", engine.MaxFingerprintLen), true},
+		{"longest fingerprint in characters", "k", strings.Repeat("ü", nolockpath.MaxFingerprintLen), true},
 		{"empty key", "", "fp", false},
 		{"key too long", strings.Repeat("k", nolock.MaxKeyLen+1), "fp", false},
 		{"key not UTF-8", "k\xff", "fp", false},
 		{"key with NUL", "k\x00", "fp", false},
 		{"fingerprint not UTF-8", "k", "f\xff", false},
 		{"fingerprint with NUL", "k", "f\x00", false},
-		{"fingerprint too long", "k", strings.Repeat("f", engine.MaxFingerprintLen+1), false},
+		{"fingerprint too long", "k", strings.Repeat("f", nolockpath.MaxFingerprintLen+1), false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := engine.CheckIdemKey(tt.key, tt.fingerprint)
+			err := nolockpath.CheckIdemKey(tt.key, tt.fingerprint)
 			if tt.ok != (err == nil) || (err != nil && !errors.Is(err, fence.ErrInvalidArgument)) {
 				t.Fatalf("CheckIdemKey(%q, %q) = %v, want ok=%v or ErrInvalidArgument", tt.key, tt.fingerprint, err, tt.ok)
 			}
@@ -50,7 +50,7 @@ func TestCheckKeyTTL(t *testing.T) {
 		{24 * time.Hour, true},
 	}
 	for _, tt := range tests {
-		err := engine.CheckKeyTTL(tt.ttl)
+		err := nolockpath.CheckKeyTTL(tt.ttl)
 		if got := err == nil; got != tt.want {
 			t.Errorf("CheckKeyTTL(%v) = %v, want accepted %v", tt.ttl, err, tt.want)
 		}
@@ -73,11 +73,11 @@ func TestTakeRefused(t *testing.T) {
 		{"missing row", 0, false, 1, fence.ErrNotFound, "stock where sku = a-1"},
 		{"too little left", 2, true, 1, nolock.ErrInsufficient, "wanted 5, 2 left"},
 		{"enough left: take again", 7, true, 1, nil, ""},
-		{"enough left on the last try", 7, true, engine.MaxDecrementLooks, nolock.ErrInsufficient, "wanted 5, 7 left"},
+		{"enough left on the last try", 7, true, nolockpath.MaxDecrementLooks, nolock.ErrInsufficient, "wanted 5, 7 left"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			err := engine.TakeRefused(c, 5, tt.left, tt.found, tt.try)
+			err := nolockpath.TakeRefused(c, 5, tt.left, tt.found, tt.try)
 			if tt.want == nil {
 				if err != nil {
 					t.Fatalf("TakeRefused = %v, want nil", err)
@@ -96,7 +96,7 @@ func TestPause_ctxEnded(t *testing.T) {
 	cause := errors.New("caller gave up")
 	cancel(cause)
 	wait := time.Hour
-	if err := engine.Pause(ctx, &wait, 2*time.Hour); err != cause {
+	if err := nolockpath.Pause(ctx, &wait, 2*time.Hour); err != cause {
 		t.Fatalf("Pause = %v, want the ctx's cause", err)
 	}
 	if wait != time.Hour {
@@ -107,25 +107,11 @@ func TestPause_ctxEnded(t *testing.T) {
 func TestPause_doubles(t *testing.T) {
 	wait := time.Microsecond
 	for _, want := range []time.Duration{2 * time.Microsecond, 3 * time.Microsecond, 3 * time.Microsecond} {
-		if err := engine.Pause(t.Context(), &wait, 3*time.Microsecond); err != nil {
+		if err := nolockpath.Pause(t.Context(), &wait, 3*time.Microsecond); err != nil {
 			t.Fatal(err)
 		}
 		if wait != want {
 			t.Fatalf("wait = %v, want %v", wait, want)
 		}
-	}
-}
-
-func TestApply(t *testing.T) {
-	type store struct{ n int }
-	type option func(*store) error
-	bad := errors.New("bad option")
-	inc := func(s *store) error { s.n++; return nil }
-	s := &store{}
-	if err := engine.Apply(s, []option{inc, nil, inc}); err != nil || s.n != 2 {
-		t.Fatalf("Apply = %v, n = %d; want nil, 2 (a nil option skipped)", err, s.n)
-	}
-	if err := engine.Apply(s, []option{func(*store) error { return bad }, inc}); err != bad || s.n != 2 {
-		t.Fatalf("Apply = %v, n = %d; want the first error, and no option after it", err, s.n)
 	}
 }

@@ -1,4 +1,8 @@
-package engine
+// Package pgsql is PostgreSQL's side of a fenced write, written once for pgx and
+// database/sql: every statement the adapters send (the fence row's raise, its idle
+// bound, the single-row Update's CTE), its argument order, and the classification of
+// PostgreSQL's errors (SQLSTATEs, severities) into fence's errors.
+package pgsql
 
 import (
 	"fmt"
@@ -6,68 +10,69 @@ import (
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
-// PGStaleMarker starts the text PGRaiseSQL casts to bigint when it refuses.
-const PGStaleMarker = "fencegate-stale:"
+// StaleMarker starts the text RaiseSQL casts to bigint when it refuses.
+const StaleMarker = "fencegate-stale:"
 
-// PGRaiseSQL inserts or raises the resource's fence row, locked to commit. Over a
+// RaiseSQL inserts or raises the resource's fence row, locked to commit. Over a
 // higher token the CASE casts 'fencegate-stale:<stored>' to bigint, failing (22P02)
 // and aborting the transaction, so a statement batched behind never runs. A row at the
 // token is locked (DO UPDATE locks even where its WHERE is false), not rewritten.
-const PGRaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
+const RaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
 
 const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
-	"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token)::bigint END, " +
+	"THEN EXCLUDED.token ELSE ('" + StaleMarker + "' || fencegate_ft.token)::bigint END, " +
 	"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 
-// PGRaiseIdleSQL is PGRaiseSQL that also bounds the idle time ($3, see PGIdleFrom).
-const PGRaiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
-	PGIdleFrom + " " + raiseConflict
+// RaiseIdleSQL is RaiseSQL that also bounds the idle time ($3, see IdleFrom).
+const RaiseIdleSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT $1::varchar, $2::bigint FROM " +
+	IdleFrom + " " + raiseConflict
 
-// PGRaiseSetSQL is PGRaiseSQL for a fence.Set, rows raised in Resources' order; a
+// RaiseSetSQL is RaiseSQL for a fence.Set, rows raised in Resources' order; a
 // refusal reads 'fencegate-stale:<stored>/<resource>'. resources (varchar[]) and token
-// are placeholders or literals; from is prepended to the FROM list (PGIdleFrom, or "").
-func PGRaiseSetSQL(resources, token, from string) string {
+// are placeholders or literals; from is prepended to the FROM list (IdleFrom, or "").
+func RaiseSetSQL(resources, token, from string) string {
 	return "INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT fencegate_r, " + token +
 		"::bigint FROM " + from + "unnest(" + resources + "::varchar[]) AS fencegate_r ORDER BY fencegate_r COLLATE \"C\" " +
 		"ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
-		"THEN EXCLUDED.token ELSE ('" + PGStaleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
+		"THEN EXCLUDED.token ELSE ('" + StaleMarker + "' || fencegate_ft.token || '/' || fencegate_ft.resource)::bigint END, " +
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <> EXCLUDED.token"
 }
 
-// PGRaiseSetSQL over $1 and $2, the second form also bounding the idle time ($3).
+// RaiseSetSQL over $1 and $2, the second form also bounding the idle time ($3).
 var (
-	PGRaiseSetParams     = PGRaiseSetSQL("$1", "$2", "")
-	PGRaiseSetIdleParams = PGRaiseSetSQL("$1", "$2", PGIdleFrom+", ")
+	RaiseSetParams     = RaiseSetSQL("$1", "$2", "")
+	RaiseSetIdleParams = RaiseSetSQL("$1", "$2", IdleFrom+", ")
 )
 
-// PGIdleFrom sets idle_in_transaction_session_timeout for the transaction, as a FROM
+// IdleFrom sets idle_in_transaction_session_timeout for the transaction, as a FROM
 // item of the raise: PostgreSQL ends a frozen holder (FATAL 25P03), nothing committed.
 // lock_timeout and statement_timeout are left alone: waiting or running is not frozen.
-const PGIdleFrom = pgIdleHead + "$3" + pgIdleTail
+const IdleFrom = idleHead + "$3" + idleTail
 
 const (
-	pgIdleHead = "(SELECT set_config('idle_in_transaction_session_timeout', "
-	pgIdleTail = ", true)) AS fencegate_idle"
+	idleHead = "(SELECT set_config('idle_in_transaction_session_timeout', "
+	idleTail = ", true)) AS fencegate_idle"
 )
 
-// PGRaiseSetEach is PGRaiseSetSQL with a parameter per resource ($1..$n), for drivers
+// RaiseSetEach is RaiseSetSQL with a parameter per resource ($1..$n), for drivers
 // that cannot send a varchar[]; the token is $n+1, the idle bound $n+2.
-func PGRaiseSetEach(n int) string {
+func RaiseSetEach(n int) string {
 	ps := make([]string, n)
 	for i := range ps {
 		ps[i] = "$" + strconv.Itoa(i+1)
 	}
-	return PGRaiseSetSQL("ARRAY["+strings.Join(ps, ", ")+"]", "$"+strconv.Itoa(n+1),
-		pgIdleHead+"$"+strconv.Itoa(n+2)+pgIdleTail+", ")
+	return RaiseSetSQL("ARRAY["+strings.Join(ps, ", ")+"]", "$"+strconv.Itoa(n+1),
+		idleHead+"$"+strconv.Itoa(n+2)+idleTail+", ")
 }
 
-// PGMarkedStale reads the stored token (and a set's resource) from a raise's refusal,
+// MarkedStale reads the stored token (and a set's resource) from a raise's refusal,
 // "...: \"fencegate-stale:41/res-a\"": only the quoted value, as the words follow
 // lc_messages; the resource runs to the last double quote.
-func PGMarkedStale(msg string) (fence.Token, string, bool) {
-	_, rest, ok := strings.Cut(msg, PGStaleMarker)
+func MarkedStale(msg string) (fence.Token, string, bool) {
+	_, rest, ok := strings.Cut(msg, StaleMarker)
 	if !ok {
 		return 0, "", false
 	}
@@ -88,62 +93,62 @@ func PGMarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// PGRaise returns c's raise and arguments; idleMS, if set, bounds the idle time.
-func PGRaise(c *Checked, idleMS string) (string, []any) {
+// Raise returns c's raise and arguments; idleMS, if set, bounds the idle time.
+func Raise(c *grant.Checked, idleMS string) (string, []any) {
 	args := []any{c.Resource(), int64(c.Token())}
 	if c.Multi() {
 		args[0] = c.Resources()
 	}
 	switch {
 	case idleMS == "" && c.Multi():
-		return PGRaiseSetParams, args
+		return RaiseSetParams, args
 	case idleMS == "":
-		return PGRaiseSQL, args
+		return RaiseSQL, args
 	case c.Multi():
-		return PGRaiseSetIdleParams, append(args, idleMS)
+		return RaiseSetIdleParams, append(args, idleMS)
 	}
-	return PGRaiseIdleSQL, append(args, idleMS)
+	return RaiseIdleSQL, append(args, idleMS)
 }
 
 // PostgreSQL's SQLSTATEs the adapters tell apart, through either driver.
 const (
-	PGBadText         = "22P02" // raised on purpose by the raise: see PGStaleMarker
-	PGSerialization   = "40001"
-	PGDeadlock        = "40P01"
-	PGLockUnavailable = "55P03"
-	PGUnique          = "23505"
-	PGNoFunction      = "42883"
-	PGNoTable         = "42P01"
-	PGNoConstraint    = "42P10" // ON CONFLICT names no unique index
-	PGIdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
+	BadText         = "22P02" // raised on purpose by the raise: see StaleMarker
+	Serialization   = "40001"
+	Deadlock        = "40P01"
+	LockUnavailable = "55P03"
+	Unique          = "23505"
+	NoFunction      = "42883"
+	NoTable         = "42P01"
+	NoConstraint    = "42P10" // ON CONFLICT names no unique index
+	IdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
 )
 
-// PGRefusal maps a raise's or COMMIT's error to a *fence.StaleError, fence.ErrBusy
+// Refusal maps a raise's or COMMIT's error to a *fence.StaleError, fence.ErrBusy
 // (40001), fence.ErrSchema or fence.ErrIdleTimeout; nil for any other.
-func PGRefusal(g fence.Grant, state, msg string, err error) error {
+func Refusal(g fence.Grant, state, msg string, err error) error {
 	switch state {
-	case PGBadText:
-		if seen, res, ok := PGMarkedStale(msg); ok {
+	case BadText:
+		if seen, res, ok := MarkedStale(msg); ok {
 			if res == "" {
 				res = g.Resource()
 			}
 			return &fence.StaleError{Resource: res, Presented: g.Token(), Seen: seen}
 		}
-	case PGSerialization:
+	case Serialization:
 		return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
-	case PGNoFunction, PGNoTable:
+	case NoFunction, NoTable:
 		return fmt.Errorf("%w: %w", fence.ErrSchema, err)
-	case PGIdleTimeout:
-		return IdleTimeoutErr(g, err)
+	case IdleTimeout:
+		return grant.IdleTimeoutErr(g, err)
 	}
 	return nil
 }
 
-// PGUpdateSQL is the single-row Update over quoted names: a CTE (an InitPlan, run
+// UpdateSQL is the single-row Update over quoted names: a CTE (an InitPlan, run
 // before any target row is locked, as Fenced locks) raises the fence row, then the
 // UPDATE writes. bump raises an existing fence row by a plain UPDATE (a no-op without
 // one). Arguments: the resource, the token, the set values, the key values.
-func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
+func UpdateSQL(table, tok string, keys, set []string, bump bool) string {
 	n := 2
 	next := func() string { n++; return "$" + strconv.Itoa(n) }
 	vals := make([]string, len(set))
@@ -166,7 +171,7 @@ func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
 			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = $1::varchar AND fencegate_ft.token <= $2::bigint AND " +
 			exists + " RETURNING 1) ")
 	} else {
-		b.WriteString(PGFenceCTE("$1", "$2", exists))
+		b.WriteString(FenceCTE("$1", "$2", exists))
 	}
 	b.WriteString("UPDATE " + table + " SET ")
 	for i := range set {
@@ -176,21 +181,21 @@ func PGUpdateSQL(table, tok string, keys, set []string, bump bool) string {
 	return b.String()
 }
 
-// PGFenceCTE raises (or inserts) the fence row of res to tok when cond holds; the
+// FenceCTE raises (or inserts) the fence row of res to tok when cond holds; the
 // write behind it runs only if it returned a row.
-func PGFenceCTE(res, tok, cond string) string {
+func FenceCTE(res, tok, cond string) string {
 	return "WITH fencegate_raised AS (INSERT INTO fence_tokens AS fencegate_ft (resource, token) SELECT " +
 		res + "::varchar, " + tok + "::bigint WHERE " + cond + " ON CONFLICT (resource) DO UPDATE SET token = EXCLUDED.token, " +
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) "
 }
 
-// PGReplyLost reports whether an error reply to COMMIT, or to a write outside a
+// ReplyLost reports whether an error reply to COMMIT, or to a write outside a
 // transaction, leaves the outcome unknown: FATAL or PANIC may follow a recorded
 // commit; ERROR and 25P03 (ended idle before COMMIT) decide. With no severity (""),
 // classes 08 and 57P, which end a session, say it.
-func PGReplyLost(state, severity string) bool {
+func ReplyLost(state, severity string) bool {
 	switch {
-	case state == PGIdleTimeout:
+	case state == IdleTimeout:
 		return false
 	case severity != "":
 		return severity == "FATAL" || severity == "PANIC"

@@ -1,17 +1,17 @@
-package engine_test
+package dialect_test
 
 import (
 	"fmt"
 	"sync"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/dialect"
 )
 
 func key(names ...string) []byte {
 	var k []byte
 	for _, n := range names {
-		k = engine.AppendShapeName(k, n)
+		k = dialect.AppendShapeName(k, n)
 	}
 	return k
 }
@@ -23,7 +23,7 @@ func TestAppendName_unambiguous(t *testing.T) {
 		{key("ab", "c"), key("a", "bc")},
 		{key("a\x00b"), key("a", "b")},
 		{key("t", "n", "id"), key("t\x01n", "id")},
-		{engine.AppendShapeLen(key("t", "k1", "k2"), 2), engine.AppendShapeLen(key("t", "k1"), 1)},
+		{dialect.AppendShapeLen(key("t", "k1", "k2"), 2), dialect.AppendShapeLen(key("t", "k1"), 1)},
 		{key(""), key()},
 	}
 	for i, p := range pairs {
@@ -34,7 +34,7 @@ func TestAppendName_unambiguous(t *testing.T) {
 }
 
 func TestMap_Store(t *testing.T) {
-	var c engine.ShapeMap[string]
+	var c dialect.ShapeMap[string]
 	if _, ok := c.Load(key("t")); ok {
 		t.Fatal("Load() on an empty map found a value")
 	}
@@ -56,8 +56,8 @@ func TestMap_Store(t *testing.T) {
 
 // TestMap_bound: past MaxShapes a new shape is not kept, and kept ones stay.
 func TestMap_bound(t *testing.T) {
-	var c engine.ShapeMap[int]
-	for i := range engine.MaxShapes {
+	var c dialect.ShapeMap[int]
+	for i := range dialect.MaxShapes {
 		if _, ok := c.Store(fmt.Sprint(i), i, nil); !ok {
 			t.Fatalf("Store(%d) not kept below the bound", i)
 		}
@@ -79,7 +79,7 @@ func TestMap_bound(t *testing.T) {
 // TestMap_concurrent: readers and writers at once (run under -race); every shape ends
 // with the one value stored for it.
 func TestMap_concurrent(t *testing.T) {
-	var c engine.ShapeMap[string]
+	var c dialect.ShapeMap[string]
 	var wg sync.WaitGroup
 	for g := range 8 {
 		wg.Go(func() {

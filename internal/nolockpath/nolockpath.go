@@ -1,4 +1,8 @@
-package engine
+// Package nolockpath is what pgxfence and sqlfence share on the no-lock path, where
+// one row decides: the checks of an idempotency key and its TTL, the bounds on
+// Once's and Decrement's rounds, what a take that changed nothing means, and the
+// jittered pause between rounds.
+package nolockpath
 
 import (
 	"context"

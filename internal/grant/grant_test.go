@@ -1,4 +1,4 @@
-package engine_test
+package grant_test
 
 import (
 	"errors"
@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 type set struct {
@@ -49,7 +49,7 @@ func TestCheckSingle(t *testing.T) {
 		{"zero token", fence.NewGrant("a", 0), fence.ErrInvalidArgument, `invalid token 0 for "a"`},
 	}
 	for _, tt := range tests {
-		err := engine.CheckSingle(tt.g)
+		err := grant.CheckSingle(tt.g)
 		if (tt.want == nil) != (err == nil) || (tt.want != nil && (!errors.Is(err, tt.want) || !strings.Contains(err.Error(), tt.msg))) {
 			t.Errorf("%s: CheckSingle = %v, want %v saying %q", tt.name, err, tt.want, tt.msg)
 		}
@@ -75,11 +75,11 @@ func TestCheckLost(t *testing.T) {
 	done := make(chan struct{})
 	w := watched{g, done}
 	var nilWatched *watched
-	if engine.CheckLost(g) != nil || engine.CheckLost(w) != nil || engine.CheckLost(nilWatched) != nil || engine.CheckLost(watched{g, nil}) != nil {
+	if grant.CheckLost(g) != nil || grant.CheckLost(w) != nil || grant.CheckLost(nilWatched) != nil || grant.CheckLost(watched{g, nil}) != nil {
 		t.Fatal("CheckLost refused a live grant")
 	}
 	close(done)
-	if err := engine.CheckLost(w); !errors.Is(err, fence.ErrLost) || err.Error() != `fence: lock lost: "a" at token 3` {
+	if err := grant.CheckLost(w); !errors.Is(err, fence.ErrLost) || err.Error() != `fence: lock lost: "a" at token 3` {
 		t.Fatalf("CheckLost(lost) = %v", err)
 	}
 }
@@ -92,8 +92,8 @@ func TestCommitUnknown(t *testing.T) {
 		msg  string
 		also error
 	}{
-		{engine.CommitUnknown(g, "commit", cause), `fence: commit outcome unknown: commit for "account-42" at token 7: driver: connection reset`, cause},
-		{engine.CommitUnknown(g, "update", nil), `fence: commit outcome unknown: update for "account-42" at token 7`, fence.ErrCommitUnknown},
+		{grant.CommitUnknown(g, "commit", cause), `fence: commit outcome unknown: commit for "account-42" at token 7: driver: connection reset`, cause},
+		{grant.CommitUnknown(g, "update", nil), `fence: commit outcome unknown: update for "account-42" at token 7`, fence.ErrCommitUnknown},
 	}
 	for _, tt := range tests {
 		if !errors.Is(tt.err, fence.ErrCommitUnknown) || !errors.Is(tt.err, tt.also) || tt.err.Error() != tt.msg {
@@ -105,9 +105,9 @@ func TestCommitUnknown(t *testing.T) {
 	}
 }
 
-func mustCheck(t *testing.T, g fence.Grant) *engine.Checked {
+func mustCheck(t *testing.T, g fence.Grant) *grant.Checked {
 	t.Helper()
-	c, err := engine.Check(g)
+	c, err := grant.Check(g)
 	if err != nil {
 		t.Fatalf("Check(%v) = %v", g, err)
 	}
@@ -121,11 +121,11 @@ func TestChecked_IdleTimeout(t *testing.T) {
 		override time.Duration
 		want     time.Duration
 	}{
-		{g, 0, engine.DefaultIdleTimeout},
+		{g, 0, grant.DefaultIdleTimeout},
 		{g, 2 * time.Second, 2 * time.Second},
 		{leased{g, 4 * time.Second}, 0, 4 * time.Second},
 		{leased{g, 4 * time.Second}, time.Second, time.Second},
-		{leased{g, 0}, 0, engine.DefaultIdleTimeout},
+		{leased{g, 0}, 0, grant.DefaultIdleTimeout},
 		{g, time.Microsecond, time.Millisecond},
 	}
 	for _, tt := range tests {
@@ -149,31 +149,31 @@ func (w watchedSet) Done() <-chan struct{} { return w.done }
 func TestCheck(t *testing.T) {
 	done := make(chan struct{})
 	g := watchedSet{set{fence.NewGrant("b", 4), []string{"c", "a", "c"}}, done}
-	c, err := engine.Check(g)
+	c, err := grant.Check(g)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Resource() != "b" || c.Token() != 4 || !slices.Equal(c.Resources(), []string{"a", "c"}) || c.Lease() != 0 {
 		t.Fatalf("Check() = %q %d %q %v", c.Resource(), c.Token(), c.Resources(), c.Lease())
 	}
-	if again, err := engine.Check(c); err != nil || again != c {
+	if again, err := grant.Check(c); err != nil || again != c {
 		t.Fatalf("Check(*Checked) = %p, %v; want the same value", again, err)
 	}
-	if !c.Multi() || engine.CheckLost(c) != nil || c.IdleTimeout(0) != engine.DefaultIdleTimeout {
+	if !c.Multi() || grant.CheckLost(c) != nil || c.IdleTimeout(0) != grant.DefaultIdleTimeout {
 		t.Fatal("helpers misread a live *Checked")
 	}
 	close(done)
-	if err := engine.CheckLost(c); !errors.Is(err, fence.ErrLost) {
+	if err := grant.CheckLost(c); !errors.Is(err, fence.ErrLost) {
 		t.Fatalf("CheckLost(lost *Checked) = %v", err)
 	}
-	if _, err := engine.Check(nil); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, err := grant.Check(nil); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("Check(nil) = %v", err)
 	}
-	l, err := engine.Check(leased{fence.NewGrant("a", 1), 2 * time.Second})
+	l, err := grant.Check(leased{fence.NewGrant("a", 1), 2 * time.Second})
 	if err != nil || l.Lease() != 2*time.Second || l.IdleTimeout(0) != 2*time.Second || l.Multi() {
 		t.Fatalf("Check(leased) = %v, %v", l, err)
 	}
-	if _, err := engine.CheckOne(c); !errors.Is(err, fence.ErrInvalidArgument) {
+	if _, err := grant.CheckOne(c); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("CheckOne(set of two) = %v", err)
 	}
 }

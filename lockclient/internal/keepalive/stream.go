@@ -1,22 +1,28 @@
-package lockclient
+// Package keepalive renews one etcd lease on one long-lived LeaseKeepAlive
+// stream for a lock client's session: it sends keepalives, matches answers to
+// their send times, says when the next one is due (Cadence) and keeps the
+// stream on etcd's leader where it can. It knows nothing of locks.
+package keepalive
 
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
 )
 
 // maxUnanswered is how many keepalives may wait for their answers on one
 // stream; when one more is due, the stream is given up and a new one opened.
 const maxUnanswered = 2
 
-// errNoAnswer is the keepalive failure reported when a stream is given up.
-var errNoAnswer = errors.New("lockclient: keepalive stream gave no answer within two renewal intervals")
+// ErrNoAnswer is the keepalive failure Send reports when it gave a stream up.
+var ErrNoAnswer = errors.New("lockclient: keepalive stream gave no answer within two renewal intervals")
 
-// keepalive is a session's own LeaseKeepAlive stream, opened at the first
+// Stream is a session's own LeaseKeepAlive stream, opened at the first
 // renewal and kept for the session's life: one gRPC stream per session rather
 // than one per renewal (clientv3's KeepAliveOnce), which is what a process with
 // its own connection and lease would have. clientv3's KeepAlive also keeps one
@@ -25,12 +31,14 @@ var errNoAnswer = errors.New("lockclient: keepalive stream gave no answer within
 // one stream in order, so the oldest send time belongs to the next answer.
 //
 // It is used by the session's loop goroutine only, apart from the receiving
-// goroutine, which hands answers over on results.
-type keepalive struct {
+// goroutine, which hands answers over on Results.
+type Stream struct {
 	ctx     context.Context
-	c       *Client
+	conn    grpc.ClientConnInterface
+	loops   *sync.WaitGroup // counts the receiving goroutines
+	timeout time.Duration   // for the Status call that names the leader
 	lease   clientv3.LeaseID
-	results chan kaResult
+	results chan Result
 	stream  pb.Lease_LeaseKeepAliveClient
 	cancel  context.CancelFunc
 	gen     int         // the current stream's number; answers of earlier ones are dropped
@@ -41,27 +49,33 @@ type keepalive struct {
 	rehomes  int
 }
 
-// kaResult is one answer, or the error that ended stream gen. The first answer
+// Result is one answer, or the error that ended stream gen. The first answer
 // on a stream also says which member serves it and which one leads.
-type kaResult struct {
+type Result struct {
 	gen    int
-	ttl    int64
-	err    error
+	TTL    int64 // the lease's TTL in seconds; <= 0: etcd no longer has it
+	Err    error
 	member uint64 // the member that answered; 0 after the first answer
 	leader uint64 // the leader's member ID; 0 unknown
 	term   uint64 // raft term of the answer
 }
 
-func newKeepalive(ctx context.Context, c *Client, lease clientv3.LeaseID) *keepalive {
-	return &keepalive{ctx: ctx, c: c, lease: lease, results: make(chan kaResult, 1)}
+// New returns the stream of lease over conn; nothing is sent before Send.
+// Its receiving goroutines are counted on loops and end with ctx or Reset;
+// timeout bounds the Status call that names etcd's leader.
+func New(ctx context.Context, conn grpc.ClientConnInterface, lease clientv3.LeaseID, loops *sync.WaitGroup, timeout time.Duration) *Stream {
+	return &Stream{ctx: ctx, conn: conn, loops: loops, timeout: timeout, lease: lease, results: make(chan Result, 1)}
 }
 
-// send sends one keepalive at now, opening a stream if there is none, or a new
+// Results delivers the stream's answers and errors.
+func (k *Stream) Results() <-chan Result { return k.results }
+
+// Send sends one keepalive at now, opening a stream if there is none, or a new
 // one if too many keepalives went unanswered on this one.
-func (k *keepalive) send(now time.Time) error {
+func (k *Stream) Send(now time.Time) error {
 	var gaveUp bool
 	if len(k.sent) >= maxUnanswered {
-		k.reset()
+		k.Reset()
 		gaveUp = true
 	}
 	if k.stream == nil {
@@ -70,38 +84,38 @@ func (k *keepalive) send(now time.Time) error {
 		}
 	}
 	if err := k.stream.Send(&pb.LeaseKeepAliveRequest{ID: int64(k.lease)}); err != nil {
-		k.reset()
+		k.Reset()
 		return err
 	}
 	k.sent = append(k.sent, now)
 	if gaveUp {
-		return errNoAnswer // sent anew, but the last ones failed: say so
+		return ErrNoAnswer // sent anew, but the last ones failed: say so
 	}
 	return nil
 }
 
-func (k *keepalive) open() error {
+func (k *Stream) open() error {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.ctx))
-	st, err := pb.NewLeaseClient(k.c.cli.ActiveConnection()).LeaseKeepAlive(ctx)
+	st, err := pb.NewLeaseClient(k.conn).LeaseKeepAlive(ctx)
 	if err != nil {
 		cancel()
 		return err
 	}
 	k.gen++
 	k.stream, k.cancel = st, cancel
-	k.c.loops.Add(1)
+	k.loops.Add(1)
 	go k.recv(ctx, st, k.gen)
 	return nil
 }
 
 // recv hands the stream's answers to the loop until the stream ends.
-func (k *keepalive) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen int) {
-	defer k.c.loops.Done()
+func (k *Stream) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen int) {
+	defer k.loops.Done()
 	for first := true; ; first = false {
 		resp, err := st.Recv()
-		r := kaResult{gen: gen, err: err}
+		r := Result{gen: gen, Err: err}
 		if err == nil {
-			r.ttl = resp.TTL
+			r.TTL = resp.TTL
 			if h := resp.GetHeader(); first && h != nil && resp.TTL > 0 {
 				r.member, r.term = h.MemberId, h.RaftTerm
 				r.leader = k.leaderFor(ctx, h.RaftTerm)
@@ -118,18 +132,18 @@ func (k *keepalive) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, 
 	}
 }
 
-// answer matches r with the send time of the keepalive it answers. It returns
+// Answer matches r with the send time of the keepalive it answers. It returns
 // false for what no keepalive waits for: the end of a stream given up, an
 // answer of another lease.
-func (k *keepalive) answer(r kaResult) (sent time.Time, ok bool) {
+func (k *Stream) Answer(r Result) (sent time.Time, ok bool) {
 	if r.gen != k.gen || k.stream == nil {
 		return time.Time{}, false
 	}
 	if len(k.sent) > 0 {
 		sent = k.sent[0]
 	}
-	if r.err != nil {
-		k.reset()
+	if r.Err != nil {
+		k.Reset()
 		return sent, true
 	}
 	if len(k.sent) == 0 {
@@ -139,11 +153,11 @@ func (k *keepalive) answer(r kaResult) (sent time.Time, ok bool) {
 	return sent, true
 }
 
-// waiting returns how many keepalives wait for their answers.
-func (k *keepalive) waiting() int { return len(k.sent) }
+// Waiting returns how many keepalives wait for their answers.
+func (k *Stream) Waiting() int { return len(k.sent) }
 
-// reset gives up the stream; the next send opens a new one.
-func (k *keepalive) reset() {
+// Reset gives up the stream; the next Send opens a new one.
+func (k *Stream) Reset() {
 	if k.cancel != nil {
 		k.cancel()
 	}

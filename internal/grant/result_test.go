@@ -1,4 +1,4 @@
-package engine_test
+package grant_test
 
 import (
 	"errors"
@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/engine"
+	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // TestResult pins the label values lockmetrics exports.
@@ -14,11 +14,11 @@ func TestResult(t *testing.T) {
 	for err, want := range map[error]string{
 		nil: "accepted",
 		fmt.Errorf("x: %w", &fence.StaleError{Resource: "r", Presented: 1, Seen: 2}): "stale",
-		engine.Lost("r", 1): "lost",
-		engine.CommitUnknown(fence.NewGrant("r", 1), "commit", errors.New("eof")): "commit_unknown",
+		grant.Lost("r", 1): "lost",
+		grant.CommitUnknown(fence.NewGrant("r", 1), "commit", errors.New("eof")): "commit_unknown",
 		errors.New("boom"): "error",
 	} {
-		if got := engine.WriteResult(err); got != want {
+		if got := grant.WriteResult(err); got != want {
 			t.Errorf("WriteResult(%v) = %q, want %q", err, got, want)
 		}
 	}

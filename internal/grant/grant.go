@@ -1,19 +1,18 @@
-// Package engine is the code the adapters, lockclient and migrations share: a fenced
-// write's path to COMMIT (grant.go), PostgreSQL's statements and errors for both
-// drivers (postgres.go), the Dialect and quoting (dialect.go, row.go), the shape
-// cache, and the no-lock path's checks. fence imports none of it.
-package engine
+// Package grant checks a fence.Grant once at an adapter's door and reads it into a
+// Checked (resources sorted and distinct, token, lease, Done), and builds the fence
+// errors every adapter returns alike: lost, commit unknown, idle timeout. Every
+// adapter, lockclient and lockmetrics use it; fence imports none of it.
+package grant
 
 import (
 	"cmp"
 	"errors"
 	"fmt"
-	"reflect"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Checked is a grant checked and read once at an adapter's door (resources sorted and
@@ -90,7 +89,7 @@ func CheckLost(g fence.Grant) error {
 	var done <-chan struct{}
 	if c, ok := g.(*Checked); ok {
 		done = c.done
-	} else if w, ok := g.(fence.Watched); ok && !IsNil(g) {
+	} else if w, ok := g.(fence.Watched); ok && !typednil.Is(g) {
 		done = w.Done()
 	}
 	select {
@@ -125,106 +124,9 @@ func sortedResources(g fence.Grant) []string {
 	return slices.Compact(res)
 }
 
-// IsNil reports whether v is nil or a typed nil (pointer, map, slice, chan, func).
-func IsNil(v any) bool {
-	if v == nil {
-		return true
-	}
-	switch rv := reflect.ValueOf(v); rv.Kind() {
-	case reflect.Pointer, reflect.Map, reflect.Slice, reflect.Chan, reflect.Func, reflect.Interface, reflect.UnsafePointer:
-		return rv.IsNil()
-	}
-	return false
-}
-
-// Tx is an open fenced transaction as its adapter runs it.
-type Tx interface {
-	Refused() error // the fence's refusal met while fn ran (a raise sent with fn's first statement), or nil
-	Commit() error  // the adapter's error for a failed commit (fence.ErrCommitUnknown for a lost reply)
-	Rollback()      // ends the transaction if still open; safe after a failed Commit
-}
-
-// RunTx calls fn, then commits tx unless fn failed, the fence refused (even if fn
-// swallowed it: then joined to fn's error) or g is lost (fence.ErrLost). Every error
-// and panic rolls tx back; a panic goes on.
-func RunTx(g *Checked, tx Tx, fn func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			tx.Rollback()
-			panic(p)
-		}
-		if err != nil {
-			tx.Rollback()
-		}
-	}()
-	if err := fn(); err != nil {
-		if r := tx.Refused(); r != nil && !errors.Is(err, r) {
-			return errors.Join(r, err)
-		}
-		return err
-	}
-	if r := tx.Refused(); r != nil {
-		return r
-	}
-	if err := CheckLost(g); err != nil {
-		return err
-	}
-	return tx.Commit()
-}
-
-// Settings are the options every SQL adapter's Store takes alike, checked alike.
-type Settings struct {
-	Idle   time.Duration       // WithIdleTimeout; 0: the grant's lease or DefaultIdleTimeout
-	Obs    fence.WriteObserver // WithObserver; nil: none
-	KeyTTL time.Duration       // WithKeyTTL; 0: idempotency keys never expire
-}
-
-// SetIdleTimeout is WithIdleTimeout: d must be at least a millisecond, the servers' unit.
-func (s *Settings) SetIdleTimeout(adapter string, d time.Duration) error {
-	if d < time.Millisecond {
-		return fmt.Errorf("%s: WithIdleTimeout(%v): want at least 1ms: %w", adapter, d, fence.ErrInvalidArgument)
-	}
-	s.Idle = d
-	return nil
-}
-
-// SetKeyTTL is WithKeyTTL (see CheckKeyTTL).
-func (s *Settings) SetKeyTTL(adapter string, d time.Duration) error {
-	if err := CheckKeyTTL(d); err != nil {
-		return fmt.Errorf("%s: %w", adapter, err)
-	}
-	s.KeyTTL = d
-	return nil
-}
-
-// IdleMS is the idle bound of c's transactions in milliseconds, as text.
-func (s *Settings) IdleMS(c *Checked) string {
-	return strconv.FormatInt(c.IdleTimeout(s.Idle).Milliseconds(), 10)
-}
-
-// Observe reports a fenced write's result to the observer, if any.
-func (s *Settings) Observe(adapter, op string, errp *error) {
-	if s.Obs != nil {
-		s.Obs.FencedWrite(adapter, op, *errp)
-	}
-}
-
 // IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err.
 func IdleTimeoutErr(g fence.Grant, err error) error {
 	return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrIdleTimeout, g.Resource(), g.Token(), err)
-}
-
-// Apply runs a constructor's options on s, skipping nil ones, until the first error.
-func Apply[S any, O ~func(S) error](s S, opts []O) error {
-	for _, o := range opts {
-		if o == nil {
-			continue
-		}
-		if err := o(s); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // WriteResult labels a fenced write's error for metrics and logs: "accepted" (nil),

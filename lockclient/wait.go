@@ -1,0 +1,142 @@
+package lockclient
+
+import (
+	"context"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// retryDelay spaces retries after a transient etcd error (no leader, a member
+// down), so a waiting Acquire does not spin while the cluster elects.
+const retryDelay = 100 * time.Millisecond
+
+// watchSpec is what one wait follows: a key (or a key prefix) from a revision.
+type watchSpec struct {
+	key     string
+	prefix  bool
+	prevKV  bool  // events carry the key as it was before
+	deletes bool  // only DELETE events
+	rev     int64 // the first revision to watch; 0: reread first
+	// event handles one event; true ends the wait.
+	event func(ev *clientv3.Event) (done bool)
+	// reread says what is true now, when etcd compacted the revision the wait
+	// would resume from (or rev is 0): done, or the revision to resume from.
+	reread func(ctx context.Context) (rev int64, done bool, err error)
+}
+
+// wait is the one wait of this package: a waiting acquire, a term's watch of
+// its own key and Watch all follow keys with it. It watches s.key from s.rev
+// and hands each event to s.event until that says done (nil), ctx ends or the
+// Client closes (their error). A watch that breaks (no leader, a member lost,
+// a reconnect) resumes from the revision after the last event handed over;
+// when etcd compacted that revision, s.reread says where to resume. It writes
+// nothing.
+func (c *Client) wait(ctx context.Context, s watchSpec) error {
+	rev, compacted := s.rev, s.rev == 0
+	for {
+		if compacted {
+			next, done, err := s.reread(ctx)
+			switch {
+			case err == nil && done:
+				return nil
+			case err == nil:
+				rev = next
+			default:
+				if err := c.sleep(ctx, retryDelay); err != nil {
+					return err
+				}
+				continue
+			}
+		}
+		done, cmp, err := c.watchOnce(ctx, s, &rev)
+		if done || err != nil {
+			return err
+		}
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := c.cli.Ctx().Err(); err != nil {
+			return err // the etcd client was closed: nothing comes any more
+		}
+		compacted = cmp
+		if !compacted {
+			if err := c.sleep(ctx, retryDelay); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// watchOnce runs one etcd watch from *rev until an event says done, the watch
+// breaks (compacted says whether etcd compacted *rev away) or the Client closes.
+func (c *Client) watchOnce(ctx context.Context, s watchSpec, rev *int64) (done, compacted bool, err error) {
+	// WithRequireLeader: a member cut off from its cluster ends the watch
+	// instead of keeping it silent; it resumes on another.
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	defer cancel()
+	opts := []clientv3.OpOption{clientv3.WithRev(*rev)}
+	if s.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	if s.prevKV {
+		opts = append(opts, clientv3.WithPrevKV())
+	}
+	if s.deletes {
+		opts = append(opts, clientv3.WithFilterPut())
+	}
+	wch := c.cli.Watch(wctx, s.key, opts...)
+	for {
+		select {
+		case <-c.done:
+			return false, false, c.closedErr()
+		case wr, ok := <-wch:
+			switch {
+			case !ok:
+				return false, false, nil
+			case wr.CompactRevision != 0:
+				return false, true, nil
+			case wr.Err() != nil || wr.Canceled:
+				return false, false, nil
+			}
+			for _, ev := range wr.Events {
+				if s.event(ev) {
+					return true, false, nil
+				}
+				*rev = ev.Kv.ModRevision + 1
+			}
+		}
+	}
+}
+
+// waitDeleted waits until key has been deleted after revision rev. When etcd
+// compacted the history, it returns: the caller's next Txn tells what is true.
+func (c *Client) waitDeleted(ctx context.Context, key string, rev int64) error {
+	return c.wait(ctx, watchSpec{
+		key: key, deletes: true, rev: rev + 1,
+		event:  func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE },
+		reread: func(context.Context) (int64, bool, error) { return 0, true, nil },
+	})
+}
+
+// sleep waits d, or returns ctx's error or the Client's (closed, session lost).
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.closedErr()
+	}
+}
+
+// closedErr is the error for a wait cut short by Close.
+func (c *Client) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return stateErr(c.state)
+}
