@@ -56,7 +56,8 @@ func Main(m *testing.M, after ...func()) {
 func IsWorker() bool { return os.Getenv(workerEnv) != "" }
 
 // Run runs the scenario and fails t when its history breaks the fencing guarantee
-// (History.Check), with every worker's timeline. It returns the history.
+// (History.Check), with every worker's timeline. It returns the history. Run one
+// scenario per test (a subtest each): a worker runs the first its test reaches.
 func Run(t *testing.T, cfg Config, steps ...*Step) *History {
 	t.Helper()
 	h := Record(t, cfg, steps...)
