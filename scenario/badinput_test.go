@@ -2,6 +2,7 @@ package scenario_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
@@ -40,6 +41,11 @@ var badInputCases = map[string]struct {
 	"nilRead": {func() scenario.Config { c := noopConfig(); c.Read = nil; return c }, nil,
 		"Config.Read is nil: give a function that reads the final value"},
 	"nilStep": {noopConfig, []*scenario.Step{nil}, "step 1 is nil"},
+	"jobFails": {func() scenario.Config {
+		c := noopConfig()
+		c.Job = func(context.Context, *scenario.Worker) error { return errors.New("no database at that DSN") }
+		return c
+	}, nil, "scenario: worker a: the job failed: no database at that DSN"},
 }
 
 func TestBadInputCases(t *testing.T) {

@@ -94,7 +94,8 @@ func (w *Worker) Reach(ctx context.Context, point string) error {
 // Write records one write of value to g's resource, made by fn: it reaches
 // AboutToWrite, runs fn, records its outcome from fn's error (nil acknowledged,
 // fence.ErrStale, fence.ErrLost, anything else commit unknown) and reaches Wrote.
-// It returns fn's error. Give each write a distinct value (say the worker's name
+// It returns fn's error. fn must be the whole write, its commit included (wrap
+// fence.Exec, not a statement inside it). Give each write a distinct value (say the worker's name
 // and the token) so the final state tells whose write it is.
 func (w *Worker) Write(ctx context.Context, g fence.Grant, value string, fn func(context.Context) error) error {
 	if fn == nil || g == nil {

@@ -28,6 +28,7 @@ type config struct {
 	timeout   time.Duration
 	json      bool
 	release   bool
+	all       bool
 }
 
 func defaultConfig() config {
@@ -54,10 +55,11 @@ func defaultConfig() config {
 type flagSet uint
 
 const (
-	etcdFlags   flagSet = 1 << iota // -endpoints, -prefix, -cacert, -cert, -key, -user, -password
-	dsnFlag                         // -dsn
-	jsonFlag                        // -json
-	releaseFlag                     // -release (fence)
+	etcdFlags    flagSet = 1 << iota // -endpoints, -prefix, -cacert, -cert, -key, -user, -password
+	dsnFlag                          // -dsn
+	jsonFlag                         // -json
+	releaseFlag                      // -release (fence)
+	fenceAllFlag                     // -all (fence)
 
 	allFlags = etcdFlags | dsnFlag | jsonFlag | releaseFlag
 )
@@ -85,6 +87,9 @@ func (c *config) flags(name string, which flagSet, output io.Writer) *flag.FlagS
 	}
 	if which&releaseFlag != 0 {
 		fs.BoolVar(&c.release, "release", c.release, "fence: also release the lock key, conditioned on the holder's token")
+	}
+	if which&fenceAllFlag != 0 {
+		fs.BoolVar(&c.all, "all", c.all, "every mark stored and every lock held (after promoting a replica that may lag)")
 	}
 	return fs
 }

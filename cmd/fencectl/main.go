@@ -104,7 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return helpOr2(err)
 	}
 	args = fs.Args()
-	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0) {
+	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0 && !cfg.all) {
 		fmt.Fprintf(stderr, "fencectl: usage: fencectl %s %s\n", c.name, c.args)
 		return 2
 	}
