@@ -2,6 +2,7 @@ package redisfence
 
 import (
 	"context"
+	"encoding"
 	"fmt"
 	"strings"
 	"sync"
@@ -152,8 +153,7 @@ func (t cmdTable) lookup(name string, args []any) (*cmdSpec, error) {
 		return nil, invalid("%s is not a command this server knows (COMMAND)", name)
 	}
 	if sp.subs != nil && len(args) > 1 {
-		sub, _ := args[1].(string)
-		full := name + "|" + strings.ToLower(sub)
+		full := name + "|" + strings.ToLower(argText(args[1]))
 		if sp = sp.subs[full]; sp == nil {
 			return nil, invalid("%s %v is not a subcommand this server knows (COMMAND)", name, args[1])
 		}
@@ -168,8 +168,8 @@ func (t cmdTable) lookup(name string, args []any) (*cmdSpec, error) {
 	if sp.refused != "" {
 		return nil, invalid("%s cannot run in a fenced transaction: %s", sp.name, sp.refused)
 	}
-	if sp.name == "copy" && hasWord(args[3:], "db") {
-		return nil, invalid("copy ... db cannot run in a fenced transaction: it writes another database, which the marks do not fence")
+	if sp.name == "copy" && !allReplace(args[3:]) {
+		return nil, invalid("copy ... db cannot run in a fenced transaction: it writes another database, which the marks do not fence (only REPLACE may follow COPY's keys)")
 	}
 	return sp, nil
 }
@@ -187,11 +187,29 @@ func (sp *cmdSpec) keys(args []any) ([]string, error) {
 	return strArgs(args, sp.first, min(last+1, len(args)), max(sp.step, 1))
 }
 
-func hasWord(args []any, w string) bool {
+// allReplace reports whether every one of args is the word REPLACE.
+func allReplace(args []any) bool {
 	for _, a := range args {
-		if s, ok := a.(string); ok && strings.EqualFold(s, w) {
-			return true
+		if !strings.EqualFold(argText(a), "replace") {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// argText is an argument as go-redis sends it.
+func argText(a any) string {
+	switch a := a.(type) {
+	case string:
+		return a
+	case []byte:
+		return string(a)
+	case encoding.BinaryMarshaler:
+		b, err := a.MarshalBinary()
+		if err != nil {
+			return ""
+		}
+		return string(b)
+	}
+	return fmt.Sprint(a)
 }

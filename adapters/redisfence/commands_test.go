@@ -96,6 +96,8 @@ func TestStore_Fenced_refusedCommands(t *testing.T) {
 		{[]any{"move", k, 1}, "move cannot run in a fenced transaction: it moves a key to another database"},
 		{[]any{"migrate", "127.0.0.1", 1, k, 0, 1}, "migrate cannot run in a fenced transaction: it moves keys to another server"},
 		{[]any{"copy", k, e.key(res, "c"), "DB", 1}, "copy ... db cannot run"},
+		{[]any{"copy", k, e.key(res, "c"), "replace", []byte("db"), 1}, "copy ... db cannot run"},
+		{[]any{"xgroup", []byte("CREATE"), mark, "g", "$"}, "the Store's own"},
 		{[]any{"multi"}, "multi cannot run in a fenced transaction: Redis refuses it in a script"},
 		{[]any{"eval", "return 1", 0}, "eval cannot run in a fenced transaction: Redis refuses it in a script"},
 		{[]any{"blpop", k, 1}, "blpop cannot run in a fenced transaction"},
