@@ -176,14 +176,14 @@ func TestStore_Fenced_crossSlotStore(t *testing.T) {
 // once, on the first Fenced that queues a command; that a failed read (a user
 // the server's ACL denies COMMAND) is ErrCommandTable with nothing written and
 // is read again on the next call; and that a reply that is not a command table
-// is ErrCommandTable.
+// is ErrCommandTable. Its client speaks RESP2, the other tests' RESP3.
 func TestStore_commandTable(t *testing.T) {
 	raw := ownNode(t)
 	ctx := t.Context()
 	if err := raw.Do(ctx, "acl", "setuser", "fenced", "on", ">pw", "~*", "+@all", "-command").Err(); err != nil {
 		t.Fatal(err)
 	}
-	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Username: "fenced", Password: "pw"}))
+	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Username: "fenced", Password: "pw", Protocol: 2}))
 	res := e.res("r")
 	n := e.key(res, "n")
 	incr := func(tok fence.Token) error {
@@ -221,6 +221,14 @@ func TestStore_commandTable(t *testing.T) {
 	}
 	if v, _ := e.get(t, n); v != "3" {
 		t.Fatalf("counter %s, want 3", v)
+	}
+	var sorted *redis.IntCmd
+	if err := e.store.Fenced(ctx, fence.NewGrant(res, 6), func(tx redis.Pipeliner) error {
+		tx.RPush(ctx, e.key(res, "list"), 2, 1)
+		sorted = tx.SortStore(ctx, e.key(res, "list"), e.key(res, "sorted"), &redis.Sort{})
+		return nil
+	}); err != nil || sorted.Val() != 2 {
+		t.Fatalf("SORT ... STORE (COMMAND GETKEYS) over RESP2: %v, %d", err, sorted.Val())
 	}
 
 	entry := func(a ...any) []any { return a }
