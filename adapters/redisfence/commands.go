@@ -76,23 +76,24 @@ func parseTable(reply []any) (cmdTable, error) {
 	return t, nil
 }
 
+// parseSpec reads one entry of COMMAND's reply.
 func parseSpec(e any) (*cmdSpec, error) {
-	a, ok := e.([]any)
-	if !ok || len(a) < 6 {
+	a, _ := e.([]any)
+	if len(a) < 6 {
 		return nil, fmt.Errorf("%w: entry %v", ErrCommandTable, e)
 	}
-	name, ok := a[0].(string)
-	flags, fok := a[2].([]any)
-	nums := make([]int, 0, 4)
+	name, _ := a[0].(string)
+	flags, ok := a[2].([]any)
+	if name == "" || !ok {
+		return nil, fmt.Errorf("%w: entry %v: no name or flags", ErrCommandTable, e)
+	}
+	nums := make([]int, 0, 4) // arity, first, last, step
 	for _, i := range []int{1, 3, 4, 5} {
 		n, ok := a[i].(int64)
 		if !ok {
 			return nil, fmt.Errorf("%w: entry %v: position %d is not a number", ErrCommandTable, e, i)
 		}
 		nums = append(nums, int(n))
-	}
-	if !ok || !fok || name == "" {
-		return nil, fmt.Errorf("%w: entry %v", ErrCommandTable, e)
 	}
 	sp := &cmdSpec{name: strings.ToLower(name), arity: nums[0], first: nums[1], last: nums[2], step: nums[3]}
 	set := map[string]bool{}
