@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,7 +10,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -20,9 +20,8 @@ const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
 // is granted or ctx ends; ctx governs the wait and every etcd call. It is
-// AcquireSet with one name: one Txn per attempt, the token the key's create
-// revision, no writes while waiting. Transient etcd errors are retried; a lost
-// session is replaced and the wait goes on under the new one.
+// AcquireSet with one name. Transient etcd errors are retried, and a session
+// lost while it waits is replaced.
 //
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
@@ -179,24 +178,9 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k)
 	}
-	return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
-}
-
-// retryAcquire decides what a failed attempt means: nil to try again (at once
-// under a new session, or after a pause for a transient error while waiting),
-// or the error to return. A lease etcd no longer has ends the session at once.
-func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		c.loseLease(lease, "etcd no longer has the session lease")
-		if r.wait {
-			return nil
-		}
-		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
-	case transient(ctx, err) && r.wait:
-		return c.sleep(ctx, retryDelay)
-	}
-	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
+	return retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+	})
 }
 
 // blocked handles an attempt that found keys. It is done when an earlier
@@ -204,16 +188,24 @@ func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease 
 // try (a *HeldError), or when the wait fails; otherwise the keys that blocked
 // it were deleted and the caller tries again.
 func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (*Lock, bool, error) {
-	var held, ours []*mvccpb.KeyValue
+	var held, ours, orphans []*mvccpb.KeyValue
 	for _, rr := range resp.Responses {
 		kvs := rr.GetResponseRange().GetKvs()
 		switch {
 		case len(kvs) == 0:
+		case clientv3.LeaseID(kvs[0].Lease) != lease && bytes.HasPrefix(kvs[0].Value, c.valuePrefix):
+			orphans = append(orphans, kvs[0])
 		case clientv3.LeaseID(kvs[0].Lease) == lease && slices.ContainsFunc(unknown, func(v []byte) bool { return string(v) == string(kvs[0].Value) }):
 			ours = append(ours, kvs[0])
 		default:
 			held = append(held, kvs[0])
 		}
+	}
+	if len(orphans) > 0 {
+		if err := c.dropOrphans(ctx, orphans); err == nil {
+			return nil, false, nil
+		}
+		held = append(held, orphans...) // not deleted: waited out like any other
 	}
 	if len(ours) == len(r.names) {
 		// An earlier attempt whose answer was lost took every key.
@@ -242,6 +234,22 @@ func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResp
 		}
 	}
 	return nil, false, nil
+}
+
+// dropOrphans deletes keys this Client created under a session it has lost
+// (an attempt of unknown outcome, a lock whose session ended here first):
+// every Lock of that session has ended, so waiting their lease out would only
+// delay the caller. Each delete is conditioned on the key's create revision.
+func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
+	ops := make([]clientv3.Op, len(kvs))
+	for i, kv := range kvs {
+		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
+	}
+	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	return err
 }
 
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
@@ -297,6 +305,10 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 			olds = append(olds, old)
 		}
 		c.locks[n] = l
+	}
+	if l.watch {
+		c.loops.Add(1)
+		go c.followKey(l)
 	}
 	if l.manual {
 		l.deadline = sent.Add(l.dur)

@@ -1,6 +1,10 @@
 package lockclient
 
-import "time"
+import (
+	"time"
+
+	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
+)
 
 // CheckLockName is checkName, for the fuzz test of lock name validation.
 var CheckLockName = checkName
@@ -26,7 +30,23 @@ func RenewalDue(opts []Option, last time.Time, answered, slow, busy bool) (time.
 	if err != nil {
 		return time.Time{}, err
 	}
-	c := &Client{ttl: o.ttl, interval: o.interval, idle: o.idle}
-	r := renewal{last: last, answered: answered, slow: slow}
-	return r.next(c, busy), nil
+	r := keepalive.NewCadence(o.ttl, o.interval, o.idle, last)
+	r.Restore(last, answered, slow)
+	return r.Next(busy), nil
+}
+
+// LoseSession ends c's session here, as a session deadline that passed would,
+// while etcd still has its lease (nobody renews it any more).
+func LoseSession(c *Client) {
+	c.mu.Lock()
+	lease := c.lease
+	c.mu.Unlock()
+	c.loseLease(lease, "lost by the test")
+}
+
+// SessionLease returns c's session lease; 0 when it has none.
+func SessionLease(c *Client) int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return int64(c.lease)
 }

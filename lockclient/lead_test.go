@@ -47,7 +47,7 @@ func (r *termRecorder) events() []string {
 // leadAsync runs c.Lead in a goroutine; each term is sent on terms, and fn
 // returns when the term ends (or with what stop sends). The result of Lead
 // arrives on the returned channel.
-func leadAsync(ctx context.Context, c *lockclient.Client, name string, terms chan<- *lockclient.Lock, opts ...lockclient.LeadOption) <-chan error {
+func leadAsync(ctx context.Context, c *lockclient.Client, name string, terms chan<- *lockclient.Lock, opts ...lockclient.LockOption) <-chan error {
 	res := make(chan error, 1)
 	go func() {
 		res <- c.Lead(ctx, name, func(term *lockclient.Lock) error {
@@ -88,16 +88,16 @@ func TestClient_Lead_badInput(t *testing.T) {
 	tests := []struct {
 		name, lock string
 		fn         func(*lockclient.Lock) error
-		opts       []lockclient.LeadOption
+		opts       []lockclient.LockOption
 		msg        string
 	}{
 		{"empty name", "", fn, nil, "empty resource name"},
 		{"slash", "a/b", fn, nil, "slash"},
 		{"control character", "a\nb", fn, nil, "control"},
 		{"nil function", "scheduler", nil, nil, "nil function"},
-		{"nil option", "scheduler", fn, []lockclient.LeadOption{nil}, "option 0 is nil"},
-		{"value over the limit", "scheduler", fn, []lockclient.LeadOption{lockclient.WithValue(make([]byte, lockclient.MaxValueSize+1))}, "limit"},
-		{"value over etcd's request size", "scheduler", fn, []lockclient.LeadOption{lockclient.WithValue(make([]byte, 2<<20))}, "limit"},
+		{"nil option", "scheduler", fn, []lockclient.LockOption{nil}, "option 0 is nil"},
+		{"value over the limit", "scheduler", fn, []lockclient.LockOption{lockclient.WithValue(make([]byte, lockclient.MaxValueSize+1))}, "limit"},
+		{"value over etcd's request size", "scheduler", fn, []lockclient.LockOption{lockclient.WithValue(make([]byte, 2<<20))}, "limit"},
 	}
 	// A cancelled context: any I/O before the check would return its error instead.
 	ctx, cancel := context.WithCancel(t.Context())

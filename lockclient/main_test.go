@@ -2,6 +2,7 @@ package lockclient_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"strings"
@@ -32,7 +33,7 @@ func runHolder(spec string) int {
 		fmt.Println("error", err)
 		return 1
 	}
-	c, err := lockclient.New(cli, lockclient.WithTTL(testTTL))
+	c, err := lockclient.New(cli, lockclient.WithTTL(testTTL), lockclient.WithObserver(termPrinter{}))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -40,6 +41,18 @@ func runHolder(spec string) int {
 	// Bounded, so that a holder the test forgot cannot outlive it for long.
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
+	// "lead:NAME": Lead NAME, saying "token N" at each term and "lost" at its end.
+	if n, ok := strings.CutPrefix(name, "lead:"); ok {
+		err := c.Lead(ctx, n, func(term *lockclient.Lock) error {
+			fmt.Println("token", term.Token())
+			<-term.Done()
+			cause := context.Cause(term.Context())
+			fmt.Println("lost", errors.Is(cause, lockclient.ErrSessionLost), cause)
+			return nil
+		})
+		fmt.Println("error", err)
+		return 1
+	}
 	// "idle:NAME": the session idles first, and NAME is taken when an idle
 	// renewal is nearly due (more than a busy interval after the last one).
 	if n, ok := strings.CutPrefix(name, "idle:"); ok {
@@ -72,4 +85,16 @@ func runHolder(spec string) int {
 	case <-ctx.Done():
 	}
 	return 0
+}
+
+// termPrinter says how each term of a leading holder process ended.
+type termPrinter struct{}
+
+func (termPrinter) Acquired(string, time.Duration, error)           {}
+func (termPrinter) Ended(string, fence.Token, time.Duration, error) {}
+func (termPrinter) KeepAlive(time.Duration, error)                  {}
+func (termPrinter) Session(int, error)                              {}
+func (termPrinter) TermBegun(string, fence.Token)                   {}
+func (termPrinter) TermEnded(_ string, tok fence.Token, _ time.Duration, cause string) {
+	fmt.Println("ended", tok, cause)
 }

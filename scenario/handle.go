@@ -1,0 +1,247 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// handle records one message of worker p; for a reach that a pending step waits
+// for, it returns only once that step has acted.
+func (r *run) handle(p *proc, m msg) {
+	r.mu.Lock()
+	switch m.Kind {
+	case "reach":
+		p.reached[m.Point]++
+		if m.Point == Granted {
+			p.held[m.Resource] = int(m.Token)
+			seq := r.eventLocked(p.name, "granted %q token %d", m.Resource, m.Token)
+			r.hist.Grants = append(r.hist.Grants, GrantRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Seq: seq})
+		} else if m.Point != AboutToWrite && m.Point != Wrote {
+			r.eventLocked(p.name, "reached %q", m.Point)
+		} else {
+			r.eventLocked(p.name, "%s", m.Point) // wakes the steps waiting for it
+		}
+		if held := r.claimLocked(p.name, m.Point); held != nil {
+			r.mu.Unlock()
+			select {
+			case <-held:
+			case <-r.closed:
+			}
+			return
+		}
+	case "begin":
+		seq := r.eventLocked(p.name, "write %q token %d value %q begins", m.Resource, m.Token, m.Value)
+		p.write = &WriteRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Value: m.Value, Begin: seq}
+	case "end":
+		r.endWriteLocked(p, m)
+	case "exit":
+		if m.Err != "" {
+			r.eventLocked(p.name, "job returned %q", m.Err)
+			if !m.Fenced {
+				r.t.Errorf("scenario: worker %s: the job failed: %s", p.name, m.Err)
+			}
+		}
+	}
+	r.mu.Unlock()
+}
+
+func (r *run) endWriteLocked(p *proc, m msg) {
+	w := p.write
+	if w == nil {
+		return
+	}
+	p.write = nil
+	w.Outcome, w.Err = m.Outcome, m.Err
+	what := string(m.Outcome)
+	if m.Err != "" {
+		what += ": " + m.Err
+	}
+	w.End = r.eventLocked(p.name, "write %q token %d value %q: %s", w.Resource, w.Token, w.Value, what)
+	r.hist.Writes = append(r.hist.Writes, *w)
+}
+
+func (r *run) setPending(steps []*Step) {
+	r.mu.Lock()
+	r.pending = steps
+	r.mu.Unlock()
+}
+
+// claimLocked finds the first step not yet claimed that waits for worker to reach
+// point and gives it a channel to release the worker with.
+func (r *run) claimLocked(worker, point string) chan struct{} {
+	for _, s := range r.pending {
+		if _, taken := r.claims[s]; !taken && s.when != nil && s.when.worker == worker && s.when.name == point {
+			ch := make(chan struct{})
+			r.claims[s] = ch
+			return ch
+		}
+	}
+	return nil
+}
+
+// step runs step i: waits for its When point, acts, and schedules its undo.
+func (r *run) step(i int, s *Step) error {
+	p := r.procs[s.worker]
+	if s.when != nil {
+		wp := r.procs[s.when.worker]
+		var release chan struct{}
+		ok := r.waitFor(func() bool {
+			release = r.claims[s]
+			return release != nil || wp.exited || !wp.started
+		})
+		switch {
+		case !ok:
+			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
+		case release == nil && !wp.started:
+			return fmt.Errorf("scenario: step %d %s waits for worker %s, which no earlier step started: add scenario.Start(%q) before it", i+1, s, wp.name, wp.name)
+		case release == nil && s.when.name != Finished:
+			return fmt.Errorf("scenario: step %d %s: worker %s finished without reaching %q: check the point's name, or that the job reaches it", i+1, s, wp.name, s.when.name)
+		}
+		if release != nil {
+			defer close(release)
+		}
+	}
+	return r.act(i, s, p)
+}
+
+func (r *run) act(i int, s *Step, p *proc) error {
+	if s.verb == "Start" {
+		if p.started {
+			return fmt.Errorf("scenario: step %d %s: worker %s is already started", i+1, s, p.name)
+		}
+		return r.startWorker(p)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case !p.started:
+		return fmt.Errorf("scenario: step %d %s: worker %s is not started: add scenario.Start(%q) before it", i+1, s, p.name, p.name)
+	case p.exited:
+		return fmt.Errorf("scenario: step %d %s: worker %s has already finished, so it cannot be faulted: act on it at a point it reaches (When)", i+1, s, p.name)
+	}
+	var undo func()
+	switch s.verb {
+	case "Kill":
+		if err := p.h.Kill(); err != nil {
+			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
+		}
+		r.eventLocked(p.name, "killed")
+		return nil
+	case "Freeze":
+		if err := p.h.Freeze(); err != nil {
+			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
+		}
+		r.eventLocked(p.name, "frozen")
+		undo = func() { p.h.Thaw(); r.eventLocked(p.name, "thawed") }
+	case "CutOff":
+		p.proxy.setCut(true)
+		r.eventLocked(p.name, "cut off from etcd")
+		undo = func() { p.proxy.setCut(false); r.eventLocked(p.name, "reconnected to etcd") }
+	case "Slow":
+		p.proxy.setDelay(s.delay)
+		r.eventLocked(p.name, "etcd traffic slowed by %v", s.delay)
+		undo = func() { p.proxy.setDelay(0); r.eventLocked(p.name, "etcd traffic at full speed") }
+	}
+	r.undo.Add(1)
+	go r.until(s, p, undo)
+	return nil
+}
+
+// until waits for s's Until point (or its default) and undoes the fault.
+func (r *run) until(s *Step, p *proc, undo func()) {
+	defer r.undo.Done()
+	switch {
+	case s.until != nil:
+		up := r.procs[s.until.worker]
+		base := r.reachedNow(up, s.until.name)
+		r.waitFor(func() bool { return up.reached[s.until.name] > base || up.exited })
+	case s.verb == "Slow":
+		r.waitFor(func() bool { return p.exited })
+	default:
+		r.waitLocksGone(p)
+	}
+	r.mu.Lock()
+	if !p.exited {
+		undo()
+	}
+	r.mu.Unlock()
+}
+
+func (r *run) reachedNow(p *proc, point string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return p.reached[point]
+}
+
+// waitLocksGone polls etcd until none of p's granted locks is still held by it.
+func (r *run) waitLocksGone(p *proc) {
+	for {
+		r.mu.Lock()
+		held := map[string]int{}
+		for k, v := range p.held {
+			held[k] = v
+		}
+		r.mu.Unlock()
+		gone := true
+		for res, tok := range held {
+			resp, err := r.etcd.Get(context.Background(), prefix+res)
+			if err != nil || len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == int64(tok) {
+				gone = false
+			}
+		}
+		if gone {
+			return
+		}
+		select {
+		case <-r.closed:
+			return
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// finish waits for every started worker to end and every fault to be undone, then
+// reads the final state.
+func (r *run) finish() *History {
+	r.t.Helper()
+	for _, w := range r.cfg.Workers {
+		p := r.procs[w]
+		if !r.waitFor(func() bool { return !p.started || p.exited }) {
+			r.fail(fmt.Errorf("scenario: the run ended before worker %s finished", w))
+		}
+		if !p.started {
+			r.fail(fmt.Errorf("scenario: worker %s was never started: add scenario.Start(%q), or leave out every Start step to start all workers at once", w, w))
+		}
+	}
+	r.undo.Wait()
+	final, err := r.cfg.Read(r.t.Context(), r.data)
+	if err != nil {
+		r.fail(fmt.Errorf("scenario: Config.Read: %w", err))
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	h := r.hist
+	h.Final = final
+	return &h
+}
+
+// syncBuffer is a worker's output, written by its process's pipes.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
+}

@@ -1,0 +1,172 @@
+package scenario
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
+)
+
+// Config is a scenario: its workers, their job, and how to read the final state.
+type Config struct {
+	// Workers names the worker processes, such as "a" and "b".
+	Workers []string
+	// Setup runs once, in the test process, before any worker starts (create the
+	// schema there); what it returns reaches every worker as Worker.Data and Read.
+	Setup func(t *testing.T) string
+	// Job is the user's job, run once in each worker process. An error other than
+	// fence.ErrStale or fence.ErrLost fails the test.
+	Job func(ctx context.Context, w *Worker) error
+	// Read returns the final value of every resource written, after all workers
+	// have ended, in the value Worker.Write recorded.
+	Read func(ctx context.Context, data string) (map[string]string, error)
+	// TTL is the workers' session lease (default lockclient.MinTTL, 2 s): how long a
+	// frozen or cut-off worker keeps its locks.
+	TTL time.Duration
+	// Launcher starts the workers (default: child processes of the test).
+	Launcher Launcher
+}
+
+// Main runs the package's tests and then each of after (stop shared servers
+// there); a worker process runs only its scenario's job. Call it from TestMain:
+//
+//	func TestMain(m *testing.M) { scenario.Main(m) }
+func Main(m *testing.M, after ...func()) {
+	os.Setenv(mainEnv, "1")
+	code := m.Run()
+	for _, f := range after {
+		f()
+	}
+	if spec := os.Getenv(workerEnv); spec != "" {
+		name, _, _ := strings.Cut(spec, " ")
+		fmt.Fprintf(os.Stderr, "scenario: worker %s: the test ended (exit %d) before calling scenario.Run: code before Run runs in workers too; move it into Config.Setup\n", name, code)
+		os.Exit(3)
+	}
+	os.Exit(code)
+}
+
+// IsWorker reports whether this process is a worker of a run, for code before Run
+// that must not run in workers (a Launcher's setup, a server's start).
+func IsWorker() bool { return os.Getenv(workerEnv) != "" }
+
+// Run runs the scenario and fails t when its history breaks the fencing guarantee
+// (History.Check), with every worker's timeline. It returns the history. Run one
+// scenario per test (a subtest each): a worker runs the first its test reaches.
+func Run(t *testing.T, cfg Config, steps ...*Step) *History {
+	t.Helper()
+	h := Record(t, cfg, steps...)
+	if err := h.Check(); err != nil {
+		t.Error(err)
+	}
+	return h
+}
+
+// Record runs the scenario and returns its history without checking it, for a
+// test that expects a violation. Bad input (no Main hook, an unknown worker, a
+// fault on a finished worker, a nil Job or Read) fails t, saying what to do.
+func Record(t *testing.T, cfg Config, steps ...*Step) *History {
+	t.Helper()
+	if spec := os.Getenv(workerEnv); spec != "" {
+		if cfg.Job == nil {
+			os.Exit(3)
+		}
+		runWorker(t, cfg, spec)
+	}
+	if err := validate(cfg, steps); err != nil {
+		t.Fatal(err)
+	}
+	if cfg.TTL == 0 {
+		cfg.TTL = lockclient.MinTTL
+	}
+	if cfg.Launcher == nil {
+		cfg.Launcher = processes{}
+	}
+	etcd := locktest.Start(t)
+	r, err := newRun(t, cfg, etcd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.close)
+	if cfg.Setup != nil {
+		r.data = cfg.Setup(t)
+	}
+	if !hasStart(steps) {
+		for _, w := range cfg.Workers {
+			steps = append([]*Step{Start(w)}, steps...)
+		}
+	}
+	r.setPending(steps)
+	for i, s := range steps {
+		if err := r.step(i, s); err != nil {
+			r.fail(err)
+		}
+		r.setPending(steps[i+1:])
+	}
+	return r.finish()
+}
+
+func validate(cfg Config, steps []*Step) error {
+	if os.Getenv(mainEnv) == "" {
+		return fmt.Errorf("scenario: the test binary has no scenario.Main hook, so workers cannot run: add\n\tfunc TestMain(m *testing.M) { scenario.Main(m) }\nto this package's tests")
+	}
+	switch {
+	case cfg.Job == nil:
+		return fmt.Errorf("scenario: Config.Job is nil: give the job each worker runs")
+	case cfg.Read == nil:
+		return fmt.Errorf("scenario: Config.Read is nil: give a function that reads the final value of each resource, so the history can be checked")
+	case len(cfg.Workers) == 0:
+		return fmt.Errorf("scenario: Config.Workers is empty: name at least one worker")
+	}
+	if cfg.TTL != 0 && (cfg.TTL < lockclient.MinTTL || cfg.TTL%time.Second != 0) {
+		return fmt.Errorf("scenario: Config.TTL %v: a whole number of seconds, at least %v", cfg.TTL, lockclient.MinTTL)
+	}
+	known := map[string]bool{}
+	for _, w := range cfg.Workers {
+		if !validName(w) || known[w] {
+			return fmt.Errorf("scenario: Config.Workers: %q is empty, repeated or not letters, digits, '-' and '_'", w)
+		}
+		known[w] = true
+	}
+	for i, s := range steps {
+		if err := s.check(i, known); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func validName(s string) bool {
+	if s == "" || len(s) > 64 {
+		return false
+	}
+	for _, r := range s {
+		if !(r == '-' || r == '_' || '0' <= r && r <= '9' || 'a' <= r && r <= 'z' || 'A' <= r && r <= 'Z') {
+			return false
+		}
+	}
+	return true
+}
+
+func hasStart(steps []*Step) bool {
+	for _, s := range steps {
+		if s.verb == "Start" {
+			return true
+		}
+	}
+	return false
+}
+
+// runPattern is the -test.run pattern that matches exactly the test named name.
+func runPattern(name string) string {
+	parts := strings.Split(name, "/")
+	for i, p := range parts {
+		parts[i] = "^" + regexp.QuoteMeta(p) + "$"
+	}
+	return strings.Join(parts, "/")
+}
