@@ -5,7 +5,6 @@ import (
 	"encoding"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -31,17 +30,23 @@ type cmdTable map[string]*cmdSpec
 // Fenced that queued a command. A failed read is not kept: the next call reads
 // again.
 type commands struct {
-	mu  sync.Mutex
-	tab atomic.Pointer[cmdTable]
+	reading chan struct{} // holds one token while a call reads the table
+	tab     atomic.Pointer[cmdTable]
 }
+
+func newCommands() *commands { return &commands{reading: make(chan struct{}, 1)} }
 
 // table returns the server's command table, reading it (COMMAND) on first use.
 func (s *Store) table(ctx context.Context) (cmdTable, error) {
 	if t := s.cmds.tab.Load(); t != nil {
 		return *t, nil
 	}
-	s.cmds.mu.Lock()
-	defer s.cmds.mu.Unlock()
+	select {
+	case s.cmds.reading <- struct{}{}: // one read at a time; the others wait for it
+		defer func() { <-s.cmds.reading }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrCommandTable, ctx.Err())
+	}
 	if t := s.cmds.tab.Load(); t != nil {
 		return *t, nil
 	}

@@ -3,6 +3,7 @@ package redisfence_test
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -248,5 +249,34 @@ func TestStore_commandTable(t *testing.T) {
 	}
 	if err := redisfence.ParseCommandTableForTest([]any{get}); err != nil {
 		t.Fatalf("a table of GET alone: %v", err)
+	}
+}
+
+// TestStore_commandTable_concurrent checks that concurrent first calls of a new
+// Store read the command table once between them.
+func TestStore_commandTable_concurrent(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.res("r")
+	n := e.key(res, "n")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = e.store.Fenced(ctx, fence.NewGrant(res, 1), func(tx redis.Pipeliner) error {
+				tx.Incr(ctx, n)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.sent.table.Load(); c != 1 {
+		t.Fatalf("%d COMMAND sent by %d concurrent first calls, want 1", c, len(errs))
+	}
+	if v, _ := e.get(t, n); v != "8" {
+		t.Fatalf("counter %s, want 8", v)
 	}
 }
