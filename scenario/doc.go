@@ -21,6 +21,10 @@
 // a sleep. Freeze and CutOff last until their Until point, or by default until
 // etcd has expired the worker's locks.
 //
+// Workers record their writes with Worker.Write, or without touching the job's
+// code by handing it Store(w, store): every fenced transaction through it is
+// recorded, its value the grant's token.
+//
 // The verdict (History.Check), per resource: every token was granted to one worker;
 // no acknowledged write of a lower token began after one of a higher token was
 // acknowledged; the final value was written by a write whose token is at least the
