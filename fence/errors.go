@@ -42,6 +42,12 @@ var (
 	// ErrSchema means the database lacks fencegate's tables (fence_tokens and, for
 	// idempotency keys, idempotency_keys): apply the migrations (migrations.Up).
 	ErrSchema = errors.New("fence: fencegate schema missing, run migrations.Up")
+	// ErrNotReplicated means a fenced write committed on the primary, but the
+	// database said it may not have reached the replicas it was to wait for (with
+	// PostgreSQL, a COMMIT whose wait for a synchronous standby was cancelled). It is
+	// not a refusal: the write is stored, and a failover to a replica may undo it, and
+	// with it the resource's mark. The error's message names the resource and token.
+	ErrNotReplicated = errors.New("fence: write not confirmed replicated")
 	// ErrNotFound means the row a write names does not exist.
 	ErrNotFound = errors.New("fence: row not found")
 	// ErrInvalidArgument means bad input, refused before any I/O: a nil store, grant

@@ -12,6 +12,10 @@
 // A fenced transaction that holds the resource's row when Raise runs finishes
 // first (Raise waits for its row lock) and is the last write of the old holders.
 //
+// After promoting a replica that may lag its old primary (asynchronous replication),
+// marks and acknowledged writes may be gone: RaiseAll raises every mark to NextToken at
+// once, and fencectl fence -all does that and fences each lock held by name.
+//
 // It works through database/sql on PostgreSQL (pgx's stdlib driver; a pgxpool
 // user can pass stdlib.OpenDBFromPool(pool)), MySQL/MariaDB and SQLite, named by
 // a migrations.Dialect. Errors are the fence and migrations packages' sentinels,
@@ -30,7 +34,7 @@ import (
 
 // statements is the SQL of one dialect, with ? placeholders already rewritten.
 type statements struct {
-	read, lock, raise string
+	read, lock, raise, raiseAll string
 }
 
 func sqlOf(d migrations.Dialect) (statements, error) {
@@ -41,6 +45,7 @@ func sqlOf(d migrations.Dialect) (statements, error) {
 			lock: "SELECT token FROM fence_tokens WHERE resource = $1 FOR UPDATE",
 			raise: "INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE " +
 				"SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE f.token < EXCLUDED.token",
+			raiseAll: "UPDATE fence_tokens SET token = $1, updated_at = CURRENT_TIMESTAMP WHERE token < $1",
 		}, nil
 	case migrations.MySQL:
 		// Assignments run left to right, each seeing the ones before: updated_at
@@ -51,6 +56,7 @@ func sqlOf(d migrations.Dialect) (statements, error) {
 			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
 				"updated_at = IF(token < VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
 				"token = IF(token < VALUES(token), VALUES(token), token)",
+			raiseAll: "UPDATE fence_tokens SET updated_at = CURRENT_TIMESTAMP(6), token = ? WHERE token < ?",
 		}, nil
 	case migrations.SQLite:
 		// A transaction on a pool from sqlfence/sqlite's Open begins IMMEDIATE: it
@@ -60,6 +66,7 @@ func sqlOf(d migrations.Dialect) (statements, error) {
 			lock: "SELECT token FROM fence_tokens WHERE resource = ?",
 			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE " +
 				"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token < excluded.token",
+			raiseAll: "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE token < ?",
 		}, nil
 	}
 	return statements{}, fmt.Errorf("fencemark: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
@@ -128,6 +135,42 @@ func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource strin
 		return 0, 0, fmt.Errorf("fencemark: commit the mark of %q: %w", resource, err)
 	}
 	return before, after, nil
+}
+
+// RaiseAll raises every mark stored below token to token, in one statement, and
+// returns how many it raised; it never lowers one. A fenced transaction holding a
+// mark's row finishes first (the UPDATE waits for its row lock). Run it with
+// NextToken after a failover to a replica that may have lost writes: every holder
+// granted before is refused wherever a mark is stored. A resource with no mark on
+// this database is not covered: Raise it by name (fencectl fence -all raises each
+// lock held in etcd).
+//
+// It returns fence.ErrInvalidArgument for a nil db, a token <= 0 or an unknown
+// dialect before any I/O, or the driver's error wrapped (nothing raised).
+func RaiseAll(ctx context.Context, db *sql.DB, d migrations.Dialect, token fence.Token) (int64, error) {
+	if db == nil {
+		return 0, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
+	}
+	if token <= 0 {
+		return 0, fmt.Errorf("fence: invalid token %d: tokens are > 0: %w", token, fence.ErrInvalidArgument)
+	}
+	st, err := sqlOf(d)
+	if err != nil {
+		return 0, err
+	}
+	args := []any{int64(token), int64(token)}
+	if d == migrations.Postgres {
+		args = args[:1]
+	}
+	res, err := db.ExecContext(ctx, st.raiseAll, args...)
+	if err != nil {
+		return 0, fmt.Errorf("fencemark: raise every mark to %d: %w", token, err)
+	}
+	n, err := res.RowsAffected()
+	if err != nil {
+		return 0, fmt.Errorf("fencemark: raise every mark to %d: %w", token, err)
+	}
+	return n, nil
 }
 
 func scan(row *sql.Row, resource string) (fence.Token, error) {

@@ -35,7 +35,7 @@ func refusal(ctx context.Context, g fence.Grant, err error, lookup querier) erro
 			return e
 		}
 	}
-	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), err)
+	return fmt.Errorf("pgxfence: fenced transaction for %q: %w", g.Resource(), poolerHint(err))
 }
 
 // fnErr is fn's err, wrapped in fence.ErrIdleTimeout if the server ended the
@@ -50,7 +50,7 @@ func fnErr(g fence.Grant, err error) error {
 
 func storedToken(ctx context.Context, q querier, resource string) (fence.Token, error) {
 	var t int64
-	err := q.QueryRow(ctx, "SELECT token FROM fence_tokens WHERE resource = $1", resource).Scan(&t)
+	err := q.QueryRow(ctx, "SELECT token FROM fence_tokens WHERE resource = $1", poolerMode, resource).Scan(&t)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}
@@ -73,7 +73,7 @@ func writeError(op, table string, err error) error {
 			}
 		}
 	}
-	return fmt.Errorf("pgxfence: %s %q: %w", op, table, err)
+	return fmt.Errorf("pgxfence: %s %q: %w", op, table, poolerHint(err))
 }
 
 // replyLost reports whether err, of a COMMIT or a single-row write outside a

@@ -59,6 +59,7 @@ func (s *Store) fencedConn(ctx context.Context, conn *pgx.Conn, g *grant.Checked
 		// BEGIN would only warn, and the COMMIT would end the caller's transaction.
 		return fmt.Errorf("%w: pgxfence: the connection is inside a transaction; give New the pgx.Tx", fence.ErrInvalidArgument)
 	}
+	forgetReplication(conn)
 	t := &lazyTx{ctx: ctx, s: s, conn: conn, g: g}
 	if s.fenceFirst { // BEGIN and the raise in one round trip, before fn runs
 		if err := t.begin(ctx); err != nil {
@@ -75,13 +76,13 @@ func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.
 		return fmt.Errorf("pgxfence: begin: %w", err)
 	}
 	q, args := pgsql.Raise(g, "") // a savepoint: the caller's transaction is the caller's to bound
-	if _, err := tx.Exec(ctx, q, args...); err != nil {
+	if _, err := tx.Exec(ctx, q, s.mode(args)...); err != nil {
 		if rbErr := tx.Rollback(ctx); rbErr != nil {
 			return errors.Join(refusal(ctx, g, err, nil), fmt.Errorf("pgxfence: rollback: %w", rbErr))
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return fnErr(g, fn(tx)) })
+	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return poolerHint(fnErr(g, fn(tx))) })
 }
 
 // savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.
@@ -103,7 +104,7 @@ func (t savepoint) Commit() error {
 
 // runLazy runs fn on t and commits (fencedtx.Run); with WithFenceFirst t has begun.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
-	return fencedtx.Run(t.g, lazyRun{t}, func() error { return fnErr(t.g, fn(t)) })
+	return fencedtx.Run(t.g, lazyRun{t}, func() error { return poolerHint(fnErr(t.g, fn(t))) })
 }
 
 // lazyRun is a lazyTx as the lifecycle ends it (fencedtx.Tx).
@@ -120,7 +121,10 @@ func (r lazyRun) Commit() error {
 		}
 	}
 	err := commit(ctx, t.tx, t.g)
-	if err == nil || errors.Is(err, fence.ErrCommitUnknown) {
+	if err == nil {
+		return replicationErr(t.conn, t.g) // WatchReplication
+	}
+	if errors.Is(err, fence.ErrCommitUnknown) {
 		return err
 	}
 	return refusal(ctx, t.g, err, t.conn)
@@ -147,6 +151,9 @@ func (t *lazyTx) batch() *pgx.Batch {
 }
 
 func (t *lazyTx) begin(ctx context.Context) error {
+	if t.s.pooler {
+		return t.beginPooled(ctx)
+	}
 	br := t.conn.SendBatch(ctx, t.batch())
 	t.tx = br.Tx()
 	_, err := br.Exec() // BEGIN

@@ -38,7 +38,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 
 	var left int64
 	for try := 1; ; try++ {
-		err := s.db.QueryRow(ctx, q, args...).Scan(&left)
+		err := s.db.QueryRow(ctx, q, s.mode(args)...).Scan(&left)
 		if err == nil {
 			return left, nil
 		}
@@ -50,7 +50,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			return 0, err
 		}
 		left = 0
-		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+eqs(ct.Keys, params(1, len(ct.Keys))), args[1:len(args)-1]...).Scan(&left)
+		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+eqs(ct.Keys, params(1, len(ct.Keys))), s.mode(args[1:len(args)-1])...).Scan(&left)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement: look up", c.Table, err)
 		}
@@ -97,7 +97,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 		args[i] = c.Value
 	}
 	q := "INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(params(1, len(cols)), ", ") + ")"
-	if _, err := s.db.Exec(ctx, q, args...); err != nil {
+	if _, err := s.db.Exec(ctx, q, s.mode(args)...); err != nil {
 		return writeError("insert", table, err)
 	}
 	return nil

@@ -106,7 +106,7 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if t.refused != nil {
 		return pgconn.CommandTag{}, t.refused
 	}
-	if t.tx == nil && pipelinable(args) {
+	if t.tx == nil && !t.s.pooler && pipelinable(args) {
 		br, err := t.sendFirst(ctx, sql, args)
 		if err != nil {
 			return pgconn.CommandTag{}, err
@@ -122,7 +122,7 @@ func (t *lazyTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Comm
 	if err := t.ensure(ctx); err != nil {
 		return pgconn.CommandTag{}, err
 	}
-	tag, err := t.tx.Exec(ctx, sql, args...)
+	tag, err := t.tx.Exec(ctx, sql, t.s.fnMode(args)...)
 	return tag, t.ended(err)
 }
 
@@ -131,7 +131,7 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if t.refused != nil {
 		return &failedRows{err: t.refused, conn: t.conn}, t.refused
 	}
-	if t.tx == nil && pipelinable(args) {
+	if t.tx == nil && !t.s.pooler && pipelinable(args) {
 		br, err := t.sendFirst(ctx, sql, args)
 		if err != nil {
 			return &failedRows{err: err, conn: t.conn}, err
@@ -148,7 +148,7 @@ func (t *lazyTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, 
 	if err := t.ensure(ctx); err != nil {
 		return &failedRows{err: err, conn: t.conn}, err
 	}
-	rows, err := t.tx.Query(ctx, sql, args...)
+	rows, err := t.tx.Query(ctx, sql, t.s.fnMode(args)...)
 	return idleRows{rows, t}, t.ended(err)
 }
 

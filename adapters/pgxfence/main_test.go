@@ -2,6 +2,7 @@ package pgxfence_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"os"
@@ -12,20 +13,27 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/jackc/pgx/v5/stdlib"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the migrations
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/tests/pgbouncertest"
 	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 
-var postgres = pgtest.New()
+var (
+	postgres = pgtest.New()
+	bouncer  = pgbouncertest.New(postgres, 8) // PgBouncer in transaction pooling, pool 8
+)
 
 func TestMain(m *testing.M) {
 	if os.Getenv(idleChildEnv) != "" {
 		os.Exit(idleChild())
 	}
 	code := m.Run()
+	if err := bouncer.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 	if err := postgres.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 	}
@@ -35,17 +43,28 @@ func TestMain(m *testing.M) {
 // newPool returns a pool on a fresh database with fencegate's migrations applied.
 func newPool(t testing.TB) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(postgres.DSN(t))
+	dsn := postgres.DSN(t)
+	return poolOn(t, dsn, dsn, 8)
+}
+
+// poolOn returns a pool of maxConns on dsn after applying the migrations through
+// direct (the same database; migrations need a session of their own).
+func poolOn(t testing.TB, dsn, direct string, maxConns int32) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 8
+	cfg.MaxConns = maxConns
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pool.Close)
-	db := stdlib.OpenDBFromPool(pool)
+	db, err := sql.Open("pgx", direct)
+	if err != nil {
+		t.Fatal(err)
+	}
 	defer db.Close()
 	if err := migrations.Up(context.Background(), db, migrations.Postgres); err != nil {
 		t.Fatalf("migrations.Up: %v", err)

@@ -85,7 +85,7 @@ func (s *Store) PurgeExpiredKeys(ctx context.Context) (int64, error) {
 	}
 	var total int64
 	for {
-		tag, err := s.db.Exec(ctx, purgeKeysSQL, nolockpath.PurgeBatch)
+		tag, err := s.db.Exec(ctx, purgeKeysSQL, s.mode([]any{nolockpath.PurgeBatch})...)
 		if err != nil {
 			return total, keyError("purge expired idempotency keys", err)
 		}
@@ -115,7 +115,7 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 		return r, ran, err
 	}
 
-	r, mine, err := claimKey(ctx, tx, key, fingerprint, micros)
+	r, mine, err := s.claimKey(ctx, tx, key, fingerprint, micros)
 	if err != nil || !mine {
 		return end(r, false, err)
 	}
@@ -124,7 +124,7 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 	if err != nil {
 		return end(nolock.Result{}, true, err)
 	}
-	if _, err := tx.Exec(ctx, storeKeySQL, key, val); err != nil {
+	if _, err := tx.Exec(ctx, storeKeySQL, s.mode([]any{key, val})...); err != nil {
 		return end(nolock.Result{}, true, keyError("once: store result", err))
 	}
 	done = true
@@ -137,17 +137,17 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 
 // claimKey inserts key in tx. mine: the key is this transaction's, fn is to run;
 // otherwise r is the stored result (a replay), or err says why not.
-func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *int64) (r nolock.Result, mine bool, err error) {
+func (s *Store) claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *int64) (r nolock.Result, mine bool, err error) {
 	var (
 		expired  bool
 		storedFP *string
 		stored   []byte
 	)
 	for try := 1; ; try++ {
-		err = tx.QueryRow(ctx, claimSQL, key, fingerprint, micros).Scan(&mine, &storedFP, &stored, &expired)
+		err = tx.QueryRow(ctx, claimSQL, s.mode([]any{key, fingerprint, micros})...).Scan(&mine, &storedFP, &stored, &expired)
 		if errors.Is(err, pgx.ErrNoRows) {
 			// The insert waited for a concurrent holder of the key, which committed.
-			err = tx.QueryRow(ctx, readKeySQL, key).Scan(&mine, &storedFP, &stored, &expired)
+			err = tx.QueryRow(ctx, readKeySQL, s.mode([]any{key})...).Scan(&mine, &storedFP, &stored, &expired)
 			if errors.Is(err, pgx.ErrNoRows) {
 				// Deleted in between (purged or replaced as expired): claim again.
 				if try < nolockpath.MaxClaimTries {
@@ -163,7 +163,7 @@ func claimKey(ctx context.Context, tx pgx.Tx, key, fingerprint string, micros *i
 			break
 		}
 		// An expired key counts as absent: drop it and claim it as new.
-		if _, err := tx.Exec(ctx, dropKeySQL, key); err != nil {
+		if _, err := tx.Exec(ctx, dropKeySQL, s.mode([]any{key})...); err != nil {
 			return r, false, keyError("once: drop expired key", err)
 		}
 	}
@@ -206,5 +206,5 @@ func keyError(op string, err error) error {
 			return fmt.Errorf("%w: %s: %w", fence.ErrSchema, op, err)
 		}
 	}
-	return fmt.Errorf("pgxfence: %s: %w", op, err)
+	return fmt.Errorf("pgxfence: %s: %w", op, poolerHint(err))
 }

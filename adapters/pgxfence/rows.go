@@ -47,7 +47,7 @@ func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 
 // write runs a single-row write's one statement; done reports that it changed a row.
 func (s *Store) write(ctx context.Context, op string, g *grant.Checked, table, q string, args []any) (done bool, err error) {
-	tag, err := s.db.Exec(ctx, q, args...)
+	tag, err := s.db.Exec(ctx, q, s.mode(args)...)
 	if err != nil {
 		if u := s.unknownOutcome(op, g, err); u != nil {
 			return false, u
@@ -69,7 +69,7 @@ func (s *Store) explain(ctx context.Context, g *grant.Checked, r fence.Row, set 
 		row.Table + " WHERE " + match + "), (SELECT token FROM fence_tokens WHERE resource = $" + strconv.Itoa(len(row.Keys)+1) + ")"
 	var rowTok, fenceTok *int64
 	var rows int64
-	if err := s.db.QueryRow(ctx, q, append(row.KeyVals, g.Resource())...).Scan(&rowTok, &rows, &fenceTok); err != nil {
+	if err := s.db.QueryRow(ctx, q, s.mode(append(row.KeyVals, g.Resource()))...).Scan(&rowTok, &rows, &fenceTok); err != nil {
 		return writeError("look up", r.Table, err)
 	}
 	if rows > 1 {

@@ -63,6 +63,7 @@ type Store struct {
 	beginSQL   string                   // "BEGIN ISOLATION LEVEL ...", without the fence
 	nested     bool                     // db is a pgx.Tx: savepoints inside it
 	fenceFirst bool                     // WithFenceFirst
+	pooler     bool                     // WithPooler
 	shapes     dialect.ShapeMap[string] // SQL by shape (rows.go)
 	set        fencedtx.Settings        // WithIdleTimeout, WithObserver, WithKeyTTL
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/tests/mysqltest"
+	"github.com/fencegate/fencegate/internal/tests/pgbouncertest"
 	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
@@ -26,6 +27,7 @@ import (
 var (
 	mariadb  = mysqltest.New()
 	postgres = pgtest.New()
+	bouncer  = pgbouncertest.New(postgres, 8) // PgBouncer in transaction pooling, pool 8
 )
 
 func TestMain(m *testing.M) {
@@ -36,7 +38,7 @@ func TestMain(m *testing.M) {
 		os.Exit(idleChild())
 	}
 	code := m.Run()
-	for _, err := range []error{mariadb.Close(), postgres.Close()} {
+	for _, err := range []error{mariadb.Close(), bouncer.Close(), postgres.Close()} {
 		if err != nil {
 			fmt.Fprintln(os.Stderr, err)
 		}

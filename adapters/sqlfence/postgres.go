@@ -4,11 +4,13 @@ import (
 	"context"
 	"database/sql"
 	"errors"
+	"fmt"
 	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/internal/pgsql"
@@ -45,19 +47,15 @@ func (postgres) rebind(q string) string {
 	return b.String()
 }
 
-// raise is pgxfence's one statement (pgsql.RaiseIdleSQL; for a set pgsql.RaiseSetEach,
-// a parameter per resource, which any driver can send), its errors read as pgxfence's.
+// raise is pgxfence's one statement (pgsql.RaiseLiteral), sent without parameters:
+// nothing is prepared, whatever the driver's exec mode, so it works through a
+// transaction pooler. Its errors read as pgxfence's.
 func (postgres) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
-	q, args := pgsql.RaiseIdleSQL, []any{g.Resource(), int64(g.Token()), s.set.IdleMS(g)}
-	if g.Multi() {
-		res := g.Resources()
-		q, args = pgsql.RaiseSetEach(len(res)), make([]any, len(res), len(res)+2)
-		for i, r := range res {
-			args[i] = r
-		}
-		args = append(args, int64(g.Token()), s.set.IdleMS(g))
+	q, err := pgsql.RaiseLiteral(g, s.set.IdleMS(g))
+	if err != nil {
+		return fmt.Errorf("%w: sqlfence: %w", fence.ErrInvalidArgument, err)
 	}
-	_, err := tx.ExecContext(ctx, q, args...)
+	_, err = tx.ExecContext(ctx, q)
 	if err == nil {
 		return nil
 	}

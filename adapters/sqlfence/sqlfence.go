@@ -30,6 +30,18 @@
 // fn runs) is tried again until ctx ends, then returns ctx's error, wrapped in
 // fence.ErrBusy when the driver gave up first; the Store's own statements never return
 // the driver's "database is locked".
+//
+// # PostgreSQL behind a pooler, and replication
+//
+// The raise is sent without parameters, so it prepares nothing. Behind a transaction
+// pooler (PgBouncer's pool_mode = transaction) the single-row writes, Once, Decrement,
+// Insert and fn's statements need a driver mode that prepares nothing by name: with
+// pgx's stdlib, default_query_exec_mode=cache_describe, exec or simple_protocol in the
+// DSN; its default cache_statement fails with 42P05 or 26000.
+//
+// database/sql hands a Store no server notices, so a COMMIT whose wait for a
+// synchronous standby was cancelled (PostgreSQL then commits locally with a WARNING)
+// returns nil here; pgxfence.WatchReplication reports it as fence.ErrNotReplicated.
 package sqlfence
 
 import (

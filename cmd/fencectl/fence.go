@@ -29,6 +29,9 @@ type fenceJSON struct {
 // etcd's next token, so every holder granted so far is refused at once; with
 // -release, also delete the lock key, conditioned on the holder's token.
 func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) error {
+	if cfg.all && len(args) > 0 {
+		return usageError("-all fences every resource: name none")
+	}
 	for _, r := range args {
 		if err := fence.CheckResource(r); err != nil {
 			return usageError(err.Error())
@@ -47,6 +50,11 @@ func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) er
 		return err
 	}
 	defer done()
+	if cfg.all {
+		if args, err = fenceAll(ctx, cfg, lc, db, driver, out); err != nil {
+			return err
+		}
+	}
 	var results []fenceJSON
 	for _, r := range args {
 		res, err := fenceOne(ctx, cfg, lc, db, driver, r)
@@ -99,6 +107,32 @@ func fenceOne(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.D
 		}
 	}
 	return res, nil
+}
+
+// fenceAll raises every stored mark to etcd's next token (fencemark.RaiseAll) and
+// returns the locks held now, to fence by name: a resource whose mark a failover lost
+// entirely has no row to raise.
+func fenceAll(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.DB, driver string, out io.Writer) ([]string, error) {
+	next, err := lc.NextToken(ctx)
+	if err != nil {
+		return nil, cfg.etcdErr(err)
+	}
+	n, err := fencemark.RaiseAll(ctx, db, dialect(driver), next)
+	if err != nil {
+		return nil, fmt.Errorf("raise every mark: %w", err)
+	}
+	if !cfg.json {
+		fmt.Fprintf(out, "raised %d marks to %d: every write with a token below %d is refused where a mark is stored\n", n, next, next)
+	}
+	infos, err := lc.List(ctx)
+	if err != nil {
+		return nil, cfg.etcdErr(err)
+	}
+	names := make([]string, 0, len(infos))
+	for _, in := range infos {
+		names = append(names, in.Name)
+	}
+	return names, nil
 }
 
 func printFence(out io.Writer, r fenceJSON) {

@@ -189,3 +189,36 @@ func TestRun_fence_servers(t *testing.T) {
 }
 
 func regexpMatch(s, re string) bool { return regexp.MustCompile(re).MatchString(s) }
+
+// TestRun_fence_all: fence -all raises every stored mark (a resource nobody holds
+// too) and fences each held lock by name; naming a resource with -all is misuse.
+func TestRun_fence_all(t *testing.T) {
+	srv := locktest.Start(t)
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
+		t.Fatal(err)
+	}
+	e := newFenceEnv(t, srv, db, migrations.SQLite, "sqlite:"+path)
+	old := fence.NewGrant("unheld", 1) // a grant from before, its lock long gone
+	if err := fence.Exec(t.Context(), e.store, old, func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := fencectl(t, "-dsn", e.dsn, "fence", "-all", "account-42"); code != 2 {
+		t.Errorf("fence -all NAME: exit %d, want 2", code)
+	}
+	code, out, errOut := fencectl(t, "-dsn", e.dsn, "fence", "-all")
+	if code != 0 || !strings.Contains(out, "raised 2 marks") || !strings.Contains(out, `fenced "account-42"`) {
+		t.Fatalf("fence -all: exit %d\n%s%s", code, out, errOut)
+	}
+	if err := e.write(t); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("the holder's write after fence -all = %v, want fence.ErrStale", err)
+	}
+	if err := fence.Exec(t.Context(), e.store, old, func(*sql.Tx) error { return nil }); !errors.Is(err, fence.ErrStale) {
+		t.Errorf("the unheld resource's old grant after fence -all = %v, want fence.ErrStale", err)
+	}
+}

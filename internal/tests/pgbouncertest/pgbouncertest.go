@@ -60,7 +60,15 @@ func New(pg *pgtest.Server, poolSize int) *Server {
 // a postgres:// URL reaching it through PgBouncer in transaction pooling mode.
 func (s *Server) DSN(t testing.TB) string {
 	t.Helper()
-	direct := s.pg.DSN(t)
+	via, _ := s.DSNs(t)
+	return via
+}
+
+// DSNs is DSN that also returns the URL of the same database on the server itself,
+// for what needs a session of its own (migrations take a session-level advisory lock).
+func (s *Server) DSNs(t testing.TB) (viaBouncer, direct string) {
+	t.Helper()
+	direct = s.pg.DSN(t)
 	u, err := url.Parse(direct)
 	if err != nil {
 		t.Fatal(err)
@@ -70,7 +78,7 @@ func (s *Server) DSN(t testing.TB) string {
 		testserver.Unavailable(t, "pgbouncertest: no PgBouncer", err, "apt-get install pgbouncer, or set "+EnvBinary)
 	}
 	u.Host = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
-	return u.String()
+	return u.String(), direct
 }
 
 func (s *Server) start(target *url.URL) (int, error) {
