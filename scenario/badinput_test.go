@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/scenario"
 )
@@ -40,6 +41,8 @@ var badInputCases = map[string]struct {
 	"nilRead": {func() scenario.Config { c := noopConfig(); c.Read = nil; return c }, nil,
 		"Config.Read is nil: give a function that reads the final value"},
 	"nilStep": {noopConfig, []*scenario.Step{nil}, "step 1 is nil"},
+	"afterAndWhen": {noopConfig, []*scenario.Step{scenario.Kill("a").When("a", "ready").After(time.Second)},
+		"After and When both say when to act"},
 	"jobFails": {func() scenario.Config {
 		c := noopConfig()
 		c.Job = func(context.Context, *scenario.Worker) error { return errors.New("no database at that DSN") }
