@@ -13,7 +13,8 @@
 // Config.Setup, which runs once in the test process: code before Run runs in the
 // workers too.
 //
-// Faults are steps. A step acts at once, or when a worker reaches a point: one the
+// Faults are steps. A step acts at once, a time After the previous one, or when a
+// worker reaches a point: one the
 // job names with Worker.Reach, or one the kit reaches for it (Granted after
 // Worker.Acquire, AboutToWrite and Wrote around Worker.Write, Finished when the
 // process ends). A worker that reaches a point a step waits for stops there until
