@@ -104,6 +104,13 @@ func (r *run) step(i int, s *Step) error {
 			defer close(release)
 		}
 	}
+	if s.after > 0 {
+		select {
+		case <-time.After(s.after):
+		case <-r.closed:
+			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
+		}
+	}
 	return r.act(i, s, p)
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -38,7 +39,9 @@ type Config struct {
 //
 //	func TestMain(m *testing.M) { scenario.Main(m) }
 func Main(m *testing.M, after ...func()) {
-	os.Setenv(mainEnv, "1")
+	// The process's own pid, so a child process (which inherits the variable) is
+	// not taken for hooked.
+	os.Setenv(mainEnv, strconv.Itoa(os.Getpid()))
 	code := m.Run()
 	for _, f := range after {
 		f()
@@ -112,7 +115,7 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 }
 
 func validate(cfg Config, steps []*Step) error {
-	if os.Getenv(mainEnv) == "" {
+	if os.Getenv(mainEnv) != strconv.Itoa(os.Getpid()) {
 		return fmt.Errorf("scenario: the test binary has no scenario.Main hook, so workers cannot run: add\n\tfunc TestMain(m *testing.M) { scenario.Main(m) }\nto this package's tests")
 	}
 	switch {

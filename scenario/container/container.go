@@ -124,7 +124,23 @@ func buildImage(t *testing.T, pool *dockertest.Pool, tags string) (string, error
 	if err != nil {
 		return "", fmt.Errorf("docker build %s: %w\n%s", ref, err, log.String())
 	}
+	pruneOld(pool, ref)
 	return ref, nil
+}
+
+// pruneOld removes the worker images of earlier test binaries (one in use stays).
+func pruneOld(pool *dockertest.Pool, ref string) {
+	imgs, err := pool.Client.ListImages(dc.ListImagesOptions{Filters: map[string][]string{"reference": {repository}}})
+	if err != nil {
+		return
+	}
+	for _, img := range imgs {
+		for _, tag := range img.RepoTags {
+			if tag != ref && strings.HasPrefix(tag, repository+":") {
+				pool.Client.RemoveImage(tag)
+			}
+		}
+	}
 }
 
 // Host is loopback: the workers share the host's network.
