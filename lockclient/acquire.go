@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"bytes"
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -19,9 +20,8 @@ import (
 const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
-// is granted or ctx ends; ctx governs the wait and every etcd call. It is
-// AcquireSet with one name. Transient etcd errors are retried, and a session
-// lost while it waits is replaced.
+// is granted or ctx ends; ctx governs the wait and every etcd call. Transient
+// etcd errors are retried, and a session lost while it waits is replaced.
 //
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
@@ -33,6 +33,8 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // once a *HeldError (ErrHeld) naming the holder, having written nothing. A
 // transient etcd error is returned, not retried, and a session lost during the
 // call is an error matching ErrSessionLost (the next call starts a new one).
+// etcd's overload answer ("too many requests") is retried within ctx: with no
+// deadline on ctx, TryAcquire waits as long as etcd stays overloaded.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return c.acquireObserved(ctx, []string{name}, opts, false, false)
 }
@@ -312,7 +314,7 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 	}
 	if l.manual {
 		l.deadline = sent.Add(l.dur)
-		c.manual.push(l)
+		heap.Push(&c.manual, l)
 		poke = poke || c.manual[0] == l
 	}
 	c.mu.Unlock()
@@ -336,7 +338,7 @@ func (c *Client) unregisterLocked(l *Lock) bool {
 		}
 	}
 	if l.index >= 0 {
-		c.manual.remove(l)
+		heap.Remove(&c.manual, l.index)
 	}
 	return true
 }

@@ -162,14 +162,10 @@ const (
 	DefaultTTL = 10 * time.Second
 	// DefaultPrefix is the key prefix under which lock keys live.
 	DefaultPrefix = "/fencegate/locks/"
-	// MinTTL is the shortest session TTL and lock lease this package accepts.
-	// etcd grants no lease shorter than 1.5 x its election timeout, rounded up to
-	// whole seconds: 2 s with the default 1 s election timeout; it silently
-	// raises a shorter request. A lease must also outlive a leader election (which
-	// etcd covers by extending every lease when a new leader takes over) and a
-	// slow disk sync or two, or locks are lost to ordinary hiccups. Clusters with a
-	// longer election timeout raise the minimum further; the client always computes
-	// its deadlines from the TTL etcd returns, so they stay right either way.
+	// MinTTL is the shortest session TTL and lock lease this package accepts:
+	// etcd silently raises a lease under 1.5 x its election timeout (2 s by
+	// default). Deadlines count from the TTL etcd returns, so a cluster with a
+	// longer election timeout keeps them right.
 	MinTTL = 2 * time.Second
 )
 
@@ -207,8 +203,7 @@ func WithTTL(d time.Duration) Option {
 // WithRenewInterval sets how often the client renews its session lease while it
 // holds a lock (default a third of the TTL, so a renewal or two may fail without
 // losing the locks). While it holds none, it renews every half TTL, or at this
-// interval if that is longer (see the package doc's Session lease). It must be
-// positive and under the TTL.
+// interval if that is longer. It must be positive and under the TTL.
 func WithRenewInterval(d time.Duration) Option {
 	return func(o *options) error {
 		if d <= 0 {

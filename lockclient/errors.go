@@ -30,10 +30,8 @@ var (
 	// ErrClosed means the Client was closed.
 	ErrClosed = errors.New("lockclient: client closed")
 	// ErrSessionLost means a Client's session lease ran out without a confirmed
-	// renewal, or etcd no longer had it: every lock of that session is lost. The
-	// cause of each such Lock's context matches it (and fence.ErrLost), as does a
-	// TryAcquire whose session was lost during the call. The Client is not: its
-	// next Acquire starts a new session.
+	// renewal, or etcd no longer had it: the cause of each of its Locks' contexts
+	// matches it (and fence.ErrLost). The Client's next Acquire starts a new one.
 	ErrSessionLost = errors.New("lockclient: session lost")
 	// ErrNotRenewed means a lock taken WithManualRenewal was not renewed within
 	// its lease: the cause of its Lock's context matches it and fence.ErrLost.
@@ -111,13 +109,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
 }
 
-func checkToken(name string, token fence.Token) error {
-	if token <= 0 {
-		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
-	}
-	return nil
-}
-
 // transient reports whether err may go away by itself (no leader, leader
 // changed, a member unreachable), so that waiting callers retry instead of failing.
 // Such an error leaves a write's outcome unknown.
@@ -136,25 +127,18 @@ func transient(ctx context.Context, err error) bool {
 	return false
 }
 
-// overloaded reports whether etcd refused err's request before proposing it
-// ("etcdserver: too many requests": its apply lags its commit): nothing was
-// written, so the request may be sent again as it was.
-func overloaded(err error) bool {
-	return errors.Is(err, rpctypes.ErrTooManyRequests)
-}
-
 // maxOverloadPause bounds the jittered pause between tries of a request etcd
 // refused as overloaded.
 const maxOverloadPause = time.Second
 
-// retryOverload runs call until etcd does not refuse it as overloaded, ctx
-// ends or the Client closes; between tries it pauses a random while within a
-// window that doubles from retryDelay up to maxOverloadPause, and reports
-// each retry (op names the request).
+// retryOverload runs call until etcd does not refuse it as overloaded ("too
+// many requests", sent before proposing: nothing was written), ctx ends or the
+// Client closes; between tries it pauses a random while within a window that
+// doubles from retryDelay up to maxOverloadPause, and reports each retry.
 func retryOverload[T any](ctx context.Context, c *Client, op string, call func() (T, error)) (T, error) {
 	for n := 0; ; n++ {
 		v, err := call()
-		if err == nil || !overloaded(err) || ctx.Err() != nil {
+		if err == nil || !errors.Is(err, rpctypes.ErrTooManyRequests) || ctx.Err() != nil {
 			return v, err
 		}
 		c.retried(op, err)
@@ -193,10 +177,8 @@ func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease 
 }
 
 // regrantBackoff is the first window of the jittered backoff before a new
-// session after a lost one; each further loss (or failed grant) before a
-// session is renewed doubles it, up to half the TTL. A new session is granted only
-// by an Acquire, so regrants also follow the callers' own pace: many Clients
-// that lose their sessions together come back spread out, not at once.
+// session after a lost one, doubling per loss in a row up to half the TTL, so
+// that many Clients that lose their sessions together come back spread out.
 const regrantBackoff = 500 * time.Millisecond
 
 // backoffLocked pushes the next grant back by a random part of a window that

@@ -96,14 +96,12 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 	}
 }
 
-// Holder returns who holds the lock name, with its token and the time left on
-// its session lease (a second etcd call), and, when name is held as part of a
-// set, the set's names (a third). ctx governs every call. It returns a
-// *NotHeldError (ErrNotHeld, Current 0) when nobody holds it, an error wrapping
-// fence.ErrInvalidArgument for a bad name, ErrClosed on a closed Client, or etcd's error.
+// Holder returns who holds the lock name, with its token, the time left on its
+// session lease (a second etcd call; a manual-renewal lock may end sooner) and,
+// for a set, the set's names (a third). ctx governs every call.
 //
-// A manual-renewal lock may be released by its client before its session lease
-// runs out; LeaseLeft is the session's.
+// Errors: a *NotHeldError (Current 0) when nobody holds it;
+// fence.ErrInvalidArgument for a bad name; ErrClosed; etcd's error.
 func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	if err := checkName(name); err != nil {
 		return Info{}, err
@@ -134,7 +132,9 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 
 // List returns every held lock under the Client's prefix, by name, with one etcd
 // read for the keys and one lease lookup per distinct holder session; the names
-// of a set carry the set's names in Info.Set. ctx governs all of them. It returns ErrClosed on a closed Client, or etcd's error.
+// of a set carry the set's names in Info.Set. ctx governs all of them.
+//
+// Errors: ErrClosed; etcd's error.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
@@ -225,17 +225,13 @@ func (c *Client) usable() error {
 }
 
 // NextToken returns the lowest token a lock granted after this call can carry:
-// etcd's current revision + 1, from one linearizable read (a count of the keys
-// under the Client's prefix). Every token granted before the call is lower, and
-// every token granted after it is at least as high, by any Client of the
-// cluster, for any name. ctx governs the read.
+// etcd's revision + 1, from one linearizable read under ctx. Every token
+// granted before the call is lower, by any Client, for any name. It is the
+// operator's fence: stored as a resource's high-water token (package
+// adapters/fencemark), it makes the database refuse the fenced writes of every
+// holder granted before the call.
 //
-// It is the operator's fence: storing it as a resource's high-water token (see
-// package adapters/fencemark) makes the database refuse the fenced writes of
-// every holder granted before the call, whether or not anyone holds the lock,
-// while the next holder's writes are accepted.
-//
-// It returns ErrClosed on a closed Client, or etcd's error.
+// Errors: ErrClosed; etcd's error.
 func (c *Client) NextToken(ctx context.Context) (fence.Token, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
@@ -259,10 +255,9 @@ const (
 	// lived: a Release (or a Lead's resign), or an operator's fencectl
 	// release. Holder is the holder whose hold ended.
 	EventReleased
-	// EventExpired: the key was deleted with its holder's session lease: the
-	// lease expired (the holder crashed, froze or was cut off) or the holder's
-	// Client revoked it in Close; etcd reports both the same way. Holder is the
-	// holder whose hold ended.
+	// EventExpired: the key was deleted with its holder's session lease, which
+	// expired or was revoked by Close (etcd reports both the same way). Holder
+	// is the holder whose hold ended.
 	EventExpired
 	// EventFree: nobody holds the name. Only the first event of Watch (Initial)
 	// when the lock is free.
@@ -270,15 +265,8 @@ const (
 )
 
 func (t EventType) String() string {
-	switch t {
-	case EventTaken:
-		return "taken"
-	case EventReleased:
-		return "released"
-	case EventExpired:
-		return "expired"
-	case EventFree:
-		return "free"
+	if t >= EventTaken && t <= EventFree {
+		return [...]string{"taken", "released", "expired", "free"}[t-EventTaken]
 	}
 	return fmt.Sprintf("EventType(%d)", int(t))
 }
@@ -292,10 +280,9 @@ type Event struct {
 	// Initial marks the events of the watch's first read: the holders at the
 	// start (or EventFree), not changes.
 	Initial bool
-	// Reread marks events found by reading the state again because etcd had
-	// compacted away the history since the last event (a watcher cut off for
-	// long): changes in between may be missing, and these events bring the
-	// watcher to what holds now (the end of a hold it knew, and the new holder).
+	// Reread marks events of a reread after etcd compacted away the history
+	// since the last event: changes in between may be missing; these bring the
+	// watcher to what holds now.
 	Reread bool
 }
 

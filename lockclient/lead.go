@@ -12,12 +12,10 @@ import (
 )
 
 // Lead campaigns for the lock name and runs fn with each term it wins, until
-// ctx ends: the loop of a process that must do some work on exactly one
-// machine at a time. A campaign is an Acquire with opts (WithValue: the
-// leader's address); a term is the granted *Lock, which also watches its key
-// and ends within moments of its deletion. A lost term never ends Lead: once fn
-// has returned it campaigns again. fn must return when its term's Context
-// ends; its fenced writes are refused from then on.
+// ctx ends. A campaign is an Acquire with opts (WithValue: the leader's
+// address); a term is the granted *Lock, which also watches its key. A lost
+// term never ends Lead: once fn has returned it campaigns again. fn must
+// return when its term's Context ends.
 //
 // When ctx ends the lock is released at once and Lead returns ctx's error;
 // fn's nil return releases the lock and ends Lead with nil, its error with a

@@ -16,13 +16,9 @@ import (
 
 // Lock is a granted lock on one name or on a set of names, under one fencing
 // token. It satisfies fence.Set, fence.Watched and fence.Leased: hand it to
-// fence.Exec or an adapter, which refuse its writes once a newer holder wrote
-// or once Done is closed.
-//
-// A Lock ends once: Release (cause ErrReleased), Close (ErrClosed) or a loss
-// (fence.ErrLost). A plain Lock does not watch its key: when someone else
-// deletes it (fencectl release), it learns so at its next Renew or Release or
-// when its session ends, and until then the database is what refuses its
+// fence.Exec or an adapter. A plain Lock does not watch its key: when someone
+// else deletes it (fencectl release), it learns so at its next Renew or
+// Release or when its session ends; until then the database refuses its
 // writes. A term of Lead watches its key.
 type Lock struct {
 	c       *Client
@@ -115,9 +111,9 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.ctx.Done()
 }
 
-// Context is cancelled when the lock ends, with the end's cause (see Lock);
-// derive the protected work's contexts from it. For a nil Lock it is
-// cancelled with a cause matching ErrNotHeld.
+// Context is cancelled when the lock ends, with the end's cause (see the
+// package doc); derive the protected work's contexts from it. For a nil Lock
+// it is cancelled with a cause matching ErrNotHeld.
 func (l *Lock) Context() context.Context {
 	if l == nil {
 		return nilLockCtx
@@ -177,8 +173,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.denied(err))
 	}
 	c.mu.Lock()
-	registered := c.locks[l.name] == l
-	if !registered {
+	if c.locks[l.name] != l {
 		c.mu.Unlock()
 		return l.endedErr()
 	}
@@ -253,9 +248,6 @@ func (h *lockHeap) Pop() any {
 	return l
 }
 
-func (h *lockHeap) push(l *Lock)   { heap.Push(h, l) }
-func (h *lockHeap) remove(l *Lock) { heap.Remove(h, l.index) }
-
 // Release releases the lock name if its key still carries token, for callers
 // that kept only the token: one Txn on the key's create revision.
 //
@@ -265,8 +257,8 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 	if err := checkName(name); err != nil {
 		return err
 	}
-	if err := checkToken(name, token); err != nil {
-		return err
+	if token <= 0 {
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
 	}
 	c.mu.Lock()
 	st := c.state
@@ -343,7 +335,7 @@ func (c *Client) dropSet(l *Lock) {
 		}
 	}
 	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
-		c.manual.remove(l) // a session loss or Close emptied the heap without this
+		heap.Remove(&c.manual, i) // a session loss or Close emptied the heap without this
 	}
 	c.mu.Unlock()
 	c.pendDeletes(l.names, l.token)

@@ -17,19 +17,14 @@ import (
 // must be cheap and must not block or call back into the Client; they may be
 // called concurrently. The lockmetrics package implements it with Prometheus.
 type Observer interface {
-	// Acquired reports the end of one Acquire, TryAcquire, AcquireSet or
-	// TryAcquireSet of name (a set's first name) and how long it took (for a
-	// wait, mostly the wait for the holder). err is nil when the lock was
-	// granted, matches ErrHeld when another holder had it, and is otherwise the
-	// call's error.
+	// Acquired reports the end of one acquire call of name (a set's first
+	// name) and how long it took. err is nil when the lock was granted, matches
+	// ErrHeld when another holder had it, and is otherwise the call's error.
 	Acquired(name string, wait time.Duration, err error)
-	// Ended reports that a lock ended, how long it was held and its cause, just
-	// before its Done closes; each lock ends exactly once. cause is what
-	// context.Cause of the lock's Context reports: ErrReleased, ErrClosed, or,
-	// when the lock was lost rather than given up, an error matching
-	// fence.ErrLost. A loss also matches ErrSessionLost when the session lease
-	// ran out, ErrNotRenewed when a WithManualRenewal lock was not renewed in
-	// time, and neither when its key was deleted or replaced by someone else.
+	// Ended reports that a lock ended, how long it was held and its cause
+	// (context.Cause of its Context, see the package doc; a loss matching
+	// neither ErrSessionLost nor ErrNotRenewed: someone else deleted or
+	// replaced its key), just before its Done closes; once per lock.
 	Ended(name string, token fence.Token, held time.Duration, cause error)
 	// KeepAlive reports one renewal of the session lease: its round trip, and
 	// etcd's error or nil.
@@ -69,10 +64,8 @@ func WithObserver(obs Observer) Option {
 }
 
 // acquired reports the end of an acquire call.
+// The caller checks that there is an Observer or a logger.
 func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, wait bool) {
-	if c.obs == nil && c.log == nil {
-		return
-	}
 	d := time.Since(start)
 	if c.obs != nil {
 		c.obs.Acquired(name, d, err)
@@ -163,10 +156,7 @@ func (c *Client) sessionStarted(lease clientv3.LeaseID) {
 	if c.obs != nil {
 		c.obs.Session(0, nil)
 	}
-	if c.log != nil {
-		c.log.LogAttrs(context.Background(), slog.LevelDebug, "session started",
-			slog.Int64("lease", int64(lease)), slog.Duration("ttl", c.ttl))
-	}
+	c.logAt(slog.LevelDebug, "session started", slog.Int64("lease", int64(lease)), slog.Duration("ttl", c.ttl))
 }
 
 // sessionLost reports the loss of the session lease and of the locks it held.
@@ -174,11 +164,8 @@ func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
 	if c.obs != nil {
 		c.obs.Session(locks, fmt.Errorf("%w: %s", ErrSessionLost, why))
 	}
-	if c.log != nil {
-		c.log.LogAttrs(context.Background(), slog.LevelWarn, "session lost",
-			slog.Int64("lease", int64(lease)), slog.String("cause", why),
-			slog.Int("locks_lost", locks))
-	}
+	c.logAt(slog.LevelWarn, "session lost", slog.Int64("lease", int64(lease)),
+		slog.String("cause", why), slog.Int("locks_lost", locks))
 }
 
 // retried reports a request etcd refused as overloaded, sent again.
@@ -186,10 +173,7 @@ func (c *Client) retried(op string, err error) {
 	if ro, ok := c.obs.(RetryObserver); ok {
 		ro.Retried(op, err)
 	}
-	if c.log != nil {
-		c.log.LogAttrs(context.Background(), slog.LevelWarn, "etcd overloaded, retrying",
-			slog.String("op", op), slog.Any("error", err))
-	}
+	c.logAt(slog.LevelWarn, "etcd overloaded, retrying", slog.String("op", op), slog.Any("error", err))
 }
 
 // LeaderObserver is told about the terms of Lead when the Observer also
@@ -213,18 +197,12 @@ func (c *Client) termBegun(l *Lock) {
 	if lo, ok := c.obs.(LeaderObserver); ok {
 		lo.TermBegun(l.name, l.token)
 	}
-	if c.log != nil {
-		c.log.LogAttrs(context.Background(), slog.LevelInfo, "leader term begun",
-			slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
-	}
+	c.logAt(slog.LevelInfo, "leader term begun", slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
 }
 
 func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr error) {
 	if lo, ok := c.obs.(LeaderObserver); ok {
 		lo.TermEnded(l.name, l.token, held, cause)
-	}
-	if c.log == nil {
-		return
 	}
 	lvl := slog.LevelInfo
 	switch cause {
@@ -237,12 +215,16 @@ func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr erro
 	if fnErr != nil {
 		attrs = append(attrs, slog.Any("error", fnErr))
 	}
-	c.log.LogAttrs(context.Background(), lvl, "leader term ended", attrs...)
+	c.logAt(lvl, "leader term ended", attrs...)
 }
 
 func (c *Client) campaignFailed(name string, err error) {
+	c.logAt(slog.LevelWarn, "leader campaign failed, retrying", slog.String("lock", name), slog.Any("error", err))
+}
+
+// logAt logs msg with attrs when the Client has a logger.
+func (c *Client) logAt(lvl slog.Level, msg string, attrs ...slog.Attr) {
 	if c.log != nil {
-		c.log.LogAttrs(context.Background(), slog.LevelWarn, "leader campaign failed, retrying",
-			slog.String("lock", name), slog.Any("error", err))
+		c.log.LogAttrs(context.Background(), lvl, msg, attrs...)
 	}
 }

@@ -3,6 +3,7 @@ package lockclient
 import (
 	"cmp"
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -136,12 +137,9 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // Watch reports every change of the holder of lock name, in etcd's order, on
 // the returned channel until ctx ends or the Client closes: first the state
 // (Initial: EventTaken or EventFree), then each grant and each end of a hold.
-// The holder of a Lead's lock is the leader, its Info.Value what it stored.
-//
-// It is one etcd watch, resumed after member loss and reconnects without a
-// gap or a repeat; after a compaction it rereads the state (Reread). Telling
-// EventReleased from EventExpired costs a lease lookup per deleted key. A
-// reader that stops reading holds the watch back, not etcd.
+// It resumes without a gap or a repeat; after a compaction it rereads the
+// state (Reread). Telling EventReleased from EventExpired costs a lease lookup
+// per deleted key. A reader that stops reading holds the watch back, not etcd.
 //
 // Errors, before any I/O: fence.ErrInvalidArgument for a bad name; ErrClosed.
 func (c *Client) Watch(ctx context.Context, name string) (<-chan Event, error) {
@@ -206,13 +204,6 @@ func (w *watcher) run(ctx context.Context) {
 			return w.rev, ctx.Err() != nil, err
 		},
 	})
-}
-
-func (w *watcher) opts(extra ...clientv3.OpOption) []clientv3.OpOption {
-	if w.prefix {
-		extra = append(extra, clientv3.WithPrefix())
-	}
-	return extra
 }
 
 // apply reports one etcd event; false when ctx ended first.
@@ -281,7 +272,11 @@ func (w *watcher) leaseGone(ctx context.Context, lease, rev int64) (gone, ok boo
 // reported: the first events of the watch, or, after a compaction, the ends and
 // grants that the lost history held.
 func (w *watcher) read(ctx context.Context) error {
-	resp, err := w.c.cli.Get(ctx, w.key, w.opts()...)
+	var opts []clientv3.OpOption
+	if w.prefix {
+		opts = append(opts, clientv3.WithPrefix())
+	}
+	resp, err := w.c.cli.Get(ctx, w.key, opts...)
 	if err != nil {
 		return err
 	}
@@ -292,7 +287,7 @@ func (w *watcher) read(ctx context.Context) error {
 			now[name] = kv
 		}
 	}
-	for _, name := range sortedNames(w.held) {
+	for _, name := range slices.Sorted(maps.Keys(w.held)) {
 		old := w.held[name]
 		if cur := now[name]; cur == nil || cur.CreateRevision != old.CreateRevision {
 			delete(w.held, name)
@@ -301,7 +296,7 @@ func (w *watcher) read(ctx context.Context) error {
 			}
 		}
 	}
-	for _, name := range sortedNames(now) {
+	for _, name := range slices.Sorted(maps.Keys(now)) {
 		cur := now[name]
 		old := w.held[name]
 		w.held[name] = cur
@@ -336,13 +331,4 @@ func (w *watcher) emit(ctx context.Context, ev Event) bool {
 func (w *watcher) nameOf(key []byte) (string, bool) {
 	n := strings.TrimPrefix(string(key), w.c.prefix)
 	return n, checkName(n) == nil
-}
-
-func sortedNames(m map[string]*mvccpb.KeyValue) []string {
-	names := make([]string, 0, len(m))
-	for n := range m {
-		names = append(names, n)
-	}
-	slices.Sort(names)
-	return names
 }

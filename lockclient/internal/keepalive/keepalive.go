@@ -27,16 +27,11 @@ var (
 	ErrNoAnswer = errors.New("keepalive: stream gave no answer within two renewal intervals")
 )
 
-// Stream is a session's own LeaseKeepAlive stream, opened at the first
-// renewal and kept for the session's life: one gRPC stream per session rather
-// than one per renewal (clientv3's KeepAliveOnce), which is what a process with
-// its own connection and lease would have. clientv3's KeepAlive also keeps one
-// stream, but hides when each keepalive was sent; here every send time is kept,
-// so that the session deadline counts from it. etcd answers the keepalives of
-// one stream in order, so the oldest send time belongs to the next answer.
-//
-// It is used by the session's loop goroutine only, apart from the receiving
-// goroutine, which hands answers over on Results.
+// Stream is a session's own LeaseKeepAlive stream, kept for the session's
+// life. Unlike clientv3's KeepAlive it keeps every send time, so the session
+// deadline counts from it: etcd answers a stream's keepalives in order, so the
+// oldest send time belongs to the next answer. Only the session's loop uses
+// it; the receiving goroutine hands answers over on Results.
 type Stream struct {
 	ctx     context.Context
 	conn    grpc.ClientConnInterface
@@ -48,7 +43,7 @@ type Stream struct {
 	cancel  context.CancelFunc
 	gen     int         // the current stream's number; answers of earlier ones are dropped
 	sent    []time.Time // send times of the unanswered keepalives, oldest first
-	leader  leaderView  // see homing.go
+	leader  leaderView
 	// Streams opened in homeTerm to reach the leader.
 	homeTerm uint64
 	rehomes  int
@@ -78,10 +73,9 @@ func (k *Stream) Results() <-chan Result { return k.results }
 // Send sends one keepalive at now, opening a stream if there is none, or a new
 // one if too many keepalives went unanswered on this one.
 func (k *Stream) Send(now time.Time) error {
-	var gaveUp bool
-	if len(k.sent) >= maxUnanswered {
+	gaveUp := len(k.sent) >= maxUnanswered
+	if gaveUp {
 		k.Reset()
-		gaveUp = true
 	}
 	if k.stream == nil {
 		if err := k.open(); err != nil {
@@ -171,20 +165,10 @@ func (k *Stream) Reset() {
 }
 
 // maxRehomes bounds, per raft term, the new streams a session opens to land
-// its keepalives on etcd's leader.
+// its keepalives on etcd's leader (a follower forwards each one to it). It
+// cannot pick the member: clientv3's balancer places each new stream on the
+// next one.
 const maxRehomes = 5
-
-// A keepalive that reaches a follower costs etcd more than one that reaches
-// the leader: the follower forwards each renewal to the leader in an HTTP
-// request between members, so its gRPC handling is paid on top of the leader's
-// work. A session therefore keeps its stream on the leader where it can. It
-// cannot pick the member (clientv3's connection balances each new stream over
-// the endpoints), but the first answer on a stream names the member that
-// serves it, one Status call over the same connection names the leader, and a
-// stream on a follower is replaced by a new one, which the balancer places on
-// the next member, a few times at most per term. Only a stream with no
-// keepalive waiting for its answer is replaced, so no renewal is lost on the
-// way; the session deadline is untouched.
 
 // leaderView is what a session knows of etcd's leader; the receiving
 // goroutines of its streams share it.
@@ -234,25 +218,15 @@ func (k *Stream) Rehome(r Result) bool {
 	return true
 }
 
-// slowAnswer is the share of the TTL (one part in slowAnswer) that a keepalive's
-// answer may take before the session counts etcd as slow: an idle session then
-// renews as often as a busy one, because a late idle renewal leaves less time
-// for slow answers than a busy one does.
+// slowAnswer is the share of the TTL (one part in slowAnswer) that an answer
+// may take before an idle session renews as often as a busy one.
 const slowAnswer = 10
 
-// Cadence is what a session's loop knows of its renewals: when the latest
-// keepalive went out, whether etcd confirmed it, and how long etcd took. From it
-// and whether the Client holds a lock, next tells when the next keepalive is due.
-//
-// The cadence is by need. A session that holds a lock renews every interval
-// (TTL/3 by default), so that a renewal or two may fail before its deadline
-// passes. A session that holds none renews every idle interval (TTL/2 by
-// default), and when a keepalive goes unanswered it tries again half the gap
-// between that interval and the TTL later (a quarter TTL), so an idle session
-// too survives a failed renewal; losing it would lose no lock, but every expiry costs etcd a
-// synchronous commit. A session that becomes busy renews at once if its latest
-// keepalive went out more than an interval ago, so a lock taken on a session
-// renewed long ago starts with the tolerance of a busy one.
+// Cadence tells when a session's next keepalive is due, from its latest one
+// (sent when, confirmed, how fast) and whether the Client holds a lock; the
+// rules are in docs/design.md ("The session"). An idle session survives a
+// failed renewal too: losing it loses no lock, but every expiry costs etcd a
+// synchronous commit.
 type Cadence struct {
 	ttl      time.Duration
 	interval time.Duration // while a lock is held
