@@ -14,9 +14,8 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxSetSize is the most names one AcquireSet takes: its Txn has a compare and
-// a put per name, and etcd refuses more operations per branch than its
-// --max-txn-ops (default 128; a lower limit refuses with rpctypes.ErrTooManyOps).
+// MaxSetSize is the most names one AcquireSet takes: etcd's default
+// --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
 const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
@@ -238,10 +237,9 @@ func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResp
 	return nil, false, nil
 }
 
-// dropOrphans deletes keys this Client created under a session it has lost
-// (an attempt of unknown outcome, a lock whose session ended here first):
-// every Lock of that session has ended, so waiting their lease out would only
-// delay the caller. Each delete is conditioned on the key's create revision.
+// dropOrphans deletes keys this Client created under a session it has lost,
+// whose Locks have all ended, rather than wait their lease out. Each delete is
+// conditioned on the key's create revision.
 func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
 	ops := make([]clientv3.Op, len(kvs))
 	for i, kv := range kvs {
@@ -332,14 +330,7 @@ func (c *Client) unregisterLocked(l *Lock) bool {
 	if c.locks[l.name] != l {
 		return false
 	}
-	for _, n := range l.names {
-		if c.locks[n] == l {
-			delete(c.locks, n)
-		}
-	}
-	if l.index >= 0 {
-		heap.Remove(&c.manual, l.index)
-	}
+	c.dropLocked(l)
 	return true
 }
 

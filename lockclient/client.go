@@ -27,24 +27,14 @@ const (
 )
 
 // Client takes named locks in etcd under one session lease at a time. It is
-// safe for concurrent use; a process normally has one for its whole life: when
-// its session is lost, the locks of that session end and the next Acquire
-// starts a new session. Locks of one Client exclude each other as locks of
-// different Clients do (a Client is not reentrant: a second Acquire of a name it
-// holds waits for the first to be released).
+// safe for concurrent use; a process normally has one for its whole life. It
+// is not reentrant: a second Acquire of a name it holds waits for the first to
+// be released, as another Client's would.
 type Client struct {
+	options
 	cli         *clientv3.Client
-	ttl         time.Duration
-	interval    time.Duration // renewal interval while a lock is held
-	idle        time.Duration // renewal interval while none is
-	prefix      string
-	id          string
-	host        string
-	pid         int
 	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
 	valuePrefix []byte        // see valuePrefix
-	log         *slog.Logger  // nil: silent
-	obs         Observer      // nil: nothing reported
 
 	grantSem chan struct{}  // one session grant at a time
 	stop     chan struct{}  // closed by Close
@@ -65,11 +55,9 @@ type Client struct {
 }
 
 // New returns a Client that takes locks through cli. It does no I/O: the
-// session lease is granted by the first Acquire or TryAcquire, under that call's
-// context. It returns an error wrapping fence.ErrInvalidArgument, naming the
-// option, for an unusable option (WithTTL under MinTTL or not whole seconds,
-// WithRenewInterval not under the TTL, a malformed WithPrefix or WithIdentity)
-// and for a nil cli.
+// session lease is granted by the first acquire, under that call's context. It
+// returns an error wrapping fence.ErrInvalidArgument for a nil cli or an
+// unusable option, naming the option.
 func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if cli == nil {
 		return nil, invalid("New: nil etcd client")
@@ -78,31 +66,24 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	host, _ := os.Hostname()
 	c := &Client{
+		options:  o,
 		cli:      cli,
-		ttl:      o.ttl,
-		interval: o.interval,
-		idle:     o.idle,
-		prefix:   o.prefix,
-		id:       o.identity,
-		log:      o.logger,
-		obs:      o.observer,
-		host:     host,
-		pid:      os.Getpid(),
 		grantSem: make(chan struct{}, 1),
 		stop:     make(chan struct{}),
 		poke:     make(chan struct{}, 1),
 		done:     make(chan struct{}),
 		locks:    make(map[string]*Lock),
 	}
+	host, _ := os.Hostname()
+	pid := os.Getpid()
 	var b [8]byte
 	rand.Read(b[:])
 	instance := hex.EncodeToString(b[:])
 	if c.id == "" {
-		c.id = fmt.Sprintf("%s-%d-%s", host, c.pid, instance[:12])
+		c.id = fmt.Sprintf("%s-%d-%s", host, pid, instance[:12])
 	}
-	c.valuePrefix = valuePrefix(c.host, c.pid, c.id, instance)
+	c.valuePrefix = valuePrefix(host, pid, c.id, instance)
 	return c, nil
 }
 
@@ -175,12 +156,12 @@ type Option func(*options) error
 
 type options struct {
 	ttl      time.Duration
-	interval time.Duration
-	idle     time.Duration
+	interval time.Duration // renewal interval while a lock is held
+	idle     time.Duration // renewal interval while none is
 	prefix   string
-	identity string
-	logger   *slog.Logger
-	observer Observer
+	id       string       // WithIdentity
+	log      *slog.Logger // nil: silent
+	obs      Observer     // nil: nothing reported
 }
 
 // WithTTL sets the session lease's time to live (default 10 s): how long after
@@ -245,7 +226,7 @@ func WithIdentity(id string) Option {
 		case strings.IndexFunc(id, unicode.IsControl) >= 0:
 			return invalid("WithIdentity(%q): contains a control character", id)
 		}
-		o.identity = id
+		o.id = id
 		return nil
 	}
 }
@@ -301,10 +282,9 @@ func WithValue(value []byte) LockOption {
 }
 
 // WithManualRenewal makes the lock live only while the caller renews it: a lock
-// not Renewed within lease is deleted by the client itself and reported lost, so a
-// stuck job in a live process loses its lock too. A lease of 0 means the session
-// TTL; otherwise it must be at least MinTTL (a negative or shorter lease is
-// fence.ErrInvalidArgument). Without this option the lock lives as long as the session.
+// not Renewed within lease is deleted by the client itself and reported lost,
+// so a stuck job in a live process loses its lock too. A lease of 0 means the
+// session TTL; otherwise it must be at least MinTTL.
 func WithManualRenewal(lease time.Duration) LockOption {
 	return func(o *lockOptions) error {
 		if lease < 0 || (lease > 0 && lease < MinTTL) {

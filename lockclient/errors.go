@@ -15,11 +15,9 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-// Errors returned by this package. Match them with errors.Is; the typed errors
-// carry the details and match their sentinel. A lost lock is reported with
-// fence.ErrLost, naming the lock and its token, and a token <= 0, a bad lock name,
-// a bad option or set with an error wrapping fence.ErrInvalidArgument that names
-// the problem.
+// Errors returned by this package, to match with errors.Is; each typed error
+// matches its sentinel. A lost lock is reported with fence.ErrLost, and bad
+// input (name, token, option, set) with fence.ErrInvalidArgument.
 var (
 	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
 	// names the holder.
@@ -93,9 +91,8 @@ func (e *TermError) Error() string {
 // Unwrap returns fn's error.
 func (e *TermError) Unwrap() error { return e.Err }
 
-// checkName reports why name cannot name a lock (lockname.Check: a resource name
-// without slashes or control characters), or nil; the error wraps
-// fence.ErrInvalidArgument.
+// checkName reports why name cannot name a lock (lockname.Check), or nil; the
+// error wraps fence.ErrInvalidArgument.
 func checkName(name string) error {
 	if err := lockname.Check(name); err != nil {
 		return fmt.Errorf("lockclient: %w", err)
@@ -120,11 +117,8 @@ func transient(ctx context.Context, err error) bool {
 	if errors.As(err, &ee) {
 		return ee.Code() == codes.Unavailable
 	}
-	switch status.Code(err) {
-	case codes.Unavailable, codes.Internal:
-		return true
-	}
-	return false
+	code := status.Code(err)
+	return code == codes.Unavailable || code == codes.Internal
 }
 
 // maxOverloadPause bounds the jittered pause between tries of a request etcd

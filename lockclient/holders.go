@@ -118,15 +118,14 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	}
 	info := decodeInfo(name, resp.Kvs[0])
 	if inSet(resp.Kvs[0]) {
-		if info.Set, err = c.setNames(ctx, info.Token); err != nil {
-			return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
-		}
+		info.Set, err = c.setNames(ctx, info.Token)
 	}
-	left, err := c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
+	if err == nil {
+		info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
+	}
 	if err != nil {
 		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
 	}
-	info.LeaseLeft = left
 	return info, nil
 }
 

@@ -261,8 +261,7 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
 	}
 	c.mu.Lock()
-	st := c.state
-	l := c.locks[name]
+	st, l := c.state, c.locks[name]
 	c.mu.Unlock()
 	if st == closed {
 		return ErrClosed
@@ -329,14 +328,21 @@ func (c *Client) pendDeletes(names []string, token fence.Token) {
 // background, so that its other names do not stay held for the session's life.
 func (c *Client) dropSet(l *Lock) {
 	c.mu.Lock()
+	c.dropLocked(l)
+	c.mu.Unlock()
+	c.pendDeletes(l.names, l.token)
+}
+
+// dropLocked removes l under each name still registered to it, and from the
+// manual heap if it is there (a session loss or Close empties the heap
+// without it).
+func (c *Client) dropLocked(l *Lock) {
 	for _, n := range l.names {
 		if c.locks[n] == l {
 			delete(c.locks, n)
 		}
 	}
 	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
-		heap.Remove(&c.manual, i) // a session loss or Close emptied the heap without this
+		heap.Remove(&c.manual, i)
 	}
-	c.mu.Unlock()
-	c.pendDeletes(l.names, l.token)
 }

@@ -36,9 +36,8 @@ type Observer interface {
 	Session(locks int, err error)
 }
 
-// RetryObserver is told of each request etcd refused before acting on it
-// ("etcdserver: too many requests") and the Client sends again after a
-// jittered pause, when the Observer given to WithObserver also implements it.
+// RetryObserver, when the Observer also implements it, is told of each request
+// etcd refused as overloaded ("too many requests") and the Client sends again.
 // op is "acquire", "release", "renew" or "grant".
 type RetryObserver interface {
 	Retried(op string, err error)
@@ -49,7 +48,7 @@ type RetryObserver interface {
 // failures (Warn). A nil l, the default, logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
-		o.logger = l
+		o.log = l
 		return nil
 	}
 }
@@ -58,7 +57,7 @@ func WithLogger(l *slog.Logger) Option {
 // sessions to obs (see Observer). A nil obs, the default, reports nothing.
 func WithObserver(obs Observer) Option {
 	return func(o *options) error {
-		o.observer = obs
+		o.obs = obs
 		return nil
 	}
 }
@@ -204,11 +203,9 @@ func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr erro
 	if lo, ok := c.obs.(LeaderObserver); ok {
 		lo.TermEnded(l.name, l.token, held, cause)
 	}
-	lvl := slog.LevelInfo
-	switch cause {
-	case causeResigned, causeReturned, causeClosed:
-	default:
-		lvl = slog.LevelWarn
+	lvl := slog.LevelWarn
+	if cause == causeResigned || cause == causeReturned || cause == causeClosed {
+		lvl = slog.LevelInfo
 	}
 	attrs := []slog.Attr{slog.String("lock", l.name), slog.Int64("token", int64(l.token)),
 		slog.String("cause", cause), slog.Duration("held", held)}

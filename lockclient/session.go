@@ -161,10 +161,9 @@ func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline
 	return nil
 }
 
-// sessionLoop is one session's goroutine: it renews the lease at the cadence
-// the Client's need sets, declares the session lost when its deadline passes,
-// expires manual-renewal locks and retries pending deletes. Answers arrive from
-// the stream's receiving goroutine and a delete batch runs on its own, so a
+// sessionLoop is one session's goroutine: it renews the lease, declares the
+// session lost past its deadline, expires manual-renewal locks and retries
+// pending deletes. Answers and delete batches come from other goroutines, so a
 // slow etcd delays no deadline.
 type sessionLoop struct {
 	c          *Client
@@ -205,8 +204,7 @@ func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted tim
 	}
 }
 
-// step does what is due at now and returns when to look again; false when the
-// session is over.
+// step does what is due at now and returns when to look again; false: the end.
 func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	c := s.c
 	c.mu.Lock()
@@ -256,8 +254,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	return wake, true
 }
 
-// send sends a keepalive and records it, or, if none could be sent, schedules a
-// retry.
+// send sends a keepalive and records it, or, if none could be sent, a retry.
 func (s *sessionLoop) send(now, deadline time.Time) {
 	err := s.ka.Send(now)
 	if err != nil {
@@ -270,8 +267,7 @@ func (s *sessionLoop) send(now, deadline time.Time) {
 	s.renew.Sent(now)
 }
 
-// wait blocks until timer fires or something happens; false when the loop must
-// end.
+// wait blocks until timer fires or something happens; false: the loop ends.
 func (s *sessionLoop) wait(timer *time.Timer) bool {
 	c := s.c
 	select {
@@ -299,8 +295,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 	return true
 }
 
-// answered handles what the keepalive stream returned; false when the session is
-// lost.
+// answered handles what the keepalive stream returned; false: session lost.
 func (s *sessionLoop) answered(r keepalive.Result) bool {
 	c := s.c
 	sent, ok := s.ka.Answer(r)
