@@ -93,10 +93,9 @@ func (c *Client) ID() string { return c.id }
 func (c *Client) key(name string) string { return c.prefix + name }
 
 // Close releases every lock the Client holds by revoking its session lease (one
-// etcd write that deletes all their keys) and ends the renewal goroutine; every
-// later call returns ErrClosed. Every held Lock's Done closes with context cause
-// ErrClosed. Close is idempotent. If etcd cannot be reached within the TTL, Close
-// returns that error; the lease then expires by itself within the TTL.
+// etcd write) and ends its goroutines; every held Lock ends with cause ErrClosed
+// and every later call returns ErrClosed. Close is idempotent. If etcd cannot be
+// reached within the TTL, Close returns that error; the lease expires by itself.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.state == closed {
@@ -165,9 +164,8 @@ type options struct {
 }
 
 // WithTTL sets the session lease's time to live (default 10 s): how long after
-// its last confirmed renewal a silent (crashed, frozen, cut off) client keeps its
-// locks. It must be a whole number of seconds (etcd counts leases in seconds) and
-// at least MinTTL.
+// its last confirmed renewal a silent (crashed, frozen, cut off) client keeps
+// its locks. It must be whole seconds and at least MinTTL.
 func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
 		switch {
@@ -251,9 +249,8 @@ func buildOptions(opts []Option) (options, error) {
 	return o, nil
 }
 
-// LockOption configures one Acquire, TryAcquire, AcquireSet or TryAcquireSet. An
-// unusable option makes the call fail before any I/O with an error wrapping
-// fence.ErrInvalidArgument that names the option.
+// LockOption configures one acquire. An unusable option makes the call fail
+// before any I/O with an error wrapping fence.ErrInvalidArgument.
 type LockOption func(*lockOptions) error
 
 type lockOptions struct {

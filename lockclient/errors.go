@@ -121,8 +121,7 @@ func transient(ctx context.Context, err error) bool {
 	return code == codes.Unavailable || code == codes.Internal
 }
 
-// maxOverloadPause bounds the jittered pause between tries of a request etcd
-// refused as overloaded.
+// maxOverloadPause bounds the pause between tries of an overloaded request.
 const maxOverloadPause = time.Second
 
 // retryOverload runs call until etcd does not refuse it as overloaded ("too

@@ -45,9 +45,8 @@ type holderValue struct {
 	Value      []byte    `json:"value,omitempty"`    // WithValue's value (base64 in JSON)
 }
 
-// encode returns the value of one acquire attempt: holderValue's JSON, built from
-// the client's fixed fields (marshalled once, in New), the attempt's time and
-// sequence number, a set's size and the stored value, without reflection.
+// encode returns the value of one acquire attempt: holderValue's JSON, appended
+// without reflection to the fields marshalled once in New (valuePrefix).
 func (c *Client) encode(at time.Time, r *request) []byte {
 	b := make([]byte, 0, len(c.valuePrefix)+64)
 	b = append(b, c.valuePrefix...)
@@ -67,9 +66,8 @@ func (c *Client) encode(at time.Time, r *request) []byte {
 	return append(b, '}')
 }
 
-// valuePrefix is the opening of every value this client writes: holderValue's
-// fixed fields as JSON, without the closing brace. instance is random per
-// Client, so the prefix is this Client's own even when clients share an ID.
+// valuePrefix is holderValue's fixed fields as JSON without the closing brace;
+// the random instance makes it this Client's own even when clients share an ID.
 func valuePrefix(host string, pid int, id, instance string) []byte {
 	b, _ := json.Marshal(struct {
 		Host     string `json:"host"`
@@ -169,8 +167,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // setNames returns the names of the set whose token is tok: the keys under the
-// prefix created at revision tok, which only one Txn can have created. One etcd
-// read, filtered by etcd.
+// prefix created at revision tok, which only one Txn can have created.
 func (c *Client) setNames(ctx context.Context, tok fence.Token) ([]string, error) {
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly(),
 		clientv3.WithMinCreateRev(int64(tok)), clientv3.WithMaxCreateRev(int64(tok)),
@@ -251,8 +248,8 @@ const (
 	// token and its WithValue value.
 	EventTaken EventType = iota + 1
 	// EventReleased: the key was deleted while its holder's session lease
-	// lived: a Release (or a Lead's resign), or an operator's fencectl
-	// release. Holder is the holder whose hold ended.
+	// lived (Release, a Lead's resign, fencectl release). Holder is the holder
+	// whose hold ended.
 	EventReleased
 	// EventExpired: the key was deleted with its holder's session lease, which
 	// expired or was revoked by Close (etcd reports both the same way). Holder

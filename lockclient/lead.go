@@ -156,8 +156,8 @@ func (c *Client) releaseTerm(term *Lock) {
 	term.Release(ctx)
 }
 
-// followKey ends l as lost as soon as etcd reports its key deleted or carrying
-// another token; it returns when l ends. One wait for the term's life.
+// followKey ends l as lost once etcd reports its key deleted or replaced; one
+// wait for the term's life.
 func (c *Client) followKey(l *Lock) {
 	defer c.loops.Done()
 	key := c.key(l.name)

@@ -127,8 +127,7 @@ type pendingDelete struct {
 	cmp clientv3.Cmp
 }
 
-// maxDeletesPerTxn keeps a batch of deletes under etcd's default limit of 128
-// operations per Txn.
+// maxDeletesPerTxn keeps a batch under etcd's default 128 operations per Txn.
 const maxDeletesPerTxn = 64
 
 func (c *Client) addPending(p pendingDelete) {

@@ -30,11 +30,9 @@ type watchSpec struct {
 	reread func(ctx context.Context) (rev int64, done bool, err error)
 }
 
-// wait is the one wait of this package (a waiting acquire, a term's watch of
-// its key, Watch): it follows s.key from s.rev, handing each event to s.event
-// until that says done (nil), ctx ends or the Client closes. A broken watch
-// resumes from the revision after the last event; after a compaction s.reread
-// says where. It writes nothing.
+// wait is the one wait of this package: it follows s.key from s.rev, handing
+// each event to s.event until that says done (nil), ctx ends or the Client
+// closes; a broken watch resumes after the last event, or where s.reread says.
 func (c *Client) wait(ctx context.Context, s watchSpec) error {
 	rev, compacted := s.rev, s.rev == 0
 	for {
@@ -308,10 +306,8 @@ func (w *watcher) read(ctx context.Context) error {
 			return ctx.Err()
 		}
 	}
-	if initial && !w.prefix && len(now) == 0 {
-		if !w.emit(ctx, Event{Type: EventFree, Name: w.name, Revision: rev, Initial: true}) {
-			return ctx.Err()
-		}
+	if initial && !w.prefix && len(now) == 0 && !w.emit(ctx, Event{Type: EventFree, Name: w.name, Revision: rev, Initial: true}) {
+		return ctx.Err()
 	}
 	w.rev = rev + 1
 	return nil

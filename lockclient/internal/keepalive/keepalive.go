@@ -1,7 +1,6 @@
-// Package keepalive renews one etcd lease on one long-lived LeaseKeepAlive
-// stream for a lock client's session: it sends keepalives, matches answers to
-// their send times, says when the next one is due (Cadence) and keeps the
-// stream on etcd's leader where it can. It knows nothing of locks.
+// Package keepalive renews a lock client's session lease on one long-lived
+// LeaseKeepAlive stream, kept on etcd's leader where it can, and says when the
+// next keepalive is due (Cadence). It knows nothing of locks.
 package keepalive
 
 import (
@@ -16,16 +15,12 @@ import (
 	"google.golang.org/grpc"
 )
 
-// maxUnanswered is how many keepalives may wait for their answers on one
-// stream; when one more is due, the stream is given up and a new one opened.
+// maxUnanswered keepalives may wait on one stream; one more due replaces it.
 const maxUnanswered = 2
 
-// Errors reported by Send.
-var (
-	// ErrNoAnswer means Send gave a stream up: the keepalives on it went
-	// unanswered; the keepalive was sent anew on a new stream.
-	ErrNoAnswer = errors.New("keepalive: stream gave no answer within two renewal intervals")
-)
+// ErrNoAnswer means Send gave a stream up, its keepalives unanswered, and
+// sent the keepalive anew on a new stream.
+var ErrNoAnswer = errors.New("keepalive: stream gave no answer within two renewal intervals")
 
 // Stream is a session's own LeaseKeepAlive stream, kept for the session's
 // life. Unlike clientv3's KeepAlive it keeps every send time, so the session
@@ -60,9 +55,8 @@ type Result struct {
 	term   uint64 // raft term of the answer
 }
 
-// New returns the stream of lease over conn; nothing is sent before Send.
-// Its receiving goroutines are counted on loops and end with ctx or Reset;
-// timeout bounds the Status call that names etcd's leader.
+// New returns lease's stream over conn, sending nothing before Send. Its
+// receiving goroutines count on loops; timeout bounds each Status call.
 func New(ctx context.Context, conn grpc.ClientConnInterface, lease clientv3.LeaseID, loops *sync.WaitGroup, timeout time.Duration) *Stream {
 	return &Stream{ctx: ctx, conn: conn, loops: loops, timeout: timeout, lease: lease, results: make(chan Result, 1)}
 }
@@ -131,9 +125,8 @@ func (k *Stream) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen
 	}
 }
 
-// Answer matches r with the send time of the keepalive it answers. It returns
-// false for what no keepalive waits for: the end of a stream given up, an
-// answer of another lease.
+// Answer matches r with the send time of the keepalive it answers; false for
+// what no keepalive waits for (the end of a stream given up).
 func (k *Stream) Answer(r Result) (sent time.Time, ok bool) {
 	if r.gen != k.gen || k.stream == nil {
 		return time.Time{}, false
@@ -165,9 +158,8 @@ func (k *Stream) Reset() {
 }
 
 // maxRehomes bounds, per raft term, the new streams a session opens to land
-// its keepalives on etcd's leader (a follower forwards each one to it). It
-// cannot pick the member: clientv3's balancer places each new stream on the
-// next one.
+// its keepalives on etcd's leader (a follower forwards each one to it); the
+// balancer of clientv3 places each new stream on the next member.
 const maxRehomes = 5
 
 // leaderView is what a session knows of etcd's leader; the receiving
@@ -223,10 +215,8 @@ func (k *Stream) Rehome(r Result) bool {
 const slowAnswer = 10
 
 // Cadence tells when a session's next keepalive is due, from its latest one
-// (sent when, confirmed, how fast) and whether the Client holds a lock; the
-// rules are in docs/design.md ("The session"). An idle session survives a
-// failed renewal too: losing it loses no lock, but every expiry costs etcd a
-// synchronous commit.
+// and whether the Client holds a lock (docs/design.md, "The session"). An idle
+// session survives a failed renewal too: every expiry costs etcd a commit.
 type Cadence struct {
 	ttl      time.Duration
 	interval time.Duration // while a lock is held
@@ -253,8 +243,7 @@ func (r *Cadence) Restore(last time.Time, answered, slow bool) {
 	r.last, r.answered, r.slow, r.early, r.retryAt = last, answered, slow, 0, time.Time{}
 }
 
-// Next returns when the next keepalive is due; busy is whether the client
-// holds a lock.
+// Next returns when the next keepalive is due; busy: the client holds a lock.
 func (r *Cadence) Next(busy bool) time.Time {
 	if !r.retryAt.IsZero() {
 		return r.retryAt
@@ -283,14 +272,12 @@ func (r *Cadence) Sent(now time.Time) {
 	r.last, r.answered, r.retryAt = now, false, time.Time{}
 }
 
-// Failed schedules a retry soon: no keepalive could be sent, or the stream
-// broke.
+// Failed schedules a retry soon: no keepalive could be sent, or the stream broke.
 func (r *Cadence) Failed(now time.Time) {
 	r.retryAt = now.Add(min(retryDelay, r.interval))
 }
 
-// Confirmed records an answer that took rtt; latest is whether it answered the
-// latest keepalive (none is still waiting for its answer).
+// Confirmed records an answer that took rtt; latest: it answered the latest keepalive.
 func (r *Cadence) Confirmed(rtt time.Duration, latest bool) {
 	r.answered = latest
 	r.slow = rtt > r.ttl/slowAnswer
