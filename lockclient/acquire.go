@@ -10,7 +10,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -21,9 +20,8 @@ const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
 // is granted or ctx ends; ctx governs the wait and every etcd call. It is
-// AcquireSet with one name: one Txn per attempt, the token the key's create
-// revision, no writes while waiting. Transient etcd errors are retried; a lost
-// session is replaced and the wait goes on under the new one.
+// AcquireSet with one name. Transient etcd errors are retried, and a session
+// lost while it waits is replaced.
 //
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
@@ -185,23 +183,6 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 	})
 }
 
-// retryAcquire decides what a failed attempt means: nil to try again (at once
-// under a new session, or after a pause for a transient error while waiting),
-// or the error to return. A lease etcd no longer has ends the session at once.
-func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		c.loseLease(lease, "etcd no longer has the session lease")
-		if r.wait {
-			return nil
-		}
-		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
-	case transient(ctx, err) && r.wait:
-		return c.sleep(ctx, retryDelay)
-	}
-	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
-}
-
 // blocked handles an attempt that found keys. It is done when an earlier
 // attempt of this call had taken every key (registered and returned), for a
 // try (a *HeldError), or when the wait fails; otherwise the keys that blocked
@@ -256,10 +237,9 @@ func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResp
 }
 
 // dropOrphans deletes keys this Client created under a session it has lost
-// (an attempt whose outcome was unknown, a lock whose session ended here before
-// etcd expired it): every Lock of that session has ended, so nobody holds them,
-// and waiting for their lease to expire would only delay the caller. Each
-// delete is conditioned on the key's create revision.
+// (an attempt of unknown outcome, a lock whose session ended here first):
+// every Lock of that session has ended, so waiting their lease out would only
+// delay the caller. Each delete is conditioned on the key's create revision.
 func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
 	ops := make([]clientv3.Op, len(kvs))
 	for i, kv := range kvs {

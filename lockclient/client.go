@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode"
 
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -152,4 +154,185 @@ func (c *Client) takeLocksLocked() []*Lock {
 	c.manual = nil
 	c.pending = nil
 	return locks
+}
+
+// Defaults for New.
+const (
+	// DefaultTTL is the session lease's time to live.
+	DefaultTTL = 10 * time.Second
+	// DefaultPrefix is the key prefix under which lock keys live.
+	DefaultPrefix = "/fencegate/locks/"
+	// MinTTL is the shortest session TTL and lock lease this package accepts.
+	// etcd grants no lease shorter than 1.5 x its election timeout, rounded up to
+	// whole seconds: 2 s with the default 1 s election timeout; it silently
+	// raises a shorter request. A lease must also outlive a leader election (which
+	// etcd covers by extending every lease when a new leader takes over) and a
+	// slow disk sync or two, or locks are lost to ordinary hiccups. Clusters with a
+	// longer election timeout raise the minimum further; the client always computes
+	// its deadlines from the TTL etcd returns, so they stay right either way.
+	MinTTL = 2 * time.Second
+)
+
+// Option configures a Client. An unusable option makes New fail with an error
+// wrapping fence.ErrInvalidArgument that names the option.
+type Option func(*options) error
+
+type options struct {
+	ttl      time.Duration
+	interval time.Duration
+	idle     time.Duration
+	prefix   string
+	identity string
+	logger   *slog.Logger
+	observer Observer
+}
+
+// WithTTL sets the session lease's time to live (default 10 s): how long after
+// its last confirmed renewal a silent (crashed, frozen, cut off) client keeps its
+// locks. It must be a whole number of seconds (etcd counts leases in seconds) and
+// at least MinTTL.
+func WithTTL(d time.Duration) Option {
+	return func(o *options) error {
+		switch {
+		case d < MinTTL:
+			return invalid("WithTTL(%v): under the minimum %v (etcd grants no shorter lease)", d, MinTTL)
+		case d%time.Second != 0:
+			return invalid("WithTTL(%v): not a whole number of seconds (etcd counts leases in seconds)", d)
+		}
+		o.ttl = d
+		return nil
+	}
+}
+
+// WithRenewInterval sets how often the client renews its session lease while it
+// holds a lock (default a third of the TTL, so a renewal or two may fail without
+// losing the locks). While it holds none, it renews every half TTL, or at this
+// interval if that is longer (see the package doc's Session lease). It must be
+// positive and under the TTL.
+func WithRenewInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d <= 0 {
+			return invalid("WithRenewInterval(%v): not positive", d)
+		}
+		o.interval = d
+		return nil
+	}
+}
+
+// WithPrefix sets the etcd key prefix under which lock keys live (default
+// "/fencegate/locks/"). It must be non-empty, end with "/" and contain no control
+// characters. Clients that share locks must share the prefix.
+func WithPrefix(p string) Option {
+	return func(o *options) error {
+		switch {
+		case p == "":
+			return invalid("WithPrefix(\"\"): empty key prefix")
+		case !strings.HasSuffix(p, "/"):
+			return invalid("WithPrefix(%q): does not end with \"/\"", p)
+		case strings.IndexFunc(p, unicode.IsControl) >= 0:
+			return invalid("WithPrefix(%q): contains a control character", p)
+		}
+		o.prefix = p
+		return nil
+	}
+}
+
+// WithIdentity sets the client ID stored with every lock this client takes and
+// shown by Holder and List (default host-pid-random). It must be 1 to 200 bytes
+// without control characters.
+func WithIdentity(id string) Option {
+	return func(o *options) error {
+		switch {
+		case id == "":
+			return invalid("WithIdentity(\"\"): empty identity")
+		case len(id) > 200:
+			return invalid("WithIdentity: identity is %d bytes, the limit is 200", len(id))
+		case strings.IndexFunc(id, unicode.IsControl) >= 0:
+			return invalid("WithIdentity(%q): contains a control character", id)
+		}
+		o.identity = id
+		return nil
+	}
+}
+
+func buildOptions(opts []Option) (options, error) {
+	o := options{ttl: DefaultTTL, prefix: DefaultPrefix}
+	for i, opt := range opts {
+		if opt == nil {
+			return o, invalid("New: option %d is nil", i)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.interval == 0 {
+		o.interval = o.ttl / 3
+	}
+	if o.interval >= o.ttl {
+		return o, invalid("WithRenewInterval(%v): renewal interval is not under the TTL %v", o.interval, o.ttl)
+	}
+	o.idle = max(o.interval, o.ttl/2)
+	return o, nil
+}
+
+// LockOption configures one Acquire, TryAcquire, AcquireSet or TryAcquireSet. An
+// unusable option makes the call fail before any I/O with an error wrapping
+// fence.ErrInvalidArgument that names the option.
+type LockOption func(*lockOptions) error
+
+type lockOptions struct {
+	manual bool
+	lease  time.Duration
+	value  []byte // stored with the key (WithValue)
+	watch  bool   // the lock watches its key (a term of Lead)
+}
+
+// MaxValueSize is the largest value WithValue accepts: with its base64 form,
+// the holder fields and the key it stays under etcd's default request limit
+// (--max-request-bytes, 1.5 MiB).
+const MaxValueSize = 1 << 20
+
+// WithValue stores value with the lock while it is held (a leader's address),
+// readable by everyone: Holder and List return it as Info.Value, Watch reports
+// it with each grant. It must be at most MaxValueSize bytes.
+func WithValue(value []byte) LockOption {
+	return func(o *lockOptions) error {
+		if len(value) > MaxValueSize {
+			return invalid("WithValue: value is %d bytes, the limit is %d", len(value), MaxValueSize)
+		}
+		o.value = append([]byte{}, value...) // the caller may reuse its slice
+		return nil
+	}
+}
+
+// WithManualRenewal makes the lock live only while the caller renews it: a lock
+// not Renewed within lease is deleted by the client itself and reported lost, so a
+// stuck job in a live process loses its lock too. A lease of 0 means the session
+// TTL; otherwise it must be at least MinTTL (a negative or shorter lease is
+// fence.ErrInvalidArgument). Without this option the lock lives as long as the session.
+func WithManualRenewal(lease time.Duration) LockOption {
+	return func(o *lockOptions) error {
+		if lease < 0 || (lease > 0 && lease < MinTTL) {
+			return invalid("WithManualRenewal(%v): lock lease is under the minimum %v", lease, MinTTL)
+		}
+		o.manual = true
+		o.lease = lease
+		return nil
+	}
+}
+
+func buildLockOptions(sessionTTL time.Duration, opts []LockOption) (lockOptions, error) {
+	var o lockOptions
+	for i, opt := range opts {
+		if opt == nil {
+			return o, invalid("lock option %d is nil", i)
+		}
+		if err := opt(&o); err != nil {
+			return o, err
+		}
+	}
+	if o.manual && o.lease == 0 {
+		o.lease = sessionTTL
+	}
+	return o, nil
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 )
@@ -74,6 +75,9 @@ func (e *NotHeldError) Error() string {
 
 // Unwrap returns ErrNotHeld.
 func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
+
+// errNilLock is the error of a method called on a nil *Lock.
+var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
 // TermError is what Lead returns when fn returned an error while its term was
 // still held. It matches fn's error, never fence.ErrLost: a lost term does not
@@ -159,4 +163,70 @@ func retryOverload[T any](ctx context.Context, c *Client, op string, call func()
 			return v, err
 		}
 	}
+}
+
+// denied explains etcd's permission error, which names no key: with auth
+// enabled, the user's role lacks readwrite on the Client's prefix. The result
+// still matches rpctypes.ErrPermissionDenied.
+func (c *Client) denied(err error) error {
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("etcd user may not read and write keys under %q (grant its role readwrite on that prefix): %w", c.prefix, err)
+	}
+	return err
+}
+
+// retryAcquire decides what a failed attempt means: nil to try again (at once
+// under a new session, or after a pause for a transient error while waiting),
+// or the error to return. A lease etcd no longer has ends the session at once.
+func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		c.loseLease(lease, "etcd no longer has the session lease")
+		if r.wait {
+			return nil
+		}
+		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
+	case transient(ctx, err) && r.wait:
+		return c.sleep(ctx, retryDelay)
+	}
+	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
+}
+
+// regrantBackoff is the first window of the jittered backoff before a new
+// session after a lost one; each further loss (or failed grant) before a
+// session is renewed doubles it, up to half the TTL. A new session is granted only
+// by an Acquire, so regrants also follow the callers' own pace: many Clients
+// that lose their sessions together come back spread out, not at once.
+const regrantBackoff = 500 * time.Millisecond
+
+// backoffLocked pushes the next grant back by a random part of a window that
+// doubles with each loss in a row.
+func (c *Client) backoffLocked() {
+	c.failures++
+	window := min(c.ttl/2, regrantBackoff<<min(c.failures-1, 16))
+	c.notBefore = time.Now().Add(rand.N(window))
+}
+
+// endedErr is the error for an operation on an ended lock.
+func (l *Lock) endedErr() error {
+	cause := context.Cause(l.ctx)
+	if errors.Is(cause, ErrReleased) {
+		return &NotHeldError{Name: l.name, Token: l.token}
+	}
+	return cause
+}
+
+// closedErr is the error for a wait cut short by Close.
+func (c *Client) closedErr() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return stateErr(c.state)
+}
+
+// stateErr is the error for a client that has no session to grant locks under.
+func stateErr(s state) error {
+	if s == closed {
+		return ErrClosed
+	}
+	return ErrSessionLost
 }

@@ -179,3 +179,35 @@ func (c *Client) followKey(l *Lock) {
 		c.keyGone(l.ctx, l)
 	}
 }
+
+// keyGone ends l as lost because its key is gone or carries another token.
+// When l's session lease ran out (its local deadline passed, or etcd no
+// longer has it) that is the cause, as for every lock of the session: a key
+// deleted by the lease's expiry was not deleted by someone else.
+func (c *Client) keyGone(ctx context.Context, l *Lock) {
+	if l.ctx.Err() != nil {
+		return // ended meanwhile (released, lost, closed)
+	}
+	c.mu.Lock()
+	st, lease, deadline := c.state, c.lease, c.deadline
+	c.mu.Unlock()
+	if st != live || lease != l.lease {
+		return // the session ended, and every lock of it with it
+	}
+	why := ""
+	if !time.Now().Before(deadline) {
+		why = "no renewal confirmed before the session deadline"
+	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
+		why = "etcd no longer has the session lease"
+	}
+	if why != "" {
+		c.loseLease(lease, why)
+		return
+	}
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if held {
+		l.lose(nil)
+	}
+}

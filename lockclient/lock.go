@@ -14,25 +14,16 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Lock is a granted lock on one name (Acquire, TryAcquire) or on a set of names
-// taken all-or-nothing (AcquireSet, TryAcquireSet), under one fencing token. It
-// satisfies fence.Set (and so fence.Grant), fence.Watched and fence.Leased, so
-// it can be handed to fence.Exec and the adapters, which refuse its writes once
-// a newer holder wrote or once Done is closed; a fenced transaction raises the
-// stored token of every one of its Resources.
+// Lock is a granted lock on one name or on a set of names, under one fencing
+// token. It satisfies fence.Set, fence.Watched and fence.Leased: hand it to
+// fence.Exec or an adapter, which refuse its writes once a newer holder wrote
+// or once Done is closed.
 //
-// A Lock ends in one of three ways, and its context's cause says which: Release
-// (ErrReleased), loss (an error matching fence.ErrLost: the session lease ran
-// out, a manual-renewal lock was not renewed in time, or the key of any of its
-// names was deleted by someone else) or the Client's Close (ErrClosed). Nothing
-// revives an ended Lock.
-//
-// A plain Lock does not watch its key (no watch per lock): when someone else
-// deletes it (fencectl release, fencectl fence -release), the Lock learns of it
-// only at its next Renew or Release, when this Client acquires the same name
-// again, or when its session ends; until then Done stays open, and it is the
-// database that refuses its writes once a newer holder wrote. A term of Lead
-// does watch its key and ends within moments of its deletion.
+// A Lock ends once: Release (cause ErrReleased), Close (ErrClosed) or a loss
+// (fence.ErrLost). A plain Lock does not watch its key: when someone else
+// deletes it (fencectl release), it learns so at its next Renew or Release or
+// when its session ends, and until then the database is what refuses its
+// writes. A term of Lead watches its key.
 type Lock struct {
 	c       *Client
 	name    string   // its first name
@@ -60,7 +51,6 @@ var (
 )
 
 var (
-	errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 	closedChan = func() chan struct{} { ch := make(chan struct{}); close(ch); return ch }()
 	nilLockCtx = func() context.Context {
 		ctx, cancel := context.WithCancelCause(context.Background())
@@ -79,9 +69,8 @@ func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) 
 	return l
 }
 
-// Resource returns the lock's name; for a set, its first name in sorted order,
-// so a write path that knows only fence.Grant fences the same one name every
-// time. It returns "" for a nil Lock, which fence.CheckGrant refuses.
+// Resource returns the lock's name, for a set its first in sorted order; "" for
+// a nil Lock, which fence.CheckGrant refuses.
 func (l *Lock) Resource() string {
 	if l == nil {
 		return ""
@@ -89,8 +78,7 @@ func (l *Lock) Resource() string {
 	return l.name
 }
 
-// Resources returns the lock's names, sorted, each once, in a new slice: one
-// name for a lock taken by Acquire or TryAcquire; nil for a nil Lock.
+// Resources returns the lock's names, sorted, in a new slice; nil for a nil Lock.
 func (l *Lock) Resources() []string {
 	if l == nil {
 		return nil
@@ -98,8 +86,7 @@ func (l *Lock) Resources() []string {
 	return slices.Clone(l.names)
 }
 
-// Token returns the lock's fencing token: the etcd create revision of its keys;
-// 0 for a nil Lock.
+// Token returns the lock's fencing token, its keys' create revision; 0 for a nil Lock.
 func (l *Lock) Token() fence.Token {
 	if l == nil {
 		return 0
@@ -107,10 +94,8 @@ func (l *Lock) Token() fence.Token {
 	return l.token
 }
 
-// Lease returns how long the lock outlives its holder's silence: the lease given to
-// WithManualRenewal, otherwise the session TTL; 0 for a nil Lock. It satisfies
-// fence.Leased, so the adapters end a fenced transaction of this lock that sits
-// idle on the database for longer (a holder frozen inside it).
+// Lease returns how long the lock outlives its holder's silence (the lease of
+// WithManualRenewal, else the session TTL); 0 for a nil Lock.
 func (l *Lock) Lease() time.Duration {
 	if l == nil {
 		return 0
@@ -121,9 +106,8 @@ func (l *Lock) Lease() time.Duration {
 	return l.c.ttl
 }
 
-// Done is closed when the lock ends: released, lost, or its Client closed. Work
-// protected by the lock must stop; fenced writes are refused from then on. It is
-// closed for a nil Lock.
+// Done is closed when the lock ends: the protected work must stop; fenced
+// writes are refused from then on. It is closed for a nil Lock.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
@@ -131,48 +115,14 @@ func (l *Lock) Done() <-chan struct{} {
 	return l.ctx.Done()
 }
 
-// Context returns a context that is cancelled when the lock ends; its
-// context.Cause is ErrReleased, ErrClosed or an error matching fence.ErrLost
-// (see Observer.Ended for the kinds of loss). Derive the protected work's
-// contexts from it. For a nil Lock it is cancelled, with a cause matching
-// ErrNotHeld.
+// Context is cancelled when the lock ends, with the end's cause (see Lock);
+// derive the protected work's contexts from it. For a nil Lock it is
+// cancelled with a cause matching ErrNotHeld.
 func (l *Lock) Context() context.Context {
 	if l == nil {
 		return nilLockCtx
 	}
 	return l.ctx
-}
-
-// keyGone ends l as lost because its key is gone or carries another token.
-// When l's session lease ran out (its local deadline passed, or etcd no
-// longer has it) that is the cause, as for every lock of the session: a key
-// deleted by the lease's expiry was not deleted by someone else.
-func (c *Client) keyGone(ctx context.Context, l *Lock) {
-	if l.ctx.Err() != nil {
-		return // ended meanwhile (released, lost, closed)
-	}
-	c.mu.Lock()
-	st, lease, deadline := c.state, c.lease, c.deadline
-	c.mu.Unlock()
-	if st != live || lease != l.lease {
-		return // the session ended, and every lock of it with it
-	}
-	why := ""
-	if !time.Now().Before(deadline) {
-		why = "no renewal confirmed before the session deadline"
-	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
-		why = "etcd no longer has the session lease"
-	}
-	if why != "" {
-		c.loseLease(lease, why)
-		return
-	}
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if held {
-		l.lose(nil)
-	}
 }
 
 // lose ends the lock as lost: with why (ErrNotRenewed), or, when why is nil,
@@ -188,8 +138,7 @@ func (l *Lock) lose(why error) {
 	}
 }
 
-// end ends the lock with cause; only the first end of a lock counts, as only
-// the first cancel sets its context's cause.
+// end ends the lock with cause; only the first end counts.
 func (l *Lock) end(cause error) {
 	if !l.ended.CompareAndSwap(false, true) {
 		return
@@ -208,25 +157,12 @@ func (l *Lock) end(cause error) {
 	l.c.logEnd(l, cause, held)
 }
 
-// endedErr is the error for an operation on an ended lock.
-func (l *Lock) endedErr() error {
-	cause := context.Cause(l.ctx)
-	if errors.Is(cause, ErrReleased) {
-		return &NotHeldError{Name: l.name, Token: l.token}
-	}
-	return cause
-}
-
-// Renew confirms with etcd (one linearizable read; for a set, of every key in
-// one Txn) that the lock's keys still carry its token. For a lock taken
-// WithManualRenewal it also restarts the lock's lease: the lock stays held for
-// its lease duration from the moment this call was sent. An automatically
-// renewed lock needs no Renew; calling it is a check. ctx governs the read.
+// Renew confirms with etcd (one linearizable read) that every key of the lock
+// still carries its token; for a WithManualRenewal lock it also restarts the
+// lease from the moment the call was sent. ctx governs the read.
 //
-// It returns an error matching fence.ErrLost if the lock is lost (any key of a
-// set lost its token), and ends it so; a *NotHeldError after Release or for a
-// nil Lock; ErrClosed after the Client's Close; or etcd's error, which leaves
-// the lock as it was.
+// Errors: fence.ErrLost when the lock is lost (it ends so); a *NotHeldError
+// after Release or for a nil Lock; ErrClosed; etcd's error (the lock is as it was).
 func (l *Lock) Renew(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
@@ -261,18 +197,13 @@ func (l *Lock) Renew(ctx context.Context) error {
 	return nil
 }
 
-// Release releases the lock: one etcd Txn that deletes its keys only if every
-// key still carries this lock's token, so it can never delete a successor's key.
-// The lock ends (Done closes, cause ErrReleased) before the Txn is sent: the
-// caller has stopped its protected work. ctx governs the Txn.
+// Release ends the lock (cause ErrReleased) and deletes its keys in one Txn
+// conditioned on its token, so never a successor's key. ctx governs the Txn; if
+// it cannot reach etcd, the Client retries the delete in the background.
 //
-// If the Txn cannot reach etcd, Release returns the error and the Client keeps
-// retrying the delete in the background until it succeeds, the session ends or
-// the Client closes. It returns a *NotHeldError (ErrNotHeld) if a key no longer
-// carries the token (naming the first such name; the keys that still carry it
-// are deleted in the background), if the lock was already released, or for a
-// nil Lock; an error matching fence.ErrLost if the lock was lost before; and
-// ErrClosed after the Client's Close.
+// Errors: a *NotHeldError when a key no longer carries the token (its other keys
+// are deleted in the background), after Release or for a nil Lock; fence.ErrLost
+// when it was lost before; ErrClosed; etcd's error.
 func (l *Lock) Release(ctx context.Context) error {
 	if l == nil {
 		return errNilLock
@@ -297,8 +228,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// lockHeap orders manual-renewal locks by deadline, so the client's one goroutine
-// finds the next to expire without a timer per lock.
+// lockHeap orders manual-renewal locks by deadline, for the session's goroutine.
 type lockHeap []*Lock
 
 func (h lockHeap) Len() int           { return len(h) }
@@ -327,12 +257,10 @@ func (h *lockHeap) push(l *Lock)   { heap.Push(h, l) }
 func (h *lockHeap) remove(l *Lock) { heap.Remove(h, l.index) }
 
 // Release releases the lock name if its key still carries token, for callers
-// that kept only the token (the Lock's own Release does the same): one Txn on
-// the key's create revision, which never deletes a successor's key.
+// that kept only the token: one Txn on the key's create revision.
 //
-// Errors: a *NotHeldError (ErrNotHeld) when the key is gone or carries another
-// token; fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed;
-// etcd's error.
+// Errors: a *NotHeldError when the key is gone or carries another token;
+// fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
 func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
 	if err := checkName(name); err != nil {
 		return err
@@ -419,26 +347,4 @@ func (c *Client) dropSet(l *Lock) {
 	}
 	c.mu.Unlock()
 	c.pendDeletes(l.names, l.token)
-}
-
-// carries reads every key of l in one linearizable read and reports whether
-// each still carries l's token under l's session lease.
-func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
-	ops := make([]clientv3.Op, len(l.names))
-	for i, n := range l.names {
-		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
-	}
-	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).Then(ops...).Commit()
-	})
-	if err != nil {
-		return false, err
-	}
-	for _, r := range resp.Responses {
-		kvs := r.GetResponseRange().GetKvs()
-		if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
-			return false, nil
-		}
-	}
-	return true, nil
 }

@@ -191,3 +191,58 @@ func (c *Client) retried(op string, err error) {
 			slog.String("op", op), slog.Any("error", err))
 	}
 }
+
+// LeaderObserver is told about the terms of Lead when the Observer also
+// implements it (lockmetrics.Metrics does); cheap, never blocking. TermBegun
+// comes once per term before fn runs; TermEnded once per begun term, after its
+// lock was released or lost, with cause one of
+//
+//	resigned       Lead's ctx ended; released for a successor
+//	returned       fn returned nil; released, Lead returned nil
+//	failed         fn returned an error; released, Lead returned a *TermError
+//	panicked       fn panicked; released, the panic passed on
+//	lease_expired  the session lease ran out (lost)
+//	key_deleted    someone else deleted the lock's key (lost)
+//	closed         the Client was closed
+type LeaderObserver interface {
+	TermBegun(name string, token fence.Token)
+	TermEnded(name string, token fence.Token, held time.Duration, cause string)
+}
+
+func (c *Client) termBegun(l *Lock) {
+	if lo, ok := c.obs.(LeaderObserver); ok {
+		lo.TermBegun(l.name, l.token)
+	}
+	if c.log != nil {
+		c.log.LogAttrs(context.Background(), slog.LevelInfo, "leader term begun",
+			slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
+	}
+}
+
+func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr error) {
+	if lo, ok := c.obs.(LeaderObserver); ok {
+		lo.TermEnded(l.name, l.token, held, cause)
+	}
+	if c.log == nil {
+		return
+	}
+	lvl := slog.LevelInfo
+	switch cause {
+	case causeResigned, causeReturned, causeClosed:
+	default:
+		lvl = slog.LevelWarn
+	}
+	attrs := []slog.Attr{slog.String("lock", l.name), slog.Int64("token", int64(l.token)),
+		slog.String("cause", cause), slog.Duration("held", held)}
+	if fnErr != nil {
+		attrs = append(attrs, slog.Any("error", fnErr))
+	}
+	c.log.LogAttrs(context.Background(), lvl, "leader term ended", attrs...)
+}
+
+func (c *Client) campaignFailed(name string, err error) {
+	if c.log != nil {
+		c.log.LogAttrs(context.Background(), slog.LevelWarn, "leader campaign failed, retrying",
+			slog.String("lock", name), slog.Any("error", err))
+	}
+}

@@ -3,32 +3,18 @@ package lockclient
 import (
 	"container/heap"
 	"context"
+	"errors"
 	"fmt"
-	"math/rand/v2"
+	"slices"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// regrantBackoff is the first window of the jittered backoff before a new
-// session after a lost one; each further loss (or failed grant) before a
-// session is renewed doubles it, up to half the TTL. A new session is granted only
-// by an Acquire, so regrants also follow the callers' own pace: many Clients
-// that lose their sessions together come back spread out, not at once.
-const regrantBackoff = 500 * time.Millisecond
-
-// stateErr is the error for a client that has no session to grant locks under.
-func stateErr(s state) error {
-	if s == closed {
-		return ErrClosed
-	}
-	return ErrSessionLost
-}
-
-// session returns the live session lease, granting one if there is none (the
-// first use, or after a lost session, once its backoff has passed). ctx governs
-// the wait and the grant.
+// session returns the live session lease, granting one if there is none, once
+// the backoff after a loss has passed. ctx governs the wait and the grant.
 func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
 	for {
 		c.mu.Lock()
@@ -63,7 +49,7 @@ func (c *Client) grant(ctx context.Context) error {
 		return nil // granted (or closed) while this caller waited
 	}
 	if wait > 0 {
-		if err := c.pause(ctx, wait); err != nil {
+		if err := c.sleep(ctx, wait); err != nil {
 			return err
 		}
 	}
@@ -99,33 +85,9 @@ func (c *Client) grant(ctx context.Context) error {
 	return nil
 }
 
-// pause waits d before a new session, or returns ctx's error or ErrClosed.
-func (c *Client) pause(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-t.C:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-c.stop:
-		return ErrClosed
-	}
-}
-
-// backoffLocked pushes the next grant back by a random part of a window that
-// doubles with each loss in a row.
-func (c *Client) backoffLocked() {
-	c.failures++
-	window := min(c.ttl/2, regrantBackoff<<min(c.failures-1, 16))
-	c.notBefore = time.Now().Add(rand.N(window))
-}
-
-// loseLease ends session lease if it is still the Client's session: every lock
-// of it ends with a cause matching both fence.ErrLost and ErrSessionLost, and
-// the next Acquire starts a new session after the backoff. The lease is not
-// revoked: etcd expires it by itself (or already has), and a revoke is one more
-// synchronous write just when etcd is slow.
+// loseLease ends session lease if it is still the Client's: every lock of it
+// ends (fence.ErrLost and ErrSessionLost), and the next Acquire starts a new
+// session after the backoff. The lease is not revoked: etcd expires it.
 func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	c.mu.Lock()
 	if c.state != live || c.lease != lease {
@@ -145,8 +107,7 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 }
 
 // expireManualLocked ends the manual-renewal locks whose deadline passed and
-// queues the deletes of their keys; the caller ends the returned locks as lost
-// once c.mu is released.
+// queues their keys' deletes; the caller ends them once c.mu is released.
 func (c *Client) expireManualLocked(now time.Time) []*Lock {
 	var expired []*Lock
 	for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
@@ -159,9 +120,8 @@ func (c *Client) expireManualLocked(now time.Time) []*Lock {
 	return expired
 }
 
-// pendingDelete is a conditional delete the client retries until etcd has
-// answered it: a release whose Txn failed in transit, an expired manual-renewal
-// lock, an acquire attempt whose outcome is unknown.
+// pendingDelete is a conditional delete retried until etcd answers it: a
+// release lost in transit, an expired manual lock, an attempt of unknown outcome.
 type pendingDelete struct {
 	key string
 	cmp clientv3.Cmp
@@ -199,4 +159,184 @@ func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline
 		todo = todo[n:]
 	}
 	return nil
+}
+
+// sessionLoop is one session's goroutine: it renews the lease at the cadence
+// the Client's need sets, declares the session lost when its deadline passes,
+// expires manual-renewal locks and retries pending deletes. Answers arrive from
+// the stream's receiving goroutine and a delete batch runs on its own, so a
+// slow etcd delays no deadline.
+type sessionLoop struct {
+	c          *Client
+	lease      clientv3.LeaseID
+	ended      <-chan struct{} // closed when the session is lost
+	ctx        context.Context // cancelled when the loop returns
+	ka         *keepalive.Stream
+	delc       chan error // a delete batch's result
+	deleting   bool
+	batch      int // pending deletes in flight
+	renew      *keepalive.Cadence
+	nextDelete time.Time
+}
+
+// loop runs the session lease granted by a request sent at granted.
+func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted time.Time) {
+	defer c.loops.Done()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	s := &sessionLoop{
+		c: c, lease: lease, ended: ended, ctx: ctx,
+		ka:    keepalive.New(ctx, c.cli.ActiveConnection(), lease, &c.loops, c.interval),
+		delc:  make(chan error, 1),
+		renew: keepalive.NewCadence(c.ttl, c.interval, c.idle, granted),
+	}
+	defer s.ka.Reset()
+	timer := time.NewTimer(time.Hour)
+	defer timer.Stop()
+	for {
+		wake, ok := s.step(time.Now())
+		if !ok {
+			return
+		}
+		timer.Reset(time.Until(wake))
+		if !s.wait(timer) {
+			return
+		}
+	}
+}
+
+// step does what is due at now and returns when to look again; false when the
+// session is over.
+func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
+	c := s.c
+	c.mu.Lock()
+	if c.state != live || c.lease != s.lease {
+		c.mu.Unlock()
+		return now, false
+	}
+	deadline := c.deadline
+	if !now.Before(deadline) {
+		c.mu.Unlock()
+		c.loseLease(s.lease, "no renewal confirmed before the session deadline")
+		return now, false
+	}
+	expired := c.expireManualLocked(now)
+	var todo []pendingDelete
+	if !s.deleting && len(c.pending) > 0 && !now.Before(s.nextDelete) {
+		todo = slices.Clone(c.pending)
+		s.batch = len(todo)
+	}
+	busy := len(c.locks) > 0
+	wake := deadline
+	if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
+		wake = c.manual[0].deadline
+	}
+	c.mu.Unlock()
+
+	for _, l := range expired {
+		l.lose(ErrNotRenewed)
+	}
+	if !now.Before(s.renew.Next(busy)) {
+		s.send(now, deadline)
+	}
+	if todo != nil {
+		s.deleting = true
+		c.loops.Add(1)
+		go func() {
+			defer c.loops.Done()
+			s.delc <- c.deleteBatch(s.ctx, todo, deadline)
+		}()
+	}
+	if next := s.renew.Next(busy); next.Before(wake) {
+		wake = next
+	}
+	if !s.deleting && todo == nil && !s.nextDelete.IsZero() && s.nextDelete.Before(wake) {
+		wake = s.nextDelete
+	}
+	return wake, true
+}
+
+// send sends a keepalive and records it, or, if none could be sent, schedules a
+// retry.
+func (s *sessionLoop) send(now, deadline time.Time) {
+	err := s.ka.Send(now)
+	if err != nil {
+		s.c.keptAlive(s.lease, 0, deadline, err)
+	}
+	if err != nil && !errors.Is(err, keepalive.ErrNoAnswer) {
+		s.renew.Failed(now) // not sent
+		return
+	}
+	s.renew.Sent(now)
+}
+
+// wait blocks until timer fires or something happens; false when the loop must
+// end.
+func (s *sessionLoop) wait(timer *time.Timer) bool {
+	c := s.c
+	select {
+	case <-c.stop:
+		return false
+	case <-s.ended:
+		return false
+	case <-c.poke:
+	case <-timer.C:
+	case r := <-s.ka.Results():
+		return s.answered(r)
+	case err := <-s.delc:
+		s.deleting = false
+		if err != nil {
+			s.nextDelete = time.Now().Add(retryDelay)
+			break
+		}
+		s.nextDelete = time.Time{}
+		c.mu.Lock()
+		if len(c.pending) >= s.batch {
+			c.pending = append(c.pending[:0:0], c.pending[s.batch:]...)
+		}
+		c.mu.Unlock()
+	}
+	return true
+}
+
+// answered handles what the keepalive stream returned; false when the session is
+// lost.
+func (s *sessionLoop) answered(r keepalive.Result) bool {
+	c := s.c
+	sent, ok := s.ka.Answer(r)
+	if !ok {
+		return true // from a stream given up, or an answer nothing waited for
+	}
+	now := time.Now()
+	var rtt time.Duration
+	if !sent.IsZero() {
+		rtt = now.Sub(sent)
+	}
+	switch {
+	case r.Err != nil:
+		c.mu.Lock()
+		deadline := c.deadline
+		c.mu.Unlock()
+		c.keptAlive(s.lease, rtt, deadline, r.Err)
+		s.renew.Failed(now)
+	case r.TTL <= 0:
+		// etcd no longer has the lease: it expired there.
+		c.loseLease(s.lease, "etcd no longer has the session lease")
+		return false
+	default:
+		c.mu.Lock()
+		if d := sent.Add(time.Duration(r.TTL) * time.Second); d.After(c.deadline) {
+			c.deadline = d
+		}
+		deadline := c.deadline
+		c.failures = 0 // a renewed session ends the backoff
+		c.mu.Unlock()
+		c.keptAlive(s.lease, rtt, deadline, nil)
+		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
+		if s.ka.Rehome(r) {
+			s.ka.Reset()
+			s.send(now, deadline) // on a new stream, which may land on the leader
+		}
+	}
+	return true
 }

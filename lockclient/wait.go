@@ -1,7 +1,10 @@
 package lockclient
 
 import (
+	"cmp"
 	"context"
+	"slices"
+	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -26,13 +29,11 @@ type watchSpec struct {
 	reread func(ctx context.Context) (rev int64, done bool, err error)
 }
 
-// wait is the one wait of this package: a waiting acquire, a term's watch of
-// its own key and Watch all follow keys with it. It watches s.key from s.rev
-// and hands each event to s.event until that says done (nil), ctx ends or the
-// Client closes (their error). A watch that breaks (no leader, a member lost,
-// a reconnect) resumes from the revision after the last event handed over;
-// when etcd compacted that revision, s.reread says where to resume. It writes
-// nothing.
+// wait is the one wait of this package (a waiting acquire, a term's watch of
+// its key, Watch): it follows s.key from s.rev, handing each event to s.event
+// until that says done (nil), ctx ends or the Client closes. A broken watch
+// resumes from the revision after the last event; after a compaction s.reread
+// says where. It writes nothing.
 func (c *Client) wait(ctx context.Context, s watchSpec) error {
 	rev, compacted := s.rev, s.rev == 0
 	for {
@@ -43,6 +44,8 @@ func (c *Client) wait(ctx context.Context, s watchSpec) error {
 				return nil
 			case err == nil:
 				rev = next
+			case c.cli.Ctx().Err() != nil:
+				return c.cli.Ctx().Err() // the etcd client was closed
 			default:
 				if err := c.sleep(ctx, retryDelay); err != nil {
 					return err
@@ -50,18 +53,14 @@ func (c *Client) wait(ctx context.Context, s watchSpec) error {
 				continue
 			}
 		}
-		done, cmp, err := c.watchOnce(ctx, s, &rev)
+		done, lost, err := c.watchOnce(ctx, s, &rev)
 		if done || err != nil {
 			return err
 		}
-		if err := ctx.Err(); err != nil {
-			return err
+		if err := cmp.Or(ctx.Err(), c.cli.Ctx().Err()); err != nil {
+			return err // ctx ended, or the etcd client was closed
 		}
-		if err := c.cli.Ctx().Err(); err != nil {
-			return err // the etcd client was closed: nothing comes any more
-		}
-		compacted = cmp
-		if !compacted {
+		if compacted = lost; !compacted {
 			if err := c.sleep(ctx, retryDelay); err != nil {
 				return err
 			}
@@ -134,9 +133,216 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	}
 }
 
-// closedErr is the error for a wait cut short by Close.
-func (c *Client) closedErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return stateErr(c.state)
+// Watch reports every change of the holder of lock name, in etcd's order, on
+// the returned channel until ctx ends or the Client closes: first the state
+// (Initial: EventTaken or EventFree), then each grant and each end of a hold.
+// The holder of a Lead's lock is the leader, its Info.Value what it stored.
+//
+// It is one etcd watch, resumed after member loss and reconnects without a
+// gap or a repeat; after a compaction it rereads the state (Reread). Telling
+// EventReleased from EventExpired costs a lease lookup per deleted key. A
+// reader that stops reading holds the watch back, not etcd.
+//
+// Errors, before any I/O: fence.ErrInvalidArgument for a bad name; ErrClosed.
+func (c *Client) Watch(ctx context.Context, name string) (<-chan Event, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	return c.startWatch(ctx, name, false)
+}
+
+// WatchPrefix is Watch for every lock whose name starts with prefix ("": every
+// lock), on one etcd watch; its Initial events are the held locks only.
+func (c *Client) WatchPrefix(ctx context.Context, prefix string) (<-chan Event, error) {
+	if prefix != "" {
+		if err := checkName(prefix); err != nil {
+			return nil, err
+		}
+	}
+	return c.startWatch(ctx, prefix, true)
+}
+
+func (c *Client) startWatch(ctx context.Context, name string, prefix bool) (<-chan Event, error) {
+	if err := c.usable(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	w := &watcher{c: c, name: name, key: c.key(name), prefix: prefix, out: make(chan Event, 16), held: map[string]*mvccpb.KeyValue{}}
+	go func() {
+		select {
+		case <-c.done: // Close
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer close(w.out)
+		defer cancel()
+		w.run(ctx)
+	}()
+	return w.out, nil
+}
+
+// watcher is the state of one Watch: the holders it last reported, by name,
+// and the revision to resume from. It runs on its own goroutine.
+type watcher struct {
+	c       *Client
+	name    string // the name, or the name prefix
+	key     string // the key, or the key prefix
+	prefix  bool
+	out     chan Event
+	held    map[string]*mvccpb.KeyValue // the key of each name held, as last reported
+	rev     int64                       // the revision after the last read; 0 before the first
+	gone    map[int64]bool              // lease lookups of the deletes at goneRev
+	goneRev int64
+}
+
+func (w *watcher) run(ctx context.Context) {
+	w.c.wait(ctx, watchSpec{
+		key: w.key, prefix: w.prefix, prevKV: true,
+		event: func(ev *clientv3.Event) bool { return !w.apply(ctx, ev) },
+		reread: func(ctx context.Context) (int64, bool, error) {
+			err := w.read(ctx)
+			return w.rev, ctx.Err() != nil, err
+		},
+	})
+}
+
+func (w *watcher) opts(extra ...clientv3.OpOption) []clientv3.OpOption {
+	if w.prefix {
+		extra = append(extra, clientv3.WithPrefix())
+	}
+	return extra
+}
+
+// apply reports one etcd event; false when ctx ended first.
+func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
+	name, ok := w.nameOf(ev.Kv.Key)
+	if !ok {
+		return true
+	}
+	old := w.held[name]
+	if ev.Type == mvccpb.PUT {
+		w.held[name] = ev.Kv
+		if old != nil && old.CreateRevision == ev.Kv.CreateRevision {
+			return true // the same hold's key written again
+		}
+		return w.emit(ctx, Event{Type: EventTaken, Name: name, Holder: decodeInfo(name, ev.Kv), Revision: ev.Kv.ModRevision})
+	}
+	delete(w.held, name)
+	if ev.PrevKv != nil {
+		old = ev.PrevKv
+	}
+	if old == nil {
+		return true // a key this watch never saw held: nothing it reported ends
+	}
+	return w.ended(ctx, name, old, ev.Kv.ModRevision, false)
+}
+
+// ended reports the end of the hold whose key was kv, found at rev.
+func (w *watcher) ended(ctx context.Context, name string, kv *mvccpb.KeyValue, rev int64, reread bool) bool {
+	gone, ok := w.leaseGone(ctx, kv.Lease, rev)
+	if !ok {
+		return false
+	}
+	typ := EventReleased
+	if gone {
+		typ = EventExpired
+	}
+	return w.emit(ctx, Event{Type: typ, Name: name, Holder: decodeInfo(name, kv), Revision: rev, Reread: reread})
+}
+
+// leaseGone asks etcd whether lease no longer exists (a read; retried until
+// it answers or ctx ends), once per lease among the deletes of one revision:
+// the keys of one expired lease are deleted together.
+func (w *watcher) leaseGone(ctx context.Context, lease, rev int64) (gone, ok bool) {
+	if lease == 0 {
+		return false, true
+	}
+	if rev != w.goneRev {
+		w.gone, w.goneRev = map[int64]bool{}, rev
+	}
+	if g, ok := w.gone[lease]; ok {
+		return g, true
+	}
+	for {
+		resp, err := w.c.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+		if err == nil {
+			w.gone[lease] = resp.TTL < 0
+			return resp.TTL < 0, true
+		}
+		if w.c.sleep(ctx, retryDelay) != nil {
+			return false, false
+		}
+	}
+}
+
+// read reads the current state and reports how it differs from what was last
+// reported: the first events of the watch, or, after a compaction, the ends and
+// grants that the lost history held.
+func (w *watcher) read(ctx context.Context) error {
+	resp, err := w.c.cli.Get(ctx, w.key, w.opts()...)
+	if err != nil {
+		return err
+	}
+	initial, rev := w.rev == 0, resp.Header.Revision
+	now := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
+	for _, kv := range resp.Kvs {
+		if name, ok := w.nameOf(kv.Key); ok {
+			now[name] = kv
+		}
+	}
+	for _, name := range sortedNames(w.held) {
+		old := w.held[name]
+		if cur := now[name]; cur == nil || cur.CreateRevision != old.CreateRevision {
+			delete(w.held, name)
+			if !w.ended(ctx, name, old, rev, true) {
+				return ctx.Err()
+			}
+		}
+	}
+	for _, name := range sortedNames(now) {
+		cur := now[name]
+		old := w.held[name]
+		w.held[name] = cur
+		if old != nil {
+			continue
+		}
+		ev := Event{Type: EventTaken, Name: name, Holder: decodeInfo(name, cur), Revision: cur.CreateRevision, Initial: initial, Reread: !initial}
+		if !w.emit(ctx, ev) {
+			return ctx.Err()
+		}
+	}
+	if initial && !w.prefix && len(now) == 0 {
+		if !w.emit(ctx, Event{Type: EventFree, Name: w.name, Revision: rev, Initial: true}) {
+			return ctx.Err()
+		}
+	}
+	w.rev = rev + 1
+	return nil
+}
+
+func (w *watcher) emit(ctx context.Context, ev Event) bool {
+	select {
+	case w.out <- ev:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// nameOf returns the lock name of key, or false for a key that is no lock of
+// this package (a deeper path under the prefix).
+func (w *watcher) nameOf(key []byte) (string, bool) {
+	n := strings.TrimPrefix(string(key), w.c.prefix)
+	return n, checkName(n) == nil
+}
+
+func sortedNames(m map[string]*mvccpb.KeyValue) []string {
+	names := make([]string, 0, len(m))
+	for n := range m {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	return names
 }

@@ -24,28 +24,17 @@ type Generated struct {
 // migrationFile matches golang-migrate's file names: <version>_<title>.<up|down>.<ext>.
 var migrationFile = regexp.MustCompile(`^([0-9]+)_(.*)\.(up|down)\.[^.]+$`)
 
-// GenerateTokenColumn writes the next numbered golang-migrate migration pair into dir
-// (created if absent) that adds the column
+// GenerateTokenColumn writes into dir (created if absent) the next golang-migrate pair
+// that adds fence_token BIGINT NOT NULL DEFAULT 0 (fence.DefaultTokenColumn; existing
+// rows get 0, which any token may overwrite) to table, and drops it on the way down.
+// Its version is the highest in dir plus one (1 in an empty folder), so sequential and
+// timestamp-numbered folders keep their order. table is the name as stored, optionally
+// "schema.table", and is quoted (PostgreSQL: pass invoices, not Invoices).
 //
-//	fence_token BIGINT NOT NULL DEFAULT 0
-//
-// to the application's table (fence.DefaultTokenColumn, the column the adapters'
-// token-column writes use unless told otherwise), and drops it again on the way
-// down. Existing rows get
-// token 0, which every valid token may overwrite.
-//
-// The version is the highest version of the migrations already in dir plus one (1 in
-// an empty folder), so sequential and timestamp-numbered folders both keep their
-// order. table is the name as stored in the catalogue, optionally schema-qualified as
-// "schema.table"; it is quoted in the SQL (PostgreSQL folds unquoted names to lower
-// case: pass invoices, not Invoices).
-//
-// It returns an error wrapping fence.ErrInvalidArgument, naming the problem, for an
-// unknown dialect, an empty dir or an unusable table name (an empty part, more than
-// one dot, not UTF-8, a NUL byte, a part longer than the dialect allows: PostgreSQL
-// 63 bytes, MySQL 64 characters, SQLite 128 characters; the limits sqlfence applies
-// too); ErrExists when dir already holds a migration adding the token column to the
-// table or a file of the same name; it never overwrites a file.
+// It returns an error wrapping fence.ErrInvalidArgument for an unknown dialect, an
+// empty dir or a table name the dialect cannot hold (the limits sqlfence applies), and
+// ErrExists when dir already adds the column to table or holds a file of the same
+// name: it never overwrites a file.
 func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	if err := check(d); err != nil {
 		return Generated{}, err

@@ -2,10 +2,12 @@ package scenario_test
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/scenario"
 )
@@ -28,7 +30,6 @@ var badInputCases = map[string]struct {
 	steps []*scenario.Step
 	want  string
 }{
-	"noMainHook": {noopConfig, nil, "no scenario.Main hook"},
 	"unknownWorker": {noopConfig, []*scenario.Step{scenario.Freeze("c")},
 		`step 1 Freeze("c"): no worker "c" in Config.Workers`},
 	"faultWhenFinished": {noopConfig, []*scenario.Step{scenario.Kill("a").When("a", scenario.Finished)},
@@ -40,6 +41,13 @@ var badInputCases = map[string]struct {
 	"nilRead": {func() scenario.Config { c := noopConfig(); c.Read = nil; return c }, nil,
 		"Config.Read is nil: give a function that reads the final value"},
 	"nilStep": {noopConfig, []*scenario.Step{nil}, "step 1 is nil"},
+	"afterAndWhen": {noopConfig, []*scenario.Step{scenario.Kill("a").When("a", "ready").After(time.Second)},
+		"After and When both say when to act"},
+	"jobFails": {func() scenario.Config {
+		c := noopConfig()
+		c.Job = func(context.Context, *scenario.Worker) error { return errors.New("no database at that DSN") }
+		return c
+	}, nil, "scenario: worker a: the job failed: no database at that DSN"},
 }
 
 func TestBadInputCases(t *testing.T) {
@@ -48,9 +56,6 @@ func TestBadInputCases(t *testing.T) {
 	}
 	for name, c := range badInputCases {
 		t.Run(name, func(t *testing.T) {
-			if name == "noMainHook" {
-				t.Setenv("FENCEGATE_SCENARIO_MAIN", "")
-			}
 			scenario.Run(t, c.cfg(), c.steps...)
 		})
 	}
@@ -71,5 +76,17 @@ func TestRun_badInput(t *testing.T) {
 				t.Fatalf("bad input %s: the failure does not say %q, or panics:\n%s", name, c.want, out)
 			}
 		})
+	}
+}
+
+// TestRun_noMainHook runs a scenario in a test package without scenario.Main
+// (internal/nomain): the test fails, saying what to add to TestMain.
+func TestRun_noMainHook(t *testing.T) {
+	cmd := exec.CommandContext(t.Context(), "go", "test", "-count=1", "-run=^TestNoMain$", "./internal/nomain")
+	cmd.Env = append(os.Environ(), "SCENARIO_TEST_NO_MAIN=1")
+	out, err := cmd.CombinedOutput()
+	want := "func TestMain(m *testing.M) { scenario.Main(m) }"
+	if err == nil || !strings.Contains(string(out), "--- FAIL: TestNoMain") || !strings.Contains(string(out), want) {
+		t.Fatalf("a scenario without scenario.Main did not fail saying %q (%v):\n%s", want, err, out)
 	}
 }

@@ -13,13 +13,18 @@
 // Config.Setup, which runs once in the test process: code before Run runs in the
 // workers too.
 //
-// Faults are steps. A step acts at once, or when a worker reaches a point: one the
+// Faults are steps. A step acts at once, a time After the previous one, or when a
+// worker reaches a point: one the
 // job names with Worker.Reach, or one the kit reaches for it (Granted after
 // Worker.Acquire, AboutToWrite and Wrote around Worker.Write, Finished when the
 // process ends). A worker that reaches a point a step waits for stops there until
 // the step has acted, so "freeze a at its write" freezes it exactly there, not after
 // a sleep. Freeze and CutOff last until their Until point, or by default until
 // etcd has expired the worker's locks.
+//
+// Workers record their writes with Worker.Write, or without touching the job's
+// code by handing it Store(w, store): every fenced transaction through it is
+// recorded, its value the grant's token.
 //
 // The verdict (History.Check), per resource: every token was granted to one worker;
 // no acknowledged write of a lower token began after one of a higher token was

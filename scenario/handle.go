@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"syscall"
 	"time"
 )
 
@@ -105,6 +104,13 @@ func (r *run) step(i int, s *Step) error {
 			defer close(release)
 		}
 	}
+	if s.after > 0 {
+		select {
+		case <-time.After(s.after):
+		case <-r.closed:
+			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
+		}
+	}
 	return r.act(i, s, p)
 }
 
@@ -126,13 +132,17 @@ func (r *run) act(i int, s *Step, p *proc) error {
 	var undo func()
 	switch s.verb {
 	case "Kill":
-		p.cmd.Process.Signal(syscall.SIGKILL)
+		if err := p.h.Kill(); err != nil {
+			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
+		}
 		r.eventLocked(p.name, "killed")
 		return nil
 	case "Freeze":
-		p.cmd.Process.Signal(syscall.SIGSTOP)
+		if err := p.h.Freeze(); err != nil {
+			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
+		}
 		r.eventLocked(p.name, "frozen")
-		undo = func() { p.cmd.Process.Signal(syscall.SIGCONT); r.eventLocked(p.name, "thawed") }
+		undo = func() { p.h.Thaw(); r.eventLocked(p.name, "thawed") }
 	case "CutOff":
 		p.proxy.setCut(true)
 		r.eventLocked(p.name, "cut off from etcd")

@@ -139,8 +139,12 @@ func (h *History) checkOrder(res string) []string {
 func (h *History) checkFinal(res string) []string {
 	acks := h.writes(res, func(w WriteRecord) bool { return w.Outcome == Acknowledged })
 	final, ok := h.Final[res]
-	makers := h.writes(res, func(w WriteRecord) bool { return ok && w.Value == final && w.Outcome != RefusedStale && w.Outcome != RefusedLost })
-	refused := h.writes(res, func(w WriteRecord) bool { return ok && w.Value == final && (w.Outcome == RefusedStale || w.Outcome == RefusedLost) })
+	makers := h.writes(res, func(w WriteRecord) bool {
+		return ok && w.Value == final && w.Outcome != RefusedStale && w.Outcome != RefusedLost
+	})
+	refused := h.writes(res, func(w WriteRecord) bool {
+		return ok && w.Value == final && (w.Outcome == RefusedStale || w.Outcome == RefusedLost)
+	})
 	if len(makers) == 0 && len(refused) > 0 {
 		r := refused[0]
 		return []string{fmt.Sprintf("resource %q: final value %q was written by %s at token %d, whose write was %s", res, final, r.Worker, r.Token, r.Outcome)}

@@ -19,8 +19,8 @@ type proxy struct {
 	conns  map[net.Conn]struct{}
 }
 
-func newProxy(target string) (*proxy, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+func newProxy(host, target string) (*proxy, error) {
+	ln, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
 	if err != nil {
 		return nil, err
 	}

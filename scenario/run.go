@@ -5,10 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -43,7 +40,7 @@ type run struct {
 // proc is one worker process.
 type proc struct {
 	name    string
-	cmd     *exec.Cmd
+	h       Handle
 	proxy   *proxy
 	out     syncBuffer
 	reached map[string]int
@@ -53,11 +50,11 @@ type proc struct {
 	hello   bool
 	waited  bool
 	served  chan struct{} // closed when the control connection is drained
-	write   *WriteRecord // the write in progress
+	write   *WriteRecord  // the write in progress
 }
 
 func newRun(t *testing.T, cfg Config, etcd *locktest.Cluster) (*run, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Launcher.Host(), "0"))
 	if err != nil {
 		return nil, err
 	}
@@ -82,9 +79,9 @@ func (r *run) close() {
 	r.mu.Unlock()
 	r.ln.Close()
 	for _, p := range procs {
-		if p.cmd != nil && p.cmd.Process != nil {
-			p.cmd.Process.Signal(syscall.SIGCONT)
-			p.cmd.Process.Kill()
+		if p.h != nil {
+			p.h.Thaw()
+			p.h.Kill()
 		}
 		if p.proxy != nil {
 			p.proxy.close()
@@ -135,29 +132,29 @@ func (r *run) waitFor(cond func() bool) bool {
 }
 
 func (r *run) startWorker(p *proc) error {
-	pr, err := newProxy(r.target)
+	pr, err := newProxy(r.cfg.Launcher.Host(), r.target)
 	if err != nil {
 		return err
 	}
-	cmd := exec.Command(os.Args[0], "-test.run="+runPattern(r.t.Name()), "-test.count=1", "-test.timeout=0")
-	cmd.Env = append(os.Environ(), workerEnv+"="+p.name+" "+r.ln.Addr().String())
-	cmd.Stdout, cmd.Stderr = &p.out, &p.out
-	cmd.SysProcAttr = sysProcAttr()
+	args := []string{"-test.run=" + runPattern(r.t.Name()), "-test.count=1", "-test.timeout=0"}
+	env := []string{workerEnv + "=" + p.name + " " + r.ln.Addr().String()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p.proxy, p.cmd = pr, cmd
-	if err := cmd.Start(); err != nil {
-		return fmt.Errorf("scenario: start worker %s: %w", p.name, err)
+	p.proxy = pr
+	h, err := r.cfg.Launcher.Launch(r.t, p.name, args, env, &p.out)
+	if err != nil {
+		return err
 	}
+	p.h = h
 	p.started = true
-	r.eventLocked(p.name, "started (pid %d)", cmd.Process.Pid)
+	r.eventLocked(p.name, "started (%s)", h)
 	go r.wait(p)
 	return nil
 }
 
 // wait records the end of p's process, once its control connection is drained.
 func (r *run) wait(p *proc) {
-	err := p.cmd.Wait()
+	err := p.h.Wait()
 	r.mu.Lock()
 	p.waited = true
 	hello := p.hello

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,15 +30,22 @@ type Config struct {
 	// TTL is the workers' session lease (default lockclient.MinTTL, 2 s): how long a
 	// frozen or cut-off worker keeps its locks.
 	TTL time.Duration
+	// Launcher starts the workers (default: child processes of the test).
+	Launcher Launcher
 }
 
-// Main runs the package's tests; a worker process runs only its scenario's job.
-// Call it from TestMain:
+// Main runs the package's tests and then each of after (stop shared servers
+// there); a worker process runs only its scenario's job. Call it from TestMain:
 //
 //	func TestMain(m *testing.M) { scenario.Main(m) }
-func Main(m *testing.M) {
-	os.Setenv(mainEnv, "1")
+func Main(m *testing.M, after ...func()) {
+	// The process's own pid, so a child process (which inherits the variable) is
+	// not taken for hooked.
+	os.Setenv(mainEnv, strconv.Itoa(os.Getpid()))
 	code := m.Run()
+	for _, f := range after {
+		f()
+	}
 	if spec := os.Getenv(workerEnv); spec != "" {
 		name, _, _ := strings.Cut(spec, " ")
 		fmt.Fprintf(os.Stderr, "scenario: worker %s: the test ended (exit %d) before calling scenario.Run: code before Run runs in workers too; move it into Config.Setup\n", name, code)
@@ -46,8 +54,13 @@ func Main(m *testing.M) {
 	os.Exit(code)
 }
 
+// IsWorker reports whether this process is a worker of a run, for code before Run
+// that must not run in workers (a Launcher's setup, a server's start).
+func IsWorker() bool { return os.Getenv(workerEnv) != "" }
+
 // Run runs the scenario and fails t when its history breaks the fencing guarantee
-// (History.Check), with every worker's timeline. It returns the history.
+// (History.Check), with every worker's timeline. It returns the history. Run one
+// scenario per test (a subtest each): a worker runs the first its test reaches.
 func Run(t *testing.T, cfg Config, steps ...*Step) *History {
 	t.Helper()
 	h := Record(t, cfg, steps...)
@@ -74,6 +87,9 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 	if cfg.TTL == 0 {
 		cfg.TTL = lockclient.MinTTL
 	}
+	if cfg.Launcher == nil {
+		cfg.Launcher = processes{}
+	}
 	etcd := locktest.Start(t)
 	r, err := newRun(t, cfg, etcd)
 	if err != nil {
@@ -99,7 +115,7 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 }
 
 func validate(cfg Config, steps []*Step) error {
-	if os.Getenv(mainEnv) == "" {
+	if os.Getenv(mainEnv) != strconv.Itoa(os.Getpid()) {
 		return fmt.Errorf("scenario: the test binary has no scenario.Main hook, so workers cannot run: add\n\tfunc TestMain(m *testing.M) { scenario.Main(m) }\nto this package's tests")
 	}
 	switch {

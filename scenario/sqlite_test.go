@@ -22,53 +22,32 @@ const (
 	upsertSQLite   = `INSERT INTO scenario_invoices (account, written_by) VALUES (?, ?) ON CONFLICT (account) DO UPDATE SET written_by = excluded.written_by`
 )
 
-// sqliteConfig is the invoice job on a SQLite file: each worker takes the
-// account's lock and writes its invoice, through fence.Exec or, when bare, with a
-// plain statement that presents no token.
-func sqliteConfig(bare bool) scenario.Config {
-	return scenario.Config{
-		Workers: []string{"a", "b"},
-		Setup: func(t *testing.T) string {
-			path := t.TempDir() + "/invoices.db"
-			db := openSQLite(t, path)
-			if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := db.ExecContext(t.Context(), createInvoices); err != nil {
-				t.Fatal(err)
-			}
-			return path
-		},
-		Job: func(ctx context.Context, w *scenario.Worker) error {
-			db, err := sqlite.Open(w.Data())
-			if err != nil {
-				return err
-			}
-			defer db.Close()
-			store, err := sqlfence.New(db, migrations.SQLite)
-			if err != nil {
-				return err
-			}
-			return invoiceJob(ctx, w, "invoice-42", func(ctx context.Context, g fence.Grant, value string) error {
-				if bare {
-					_, err := db.ExecContext(ctx, upsertSQLite, g.Resource(), value)
-					return err
-				}
-				return fence.Exec(ctx, store, g, func(tx *sql.Tx) error {
-					_, err := tx.ExecContext(ctx, upsertSQLite, g.Resource(), value)
-					return err
-				})
-			})
-		},
-		Read: func(ctx context.Context, path string) (map[string]string, error) {
-			db, err := sqlite.Open(path)
-			if err != nil {
-				return nil, err
-			}
-			defer db.Close()
-			return readInvoices(ctx, db)
-		},
+func sqliteSetup(t *testing.T) string {
+	path := t.TempDir() + "/invoices.db"
+	sqlSetup(t, openSQLite(t, path), migrations.SQLite)
+	return path
+}
+
+func sqliteOpen(ctx context.Context, path string, bare bool) (writeFunc, func(), error) {
+	db, err := sqlite.Open(path)
+	if err != nil {
+		return nil, nil, err
 	}
+	store, err := sqlfence.New(db, migrations.SQLite)
+	if err != nil {
+		db.Close()
+		return nil, nil, err
+	}
+	return sqlWrite(db, store, upsertSQLite, bare), func() { db.Close() }, nil
+}
+
+func sqliteRead(ctx context.Context, path string) (map[string]string, error) {
+	db, err := sqlite.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return readInvoices(ctx, db)
 }
 
 // invoiceJob takes the resource's lock and writes the worker's invoice with write.
@@ -120,7 +99,7 @@ func gcPause() []*scenario.Step {
 }
 
 func TestRun_gcPause_sqlite(t *testing.T) {
-	h := scenario.Run(t, sqliteConfig(false), gcPause()...)
+	h := scenario.Run(t, backends[0].config(false), gcPause()...)
 	a, b := writeOf(t, h, "a"), writeOf(t, h, "b")
 	if b.Outcome != scenario.Acknowledged || a.Outcome == scenario.Acknowledged || a.Token >= b.Token {
 		t.Fatalf("a's write %+v, b's %+v: want b's acknowledged and a's (lower token) refused", a, b)
@@ -130,7 +109,7 @@ func TestRun_gcPause_sqlite(t *testing.T) {
 // TestRecord_gcPause_sqliteBare runs the same timeline with a write that presents no
 // token: a's stale write lands over b's, and the verdict must say so.
 func TestRecord_gcPause_sqliteBare(t *testing.T) {
-	h := scenario.Record(t, sqliteConfig(true), gcPause()...)
+	h := scenario.Record(t, backends[0].config(true), gcPause()...)
 	err := h.Check()
 	var v *scenario.ViolationError
 	if !errors.As(err, &v) || !errors.Is(err, scenario.ErrViolation) {

@@ -13,6 +13,7 @@ type Step struct {
 	verb   string
 	worker string
 	delay  time.Duration
+	after  time.Duration
 	when   *point
 	until  *point
 	err    string
@@ -55,6 +56,17 @@ func (s *Step) When(worker, point string) *Step {
 	return s
 }
 
+// After makes the step act d after the previous step acted, rather than at once:
+// a fault at a time, for a job with no point to name. It cannot be combined with
+// When.
+func (s *Step) After(d time.Duration) *Step {
+	s.after = d
+	if d <= 0 {
+		s.err = fmt.Sprintf("After(%v): the wait must be positive", d)
+	}
+	return s
+}
+
 // Until makes a lasting fault (Freeze, CutOff, Slow) end when worker reaches point.
 // Finished is reached when the worker's process ends.
 func (s *Step) Until(worker, point string) *Step {
@@ -68,6 +80,9 @@ func (s *Step) String() string {
 	str := fmt.Sprintf("%s(%q)", s.verb, s.worker)
 	if s.when != nil {
 		str += fmt.Sprintf(".When(%q, %q)", s.when.worker, s.when.name)
+	}
+	if s.after != 0 {
+		str += fmt.Sprintf(".After(%v)", s.after)
 	}
 	if s.until != nil {
 		str += fmt.Sprintf(".Until(%q, %q)", s.until.worker, s.until.name)
@@ -91,6 +106,8 @@ func (s *Step) check(i int, known map[string]bool) error {
 		return bad("When names no worker of Config.Workers: %q", s.when.worker)
 	case s.until != nil && !known[s.until.worker]:
 		return bad("Until names no worker of Config.Workers: %q", s.until.worker)
+	case s.after != 0 && s.when != nil:
+		return bad("After and When both say when to act: give one")
 	case s.until != nil && (s.verb == "Start" || s.verb == "Kill"):
 		return bad("%s does not last: Until has no meaning for it", s.verb)
 	case s.verb == "Start" && s.when != nil && s.when.worker == s.worker:

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -94,7 +95,8 @@ func (w *Worker) Reach(ctx context.Context, point string) error {
 // Write records one write of value to g's resource, made by fn: it reaches
 // AboutToWrite, runs fn, records its outcome from fn's error (nil acknowledged,
 // fence.ErrStale, fence.ErrLost, anything else commit unknown) and reaches Wrote.
-// It returns fn's error. Give each write a distinct value (say the worker's name
+// It returns fn's error. fn must be the whole write, its commit included (wrap
+// fence.Exec, not a statement inside it). Give each write a distinct value (say the worker's name
 // and the token) so the final state tells whose write it is.
 func (w *Worker) Write(ctx context.Context, g fence.Grant, value string, fn func(context.Context) error) error {
 	if fn == nil || g == nil {
@@ -189,4 +191,26 @@ func work(t *testing.T, cfg Config, name, addr string) error {
 		exit.Fenced = errors.Is(jerr, fence.ErrStale) || errors.Is(jerr, fence.ErrLost)
 	}
 	return w.call(exit)
+}
+
+// Store wraps s so that every fenced transaction through it is recorded as
+// Worker.Write would, its value the grant's token in decimal: the job's own code
+// runs unchanged on the returned Store. Config.Read must then return, for each
+// resource, the token its stored data was last written with (a token column the
+// job writes; not fence_tokens, which a write without a grant leaves alone).
+func Store[Tx any](w *Worker, s fence.Store[Tx]) fence.Store[Tx] {
+	return recorded[Tx]{w: w, s: s}
+}
+
+type recorded[Tx any] struct {
+	w *Worker
+	s fence.Store[Tx]
+}
+
+func (r recorded[Tx]) Fenced(ctx context.Context, g fence.Grant, fn func(Tx) error) error {
+	if g == nil {
+		return r.s.Fenced(ctx, g, fn)
+	}
+	value := strconv.FormatInt(int64(g.Token()), 10)
+	return r.w.Write(ctx, g, value, func(ctx context.Context) error { return r.s.Fenced(ctx, g, fn) })
 }

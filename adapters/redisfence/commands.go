@@ -2,9 +2,9 @@ package redisfence
 
 import (
 	"context"
+	"encoding"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	"github.com/redis/go-redis/v9"
@@ -30,17 +30,23 @@ type cmdTable map[string]*cmdSpec
 // Fenced that queued a command. A failed read is not kept: the next call reads
 // again.
 type commands struct {
-	mu  sync.Mutex
-	tab atomic.Pointer[cmdTable]
+	reading chan struct{} // holds one token while a call reads the table
+	tab     atomic.Pointer[cmdTable]
 }
+
+func newCommands() *commands { return &commands{reading: make(chan struct{}, 1)} }
 
 // table returns the server's command table, reading it (COMMAND) on first use.
 func (s *Store) table(ctx context.Context) (cmdTable, error) {
 	if t := s.cmds.tab.Load(); t != nil {
 		return *t, nil
 	}
-	s.cmds.mu.Lock()
-	defer s.cmds.mu.Unlock()
+	select {
+	case s.cmds.reading <- struct{}{}: // one read at a time; the others wait for it
+		defer func() { <-s.cmds.reading }()
+	case <-ctx.Done():
+		return nil, fmt.Errorf("%w: %w", ErrCommandTable, ctx.Err())
+	}
 	if t := s.cmds.tab.Load(); t != nil {
 		return *t, nil
 	}
@@ -75,23 +81,24 @@ func parseTable(reply []any) (cmdTable, error) {
 	return t, nil
 }
 
+// parseSpec reads one entry of COMMAND's reply.
 func parseSpec(e any) (*cmdSpec, error) {
-	a, ok := e.([]any)
-	if !ok || len(a) < 6 {
+	a, _ := e.([]any)
+	if len(a) < 6 {
 		return nil, fmt.Errorf("%w: entry %v", ErrCommandTable, e)
 	}
-	name, ok := a[0].(string)
-	flags, fok := a[2].([]any)
-	nums := make([]int, 0, 4)
+	name, _ := a[0].(string)
+	flags, ok := a[2].([]any)
+	if name == "" || !ok {
+		return nil, fmt.Errorf("%w: entry %v: no name or flags", ErrCommandTable, e)
+	}
+	nums := make([]int, 0, 4) // arity, first, last, step
 	for _, i := range []int{1, 3, 4, 5} {
 		n, ok := a[i].(int64)
 		if !ok {
 			return nil, fmt.Errorf("%w: entry %v: position %d is not a number", ErrCommandTable, e, i)
 		}
 		nums = append(nums, int(n))
-	}
-	if !ok || !fok || name == "" {
-		return nil, fmt.Errorf("%w: entry %v", ErrCommandTable, e)
 	}
 	sp := &cmdSpec{name: strings.ToLower(name), arity: nums[0], first: nums[1], last: nums[2], step: nums[3]}
 	set := map[string]bool{}
@@ -152,8 +159,7 @@ func (t cmdTable) lookup(name string, args []any) (*cmdSpec, error) {
 		return nil, invalid("%s is not a command this server knows (COMMAND)", name)
 	}
 	if sp.subs != nil && len(args) > 1 {
-		sub, _ := args[1].(string)
-		full := name + "|" + strings.ToLower(sub)
+		full := name + "|" + strings.ToLower(argText(args[1]))
 		if sp = sp.subs[full]; sp == nil {
 			return nil, invalid("%s %v is not a subcommand this server knows (COMMAND)", name, args[1])
 		}
@@ -168,8 +174,8 @@ func (t cmdTable) lookup(name string, args []any) (*cmdSpec, error) {
 	if sp.refused != "" {
 		return nil, invalid("%s cannot run in a fenced transaction: %s", sp.name, sp.refused)
 	}
-	if sp.name == "copy" && hasWord(args[3:], "db") {
-		return nil, invalid("copy ... db cannot run in a fenced transaction: it writes another database, which the marks do not fence")
+	if sp.name == "copy" && !allReplace(args[3:]) {
+		return nil, invalid("copy ... db cannot run in a fenced transaction: it writes another database, which the marks do not fence (only REPLACE may follow COPY's keys)")
 	}
 	return sp, nil
 }
@@ -187,11 +193,29 @@ func (sp *cmdSpec) keys(args []any) ([]string, error) {
 	return strArgs(args, sp.first, min(last+1, len(args)), max(sp.step, 1))
 }
 
-func hasWord(args []any, w string) bool {
+// allReplace reports whether every one of args is the word REPLACE.
+func allReplace(args []any) bool {
 	for _, a := range args {
-		if s, ok := a.(string); ok && strings.EqualFold(s, w) {
-			return true
+		if !strings.EqualFold(argText(a), "replace") {
+			return false
 		}
 	}
-	return false
+	return true
+}
+
+// argText is an argument as go-redis sends it.
+func argText(a any) string {
+	switch a := a.(type) {
+	case string:
+		return a
+	case []byte:
+		return string(a)
+	case encoding.BinaryMarshaler:
+		b, err := a.MarshalBinary()
+		if err != nil {
+			return ""
+		}
+		return string(b)
+	}
+	return fmt.Sprint(a)
 }

@@ -3,6 +3,7 @@ package redisfence_test
 import (
 	"errors"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -96,6 +97,8 @@ func TestStore_Fenced_refusedCommands(t *testing.T) {
 		{[]any{"move", k, 1}, "move cannot run in a fenced transaction: it moves a key to another database"},
 		{[]any{"migrate", "127.0.0.1", 1, k, 0, 1}, "migrate cannot run in a fenced transaction: it moves keys to another server"},
 		{[]any{"copy", k, e.key(res, "c"), "DB", 1}, "copy ... db cannot run"},
+		{[]any{"copy", k, e.key(res, "c"), "replace", []byte("db"), 1}, "copy ... db cannot run"},
+		{[]any{"xgroup", []byte("CREATE"), mark, "g", "$"}, "the Store's own"},
 		{[]any{"multi"}, "multi cannot run in a fenced transaction: Redis refuses it in a script"},
 		{[]any{"eval", "return 1", 0}, "eval cannot run in a fenced transaction: Redis refuses it in a script"},
 		{[]any{"blpop", k, 1}, "blpop cannot run in a fenced transaction"},
@@ -174,14 +177,14 @@ func TestStore_Fenced_crossSlotStore(t *testing.T) {
 // once, on the first Fenced that queues a command; that a failed read (a user
 // the server's ACL denies COMMAND) is ErrCommandTable with nothing written and
 // is read again on the next call; and that a reply that is not a command table
-// is ErrCommandTable.
+// is ErrCommandTable. Its client speaks RESP2, the other tests' RESP3.
 func TestStore_commandTable(t *testing.T) {
 	raw := ownNode(t)
 	ctx := t.Context()
 	if err := raw.Do(ctx, "acl", "setuser", "fenced", "on", ">pw", "~*", "+@all", "-command").Err(); err != nil {
 		t.Fatal(err)
 	}
-	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Username: "fenced", Password: "pw"}))
+	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr, Username: "fenced", Password: "pw", Protocol: 2}))
 	res := e.res("r")
 	n := e.key(res, "n")
 	incr := func(tok fence.Token) error {
@@ -220,6 +223,14 @@ func TestStore_commandTable(t *testing.T) {
 	if v, _ := e.get(t, n); v != "3" {
 		t.Fatalf("counter %s, want 3", v)
 	}
+	var sorted *redis.IntCmd
+	if err := e.store.Fenced(ctx, fence.NewGrant(res, 6), func(tx redis.Pipeliner) error {
+		tx.RPush(ctx, e.key(res, "list"), 2, 1)
+		sorted = tx.SortStore(ctx, e.key(res, "list"), e.key(res, "sorted"), &redis.Sort{})
+		return nil
+	}); err != nil || sorted.Val() != 2 {
+		t.Fatalf("SORT ... STORE (COMMAND GETKEYS) over RESP2: %v, %d", err, sorted.Val())
+	}
 
 	entry := func(a ...any) []any { return a }
 	get := entry("get", int64(2), []any{"readonly"}, int64(1), int64(1), int64(1))
@@ -238,5 +249,34 @@ func TestStore_commandTable(t *testing.T) {
 	}
 	if err := redisfence.ParseCommandTableForTest([]any{get}); err != nil {
 		t.Fatalf("a table of GET alone: %v", err)
+	}
+}
+
+// TestStore_commandTable_concurrent checks that concurrent first calls of a new
+// Store read the command table once between them.
+func TestStore_commandTable_concurrent(t *testing.T) {
+	e := newEnv(t)
+	ctx := t.Context()
+	res := e.res("r")
+	n := e.key(res, "n")
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	for i := range errs {
+		wg.Go(func() {
+			errs[i] = e.store.Fenced(ctx, fence.NewGrant(res, 1), func(tx redis.Pipeliner) error {
+				tx.Incr(ctx, n)
+				return nil
+			})
+		})
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	if c := e.sent.table.Load(); c != 1 {
+		t.Fatalf("%d COMMAND sent by %d concurrent first calls, want 1", c, len(errs))
+	}
+	if v, _ := e.get(t, n); v != "8" {
+		t.Fatalf("counter %s, want 8", v)
 	}
 }

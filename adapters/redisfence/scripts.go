@@ -167,10 +167,13 @@ func (s *Store) run(ctx context.Context, sc *script, keys []string, args []any, 
 	return reply, waited{n: w.Val(), err: w.Err()}, nil
 }
 
-// eval sends sc by its SHA1 and, on NOSCRIPT, whole, through p.
-func eval(ctx context.Context, p interface {
+// processor is what a script is sent through: a client, or one connection of it.
+type processor interface {
 	Process(context.Context, redis.Cmder) error
-}, sc *script, keys []string, args []any) (any, error) {
+}
+
+// eval sends sc by its SHA1 and, on NOSCRIPT, whole, through p.
+func eval(ctx context.Context, p processor, sc *script, keys []string, args []any) (any, error) {
 	c := sc.cmd(ctx, false, keys, args)
 	err := p.Process(ctx, c)
 	if isNoScript(err) {

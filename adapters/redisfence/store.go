@@ -80,7 +80,7 @@ func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
 	if typednil.Is(rdb) {
 		return nil, invalid("nil Redis client")
 	}
-	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript, cmds: &commands{}}
+	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript, cmds: newCommands()}
 	_, s.cluster = rdb.(*redis.ClusterClient)
 	for _, o := range opts {
 		if o == nil {

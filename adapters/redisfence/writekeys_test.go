@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/redis/go-redis/v9"
@@ -25,12 +26,41 @@ import (
 // from the server's own syntax (COMMAND DOCS) with that key aimed at a mark and
 // every other key at a data key of the mark's resource. The server confirms the
 // mark is one of the command's keys (COMMAND GETKEYS); Fenced at a higher token
-// must refuse it, and the server's command statistics must show that no such
-// command, nor any script, reached it; the mark is as it was.
+// must refuse it, and the servers' command statistics must show that no such
+// command, nor any script, reached them; the mark is as it was. On a single node
+// and on a Cluster.
 func TestStore_Fenced_everyWriteKey(t *testing.T) {
-	raw := ownNode(t)
+	t.Run("node", func(t *testing.T) {
+		raw := ownNode(t)
+		e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr}))
+		aimAtMark(t, e, raw, []*redis.Client{raw})
+	})
+	t.Run("cluster", func(t *testing.T) {
+		e := newClusterEnv(t)
+		cc := e.raw.(*redis.ClusterClient)
+		var mu sync.Mutex
+		var masters []*redis.Client
+		if err := cc.ForEachMaster(t.Context(), func(_ context.Context, m *redis.Client) error {
+			mu.Lock()
+			defer mu.Unlock()
+			masters = append(masters, m)
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+		m, err := cc.MasterForKey(t.Context(), redisfence.MarkKey(e.res("r")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		aimAtMark(t, e, m, masters)
+	})
+}
+
+// aimAtMark runs TestStore_Fenced_everyWriteKey on e's Store: raw is a client of
+// the node serving the mark, nodes every node whose statistics count.
+func aimAtMark(t *testing.T, e *env, raw *redis.Client, nodes []*redis.Client) {
+	t.Helper()
 	ctx := t.Context()
-	e := envOn(t, raw, redis.NewClient(&redis.Options{Addr: raw.Options().Addr}))
 	res := e.res("r")
 	mark, data := redisfence.MarkKey(res), e.key(res, "d")
 	if err := raw.HSet(ctx, mark, "token", 7).Err(); err != nil {
@@ -40,8 +70,10 @@ func TestStore_Fenced_everyWriteKey(t *testing.T) {
 	if len(cmds) < 60 {
 		t.Fatalf("%d write key specifications in the server's command table; expected Redis 7's (over 60)", len(cmds))
 	}
-	if err := raw.ConfigResetStat(ctx).Err(); err != nil {
-		t.Fatal(err)
+	for _, n := range nodes {
+		if err := n.ConfigResetStat(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
 	}
 	refusedByName := 0
 	for _, c := range cmds {
@@ -59,14 +91,16 @@ func TestStore_Fenced_everyWriteKey(t *testing.T) {
 		}
 	}
 	reached := 0
-	stats := commandStats(t, raw)
-	for _, c := range cmds {
-		reached += stats[c.name]
+	for _, n := range nodes {
+		stats := commandStats(t, n)
+		for _, c := range cmds {
+			reached += stats[c.name]
+		}
+		reached += stats["eval"] + stats["evalsha"]
 	}
-	reached += stats["eval"] + stats["evalsha"]
 	t.Logf("%d write key specifications aimed at the mark: %d refused by the mark key, %d by the command; %d commands reached the server", len(cmds), len(cmds)-refusedByName, refusedByName, reached)
 	if reached != 0 {
-		t.Errorf("%d commands aimed at the mark reached the server: %v", reached, stats)
+		t.Errorf("%d commands aimed at the mark reached the server", reached)
 	}
 	if m, err := raw.HGetAll(ctx, mark).Result(); err != nil || len(m) != 1 || m["token"] != "7" {
 		t.Fatalf("mark is %v, %v; want token 7 alone", m, err)

@@ -17,27 +17,17 @@ import (
 	"github.com/fencegate/fencegate/internal/typednil"
 )
 
-// Put stores the object in describes (Bucket, Key, Body and any other field of a
-// plain PutObject) for grant g: it reads the stored object's token and ETag with a
-// HEAD, refuses a higher token than g's with a *fence.StaleError naming it, and
-// otherwise PUTs with the fence-token metadata set to g's token, conditioned on the
-// ETag it read (If-Match) or on the key being absent (If-None-Match: *). When the
-// condition fails (412: another writer got in between) it reads and decides again,
-// up to the Store's attempt limit, then returns ErrContended. A fenced Put costs one
-// HEAD more than a plain PutObject; PutIfMatch skips it when the caller holds the
-// version.
+// Put stores the object in describes for grant g: a HEAD reads the stored token and
+// ETag, a token above g's is refused with a *fence.StaleError, and the PUT carries
+// g's token, conditioned on that ETag (or on absence); a lost race reads and decides
+// again, up to the Store's attempt limit, then ErrContended. The package doc tells
+// the story; PutIfMatch skips the HEAD.
 //
-// Body must be nil (an empty object) or an io.Seeker, so that a retried PUT sends
-// the same bytes from where Body stood. in is not modified. Before any request Put
-// returns fence.ErrInvalidArgument for a nil in, an empty Bucket or Key, a body that
-// cannot seek, IfMatch or IfNoneMatch set (Put sets them), reserved metadata
-// (TokenKey, TombstoneKey) or a grant over several resources (fence.Set), and
-// fence.CheckGrant's errors for a bad grant. A Watched grant is checked before every
-// request: once its lock is lost Put returns fence.ErrLost. An object whose
-// token metadata cannot be read returns ErrBadMetadata and is left alone. Other
-// failures wrap the client's error.
-//
-// The returned Version is what was stored: its ETag and g's token.
+// Body must be nil or an io.Seeker; in is not modified. Before any request it returns
+// fence.ErrInvalidArgument for a nil in, an empty Bucket or Key, a body that cannot
+// seek, IfMatch or IfNoneMatch set, reserved metadata or a fence.Set of several, and
+// fence.CheckGrant's errors; fence.ErrLost once a Watched grant's lock is lost;
+// ErrBadMetadata for an unreadable stored token (the object left alone).
 func (s *Store) Put(ctx context.Context, g fence.Grant, in *s3.PutObjectInput) (Version, error) {
 	body, err := s.checkPut(g, in)
 	if err != nil {

@@ -82,19 +82,11 @@ func (s *Store) observe(op string, errp *error) {
 // WithIdleTimeout bounds how long a fenced transaction may sit idle on the server
 // before the server ends it, so a holder frozen inside fn holds up its successor about
 // one lease. Default: the grant's lease (fence.Leased), else 10 s; under a millisecond
-// is fence.ErrInvalidArgument. fn's own statements return the driver's error; Fenced
-// returns fence.ErrIdleTimeout wrapping it, or, on PostgreSQL where fn swallowed it,
-// fence.ErrCommitUnknown (database/sql hides whether COMMIT reached the server).
-//
-//   - PostgreSQL: idle_in_transaction_session_timeout for the transaction only, set by
-//     the raise statement; the server ends the session (25P03).
-//   - MariaDB: idle_transaction_timeout (rounded up to whole seconds) on the session,
-//     restored when the transaction ends, so pooled connections and the caller's own
-//     transactions never inherit it. A sqlfence/mysql pool sends it with BEGIN and the
-//     raise, the restore with COMMIT; another pool takes two round trips more, on a
-//     pinned connection, as MySQL does for wait_timeout.
-//   - SQLite: nothing to set. A frozen writer holds the lock until it wakes or dies; a
-//     waiter ends with ctx's error, wrapped in fence.ErrBusy where the Store retried.
+// is fence.ErrInvalidArgument. Fenced then returns fence.ErrIdleTimeout wrapping the
+// driver's error, or, on PostgreSQL where fn swallowed it, fence.ErrCommitUnknown.
+// PostgreSQL and MariaDB end the transaction; SQLite has nothing to set (a waiter
+// ends with ctx). How each database is told: docs/design.md, "A holder frozen
+// inside a transaction".
 func WithIdleTimeout(d time.Duration) Option {
 	return func(s *Store) error { return s.set.SetIdleTimeout("sqlfence", d) }
 }

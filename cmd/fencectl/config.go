@@ -51,23 +51,46 @@ func defaultConfig() config {
 	return c
 }
 
-// flags binds a flag set to c; the current values are the defaults, so flags
-// given before the command carry over to the command's own set.
-func (c *config) flags(name string, stderr io.Writer) *flag.FlagSet {
+// flagSet names the shared flags a command takes; every command takes -timeout.
+type flagSet uint
+
+const (
+	etcdFlags    flagSet = 1 << iota // -endpoints, -prefix, -cacert, -cert, -key, -user, -password
+	dsnFlag                          // -dsn
+	jsonFlag                         // -json
+	releaseFlag                      // -release (fence)
+	fenceAllFlag                     // -all (fence)
+
+	allFlags = etcdFlags | dsnFlag | jsonFlag | releaseFlag
+)
+
+// flags binds the flags in which to c; the current values are the defaults, so
+// flags given before the command carry over to the command's own set.
+func (c *config) flags(name string, which flagSet, output io.Writer) *flag.FlagSet {
 	fs := flag.NewFlagSet(name, flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.StringVar(&c.endpoints, "endpoints", c.endpoints, "etcd endpoints, comma-separated [FENCECTL_ENDPOINTS]")
-	fs.StringVar(&c.prefix, "prefix", c.prefix, "lock key prefix [FENCECTL_PREFIX]")
-	fs.StringVar(&c.cacert, "cacert", c.cacert, "CA bundle to verify etcd's certificate (enables TLS)")
-	fs.StringVar(&c.cert, "cert", c.cert, "client certificate for etcd (enables TLS)")
-	fs.StringVar(&c.key, "key", c.key, "client certificate's key")
-	fs.StringVar(&c.user, "user", c.user, "etcd user [FENCECTL_USER]")
-	fs.StringVar(&c.password, "password", c.password, "etcd password [FENCECTL_PASSWORD]")
-	fs.StringVar(&c.dsn, "dsn", c.dsn, "database for tokens: postgres://..., a MySQL DSN or a SQLite file [FENCECTL_DSN]")
+	fs.SetOutput(output)
+	if which&etcdFlags != 0 {
+		fs.StringVar(&c.endpoints, "endpoints", c.endpoints, "etcd endpoints, comma-separated [FENCECTL_ENDPOINTS]")
+		fs.StringVar(&c.prefix, "prefix", c.prefix, "lock key prefix [FENCECTL_PREFIX]")
+		fs.StringVar(&c.cacert, "cacert", c.cacert, "CA bundle to verify etcd's certificate (enables TLS)")
+		fs.StringVar(&c.cert, "cert", c.cert, "client certificate for etcd (enables TLS)")
+		fs.StringVar(&c.key, "key", c.key, "client certificate's key")
+		fs.StringVar(&c.user, "user", c.user, "etcd user [FENCECTL_USER]")
+		fs.StringVar(&c.password, "password", c.password, "etcd password [FENCECTL_PASSWORD]")
+	}
+	if which&dsnFlag != 0 {
+		fs.StringVar(&c.dsn, "dsn", c.dsn, "database: postgres://..., a MySQL DSN or a SQLite file [FENCECTL_DSN]")
+	}
 	fs.DurationVar(&c.timeout, "timeout", c.timeout, "bound on the command's I/O")
-	fs.BoolVar(&c.json, "json", c.json, "print JSON")
-	fs.BoolVar(&c.release, "release", c.release, "fence: also release the lock key, conditioned on the holder's token")
-	fs.BoolVar(&c.all, "all", c.all, "fence: every mark stored and every lock held (after promoting a replica that may lag)")
+	if which&jsonFlag != 0 {
+		fs.BoolVar(&c.json, "json", c.json, "print JSON")
+	}
+	if which&releaseFlag != 0 {
+		fs.BoolVar(&c.release, "release", c.release, "fence: also release the lock key, conditioned on the holder's token")
+	}
+	if which&fenceAllFlag != 0 {
+		fs.BoolVar(&c.all, "all", c.all, "every mark stored and every lock held (after promoting a replica that may lag)")
+	}
 	return fs
 }
 

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +12,8 @@ import (
 	"strconv"
 	"syscall"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
@@ -29,31 +32,39 @@ const (
 	envToken = "FENCEGATE_TOKEN" // its fencing token: fence the command's writes with it
 )
 
-const execUsage = "[-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]"
+// execOpts are exec's own flags.
+type execOpts struct {
+	ttl, grace *time.Duration
+	try        *bool
+}
 
-// runExec is fencectl exec: it takes the lock NAME (waiting while another holds
-// it, or with -try giving up at once with status 75), runs COMMAND with the
-// lock's name and token in its environment, releases the lock when the
-// command ends and exits with the command's status (128+N when a signal N
-// ended it). If the lock is lost while the command runs (its session lease ran
-// out, or its key was deleted, as by fencectl release), the command gets
-// SIGTERM, SIGKILL after -grace, and fencectl exits with status 76. An
-// interrupt or SIGTERM to fencectl is passed to the command the same way, and
-// the lock is released once it has ended.
-func runExec(ctx context.Context, cfg *config, args []string, stdout, stderr io.Writer) int {
-	fs := cfg.flags("fencectl exec", stderr)
-	ttl := fs.Duration("ttl", lockclient.DefaultTTL, "session lease: how long a silent fencectl keeps the lock (whole seconds, at least 2s)")
-	try := fs.Bool("try", false, "do not wait: exit with status 75 if the lock is held")
-	grace := fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has to exit before SIGKILL")
+func execFlags(fs *flag.FlagSet) execOpts {
+	return execOpts{
+		ttl:   fs.Duration("ttl", lockclient.DefaultTTL, "session lease: how long a silent fencectl keeps the lock (whole seconds, at least 2s)"),
+		try:   fs.Bool("try", false, "do not wait: exit with status 75 if the lock is held"),
+		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has to exit before SIGKILL"),
+	}
+}
+
+// runExec is fencectl exec (its command's about says what it does). An interrupt
+// or SIGTERM to fencectl is passed to the command like a lost lock, and the lock
+// is released once it has ended. The session lease is left to expire (within
+// -ttl; it holds nothing), not revoked: a watcher that asks about the lease as
+// it reports the release then sees it live, so released, not expired; and an
+// unreachable etcd costs no wait for a revoke. lc's loop ends at the session
+// deadline. Only a release that failed is followed by a revoke (Close).
+func runExec(ctx context.Context, cfg *config, c *command, args []string, stdout, stderr io.Writer) int {
+	fs := c.flagSet(cfg, stderr)
+	opt := execFlags(fs)
 	if err := fs.Parse(args); err != nil {
-		return 2
+		return helpOr2(err)
 	}
 	rest := fs.Args()
 	if len(rest) >= 2 && rest[1] == "--" {
 		rest = append(rest[:1], rest[2:]...)
 	}
 	if len(rest) < 2 {
-		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] exec %s\n", execUsage)
+		fmt.Fprintf(stderr, "fencectl: usage: fencectl exec %s\n", c.args)
 		return 2
 	}
 	name, argv := rest[0], rest[1:]
@@ -67,30 +78,41 @@ func runExec(ctx context.Context, cfg *config, args []string, stdout, stderr io.
 	if err != nil {
 		return execFailed(stderr, err)
 	}
-	defer cli.Close()
-	lc, err := lockclient.New(cli, lockclient.WithPrefix(cfg.prefix), lockclient.WithTTL(*ttl))
+	lc, err := lockclient.New(cli, lockclient.WithPrefix(cfg.prefix), lockclient.WithTTL(*opt.ttl))
 	if err != nil {
+		cli.Close()
 		fmt.Fprintf(stderr, "fencectl exec: -ttl: %v\n", err)
 		return 2
 	}
-	defer lc.Close()
-	l, code := takeLock(ctx, cfg, lc, name, *try, stderr)
+	defer cli.Close()
+	l, code := takeLock(ctx, cfg, cli, lc, name, *opt.try, stderr)
 	if l == nil {
-		return code
+		return code // a session lease granted holds nothing: left to expire
 	}
-	defer func() {
-		rctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
-		defer cancel()
-		l.Release(rctx)
-	}()
-	return runHolding(ctx, lc, l, argv, *grace, stdout, stderr)
+	code = runHolding(ctx, lc, l, argv, *opt.grace, stdout, stderr)
+	rctx, cancel := context.WithTimeout(context.Background(), cfg.timeout)
+	defer cancel()
+	if l.Release(rctx) != nil {
+		lc.Close() // revokes the session lease, and a key it could not delete with it
+	}
+	return code
 }
 
-// takeLock takes the lock, or returns nil and the exit status.
-func takeLock(ctx context.Context, cfg *config, lc *lockclient.Client, name string, try bool, stderr io.Writer) (*lockclient.Lock, int) {
+// takeLock takes the lock, or returns nil and the exit status. Waiting for a
+// held lock, it checks every -timeout that etcd answers, and gives up (status 1)
+// when it does not answer within -timeout.
+func takeLock(ctx context.Context, cfg *config, cli *clientv3.Client, lc *lockclient.Client, name string, try bool, stderr io.Writer) (*lockclient.Lock, int) {
 	if !try {
-		l, err := lc.Acquire(ctx, name)
+		actx, cancel := context.WithCancelCause(ctx)
+		probed := make(chan struct{})
+		go func() { defer close(probed); probeEtcd(actx, cfg, cli, cfg.prefix+name, cancel) }()
+		l, err := lc.Acquire(actx, name)
+		cancel(nil)
+		<-probed
 		if err != nil {
+			if cause := context.Cause(actx); ctx.Err() == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+				err = cause
+			}
 			return nil, execFailed(stderr, cfg.etcdErr(err))
 		}
 		return l, 0
@@ -108,6 +130,31 @@ func takeLock(ctx context.Context, cfg *config, lc *lockclient.Client, name stri
 		return nil, execFailed(stderr, cfg.etcdErr(err))
 	}
 	return l, 0
+}
+
+// probeEtcd reads key (a linearizable read: a majority answers) at once and then
+// every -timeout until ctx ends; a read that fails within -timeout cancels ctx with
+// its error.
+func probeEtcd(ctx context.Context, cfg *config, cli *clientv3.Client, key string, cancel context.CancelCauseFunc) {
+	for {
+		pctx, done := context.WithTimeout(ctx, cfg.timeout)
+		_, err := cli.Get(pctx, key, clientv3.WithCountOnly())
+		done()
+		if ctx.Err() != nil {
+			return
+		}
+		if err != nil {
+			cancel(err)
+			return
+		}
+		t := time.NewTimer(cfg.timeout)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+	}
 }
 
 // runHolding runs argv while l is held and returns the exit status.

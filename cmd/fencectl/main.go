@@ -15,7 +15,9 @@
 // With -dsn, list and show add each lock's stored mark (MARK), its token minus
 // the mark (DIFF) and what that means (STATE: unwritten, written, fenced).
 //
-// Flags (also accepted after the command; environment in brackets):
+// fencectl COMMAND -h prints that command's usage, its own flags and an example.
+// Flags (before the command, or after it when the command takes them; environment
+// in brackets):
 //
 //	-endpoints URLS   etcd endpoints, comma-separated [FENCECTL_ENDPOINTS] (default 127.0.0.1:2379)
 //	-prefix P         lock key prefix (default /fencegate/locks/) [FENCECTL_PREFIX]
@@ -41,13 +43,16 @@
 // 10s), and the status is 76. -ttl (default 10s) is the session lease: how long a
 // frozen or cut-off fencectl keeps the lock. An interrupt or SIGTERM is passed on
 // to COMMAND the same way, then the lock is released. Status 1 means fencectl
-// failed before COMMAND ran (etcd unreachable). A fencectl that is itself frozen
+// failed before COMMAND ran: etcd did not answer within -timeout, at the start or
+// while waiting (it is asked every -timeout). A fencectl that is itself frozen
 // past its lease cannot stop COMMAND until it wakes: COMMAND's writes fenced with
 // FENCEGATE_TOKEN are what the database refuses once a successor wrote.
 package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -65,48 +70,42 @@ func main() {
 // exit status.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := defaultConfig()
-	gfs := cfg.flags("fencectl", stderr)
+	gfs := cfg.flags("fencectl", allFlags, stderr)
+	gfs.Usage = func() { usage(stderr) }
 	if err := gfs.Parse(args); err != nil {
-		return 2
+		return helpOr2(err)
 	}
 	args = gfs.Args()
 	if len(args) == 0 {
 		usage(stderr)
 		return 2
 	}
-	cmd, args := args[0], args[1:]
-	if cmd == "exec" {
-		return runExec(ctx, &cfg, args, stdout, stderr)
-	}
-	fs := cfg.flags("fencectl "+cmd, stderr)
-	if err := fs.Parse(args); err != nil {
-		return 2
-	}
-	args = fs.Args()
-	var c command
-	switch cmd {
-	case "list":
-		c = command{nargs: 0, run: cmdList}
-	case "show":
-		c = command{nargs: 1, usage: "NAME", run: cmdShow}
-	case "release":
-		c = command{nargs: 2, usage: "NAME TOKEN (the holder's token: fencectl show NAME)", run: cmdRelease}
-	case "tokens":
-		c = command{nargs: -1, usage: "[RESOURCE]", run: cmdTokens}
-	case "fence":
-		c = command{nargs: -2, usage: "[-release] RESOURCE... (or -all)", run: cmdFence}
-	case "watch":
-		c = command{nargs: 1, usage: "NAME (or 'PREFIX*')", run: cmdWatch, long: true}
+	name, args := args[0], args[1:]
+	switch name {
 	case "help", "-h", "--help":
+		if len(args) == 1 && commandNamed(args[0]) != nil {
+			commandNamed(args[0]).help(&cfg, stdout)
+			return 0
+		}
 		usage(stdout)
 		return 0
-	default:
-		fmt.Fprintf(stderr, "fencectl: unknown command %q\n", cmd)
+	}
+	c := commandNamed(name)
+	if c == nil {
+		fmt.Fprintf(stderr, "fencectl: unknown command %q\n", name)
 		usage(stderr)
 		return 2
 	}
+	if c.name == "exec" {
+		return runExec(ctx, &cfg, c, args, stdout, stderr)
+	}
+	fs := c.flagSet(&cfg, stderr)
+	if err := fs.Parse(args); err != nil {
+		return helpOr2(err)
+	}
+	args = fs.Args()
 	if (c.nargs >= 0 && len(args) != c.nargs) || (c.nargs == -1 && len(args) > 1) || (c.nargs == -2 && len(args) == 0 && !cfg.all) {
-		fmt.Fprintf(stderr, "fencectl: usage: fencectl [flags] %s %s\n", cmd, c.usage)
+		fmt.Fprintf(stderr, "fencectl: usage: fencectl %s %s\n", c.name, c.args)
 		return 2
 	}
 	if !c.long {
@@ -115,7 +114,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	if err := c.run(ctx, &cfg, args, stdout); err != nil {
-		fmt.Fprintf(stderr, "fencectl %s: %v\n", cmd, err)
+		fmt.Fprintf(stderr, "fencectl %s: %v\n", c.name, err)
 		if _, ok := err.(usageError); ok {
 			return 2
 		}
@@ -124,11 +123,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return 0
 }
 
-type command struct {
-	nargs int  // -1: zero or one; -2: one or more
-	long  bool // runs until interrupted: no -timeout on the whole command
-	usage string
-	run   func(ctx context.Context, cfg *config, args []string, out io.Writer) error
+// helpOr2 is the exit status after a failed flag parse: 0 when -h asked for the
+// help (printed by the flag set's Usage), 2 for bad usage.
+func helpOr2(err error) int {
+	if errors.Is(err, flag.ErrHelp) {
+		return 0
+	}
+	return 2
 }
 
 // usageError is a bad argument: exit status 2.
@@ -137,26 +138,16 @@ type usageError string
 func (e usageError) Error() string { return string(e) }
 
 func usage(w io.Writer) {
-	fmt.Fprint(w, `usage: fencectl [flags] COMMAND [args]
+	fmt.Fprint(w, "usage: fencectl [flags] COMMAND [args]\n\ncommands:\n")
+	for _, c := range commands() {
+		fmt.Fprintf(w, "  %-8s %s\n", c.name, c.short)
+	}
+	fmt.Fprint(w, `
+'fencectl COMMAND -h' prints a command's usage, flags and an example.
 
-commands:
-  list                 held locks with holder, token and lease time left
-  show NAME            one lock
-  release NAME TOKEN   release NAME if it still carries TOKEN
-  tokens [RESOURCE]    high-water tokens stored in the database's fence_tokens (-dsn)
-  fence RESOURCE...    raise each stored token to etcd's next token (-dsn): every
-                       holder granted so far is refused; -release also frees the lock
-  watch NAME           print every change of NAME's holder until interrupted
-                       ('PREFIX*' for every lock whose name starts with PREFIX)
-  exec [-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]
-                       run COMMAND holding NAME (FENCEGATE_LOCK, FENCEGATE_TOKEN in
-                       its environment); its status passes through; 75: -try and
-                       held; 76: lock lost, COMMAND stopped (SIGTERM, then SIGKILL)
-
-With -dsn, list and show add the stored mark, token - mark and the state.
-
-flags (also after the command): -endpoints, -prefix, -cacert, -cert, -key, -user,
--password, -dsn, -timeout, -json, -release; environment FENCECTL_ENDPOINTS, FENCECTL_PREFIX,
-FENCECTL_USER, FENCECTL_PASSWORD, FENCECTL_DSN.
+flags (before the command, or after it where the command takes them): -endpoints,
+-prefix, -cacert, -cert, -key, -user, -password, -dsn, -timeout, -json, -release;
+environment FENCECTL_ENDPOINTS, FENCECTL_PREFIX, FENCECTL_USER, FENCECTL_PASSWORD,
+FENCECTL_DSN.
 `)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // TestMetrics_leader: the is-leader gauge is 1 during a term and 0 after,
@@ -56,5 +57,24 @@ fencegate_leader_terms_ended_total{cause="returned",name="scheduler"} 1
 	}
 	if n, err := testutil.GatherAndCount(otherReg, "fencegate_leader", "fencegate_leader_terms_begun_total", "fencegate_leader_terms_ended_total"); err != nil || n != 0 {
 		t.Fatalf("never-leader has %d leader series (%v), want none", n, err)
+	}
+}
+
+// TestMetrics_retries: each request an overloaded etcd refused and the Client
+// sent again is counted under its op.
+func TestMetrics_retries(t *testing.T) {
+	m, reg := newMetrics(t)
+	var ro lockclient.RetryObserver = m
+	ro.Retried("acquire", rpctypes.ErrTooManyRequests)
+	ro.Retried("acquire", rpctypes.ErrTooManyRequests)
+	ro.Retried("grant", rpctypes.ErrTooManyRequests)
+	want := `
+# HELP fencegate_etcd_retries_total Requests an overloaded etcd refused before acting on them (too many requests), sent again, by op.
+# TYPE fencegate_etcd_retries_total counter
+fencegate_etcd_retries_total{op="acquire"} 2
+fencegate_etcd_retries_total{op="grant"} 1
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "fencegate_etcd_retries_total"); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -28,6 +28,7 @@
 //	fencegate_leader{name}                      gauge: 1 while this process holds a term of Lead for name (is-leader), else 0
 //	fencegate_leader_terms_begun_total{name}    counter: terms of Lead begun
 //	fencegate_leader_terms_ended_total{name,cause} counter: terms ended by cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed
+//	fencegate_etcd_retries_total{op}            counter: requests an overloaded etcd refused before acting, sent again (acquire, release, renew, grant)
 //
 // Lock names are not labels: they are unbounded. The names given to Lead are
 // (a process campaigns for a few names fixed by its code). Every method is a few atomic
@@ -65,6 +66,7 @@ type Metrics struct {
 	started      prometheus.Counter
 	lost         prometheus.Counter
 	writes       *prometheus.CounterVec
+	retries      *prometheus.CounterVec
 	lead         *leaderMetrics
 }
 
@@ -151,6 +153,8 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "fenced_writes_total",
 			Help: "Fenced writes by adapter and result: accepted, stale (refused, a higher token is stored), lost (refused, the lock is known lost), error."}, []string{"adapter", "result"}),
 	}
+	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "etcd_retries_total",
+		Help: "Requests an overloaded etcd refused before acting on them (too many requests), sent again, by op."}, []string{"op"})
 	m.granted = m.acquisitions.WithLabelValues("granted")
 	m.heldByOther = m.acquisitions.WithLabelValues("held_by_other")
 	m.acqErrors = m.acquisitions.WithLabelValues("error")
@@ -158,7 +162,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.notRenewed = m.losses.WithLabelValues("not_renewed")
 	m.keyDeleted = m.losses.WithLabelValues("key_deleted")
 	m.lead = newLeaderMetrics(ns)
-	for _, col := range append([]prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes}, m.lead.collectors()...) {
+	for _, col := range append([]prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes, m.retries}, m.lead.collectors()...) {
 		if err := reg.Register(col); err != nil {
 			return nil, fmt.Errorf("lockmetrics: register: %w", err)
 		}
@@ -222,3 +226,9 @@ func (m *Metrics) Session(_ int, err error) {
 func (m *Metrics) FencedWrite(adapter, _ string, err error) {
 	m.writes.WithLabelValues(adapter, grant.WriteResult(err)).Inc()
 }
+
+var _ lockclient.RetryObserver = (*Metrics)(nil)
+
+// Retried implements lockclient.RetryObserver: one request etcd refused as
+// overloaded and the Client sent again, counted under its op.
+func (m *Metrics) Retried(op string, _ error) { m.retries.WithLabelValues(op).Inc() }

@@ -35,3 +35,7 @@ require (
 )
 
 replace github.com/fencegate/fencegate => ../../..
+
+require github.com/fencegate/fencegate/scenario v0.0.0
+
+replace github.com/fencegate/fencegate/scenario => ../../../scenario

@@ -223,3 +223,100 @@ func (c *Client) usable() error {
 	}
 	return nil
 }
+
+// NextToken returns the lowest token a lock granted after this call can carry:
+// etcd's current revision + 1, from one linearizable read (a count of the keys
+// under the Client's prefix). Every token granted before the call is lower, and
+// every token granted after it is at least as high, by any Client of the
+// cluster, for any name. ctx governs the read.
+//
+// It is the operator's fence: storing it as a resource's high-water token (see
+// package adapters/fencemark) makes the database refuse the fenced writes of
+// every holder granted before the call, whether or not anyone holds the lock,
+// while the next holder's writes are accepted.
+//
+// It returns ErrClosed on a closed Client, or etcd's error.
+func (c *Client) NextToken(ctx context.Context) (fence.Token, error) {
+	if err := c.usable(); err != nil {
+		return 0, err
+	}
+	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil {
+		return 0, fmt.Errorf("lockclient: read etcd's revision: %w", c.denied(err))
+	}
+	return fence.Token(resp.Header.Revision + 1), nil
+}
+
+// EventType says what changed about a lock's holder.
+type EventType int
+
+// The changes Watch reports.
+const (
+	// EventTaken: the lock was granted; Holder is the new holder, with its
+	// token and its WithValue value.
+	EventTaken EventType = iota + 1
+	// EventReleased: the key was deleted while its holder's session lease
+	// lived: a Release (or a Lead's resign), or an operator's fencectl
+	// release. Holder is the holder whose hold ended.
+	EventReleased
+	// EventExpired: the key was deleted with its holder's session lease: the
+	// lease expired (the holder crashed, froze or was cut off) or the holder's
+	// Client revoked it in Close; etcd reports both the same way. Holder is the
+	// holder whose hold ended.
+	EventExpired
+	// EventFree: nobody holds the name. Only the first event of Watch (Initial)
+	// when the lock is free.
+	EventFree
+)
+
+func (t EventType) String() string {
+	switch t {
+	case EventTaken:
+		return "taken"
+	case EventReleased:
+		return "released"
+	case EventExpired:
+		return "expired"
+	case EventFree:
+		return "free"
+	}
+	return fmt.Sprintf("EventType(%d)", int(t))
+}
+
+// Event is one change of a lock's holder, reported by Watch and WatchPrefix.
+type Event struct {
+	Type     EventType
+	Name     string
+	Holder   Info  // LeaseLeft is zero: a watch reads no lease times
+	Revision int64 // the etcd revision of the change, or of the read that found it
+	// Initial marks the events of the watch's first read: the holders at the
+	// start (or EventFree), not changes.
+	Initial bool
+	// Reread marks events found by reading the state again because etcd had
+	// compacted away the history since the last event (a watcher cut off for
+	// long): changes in between may be missing, and these events bring the
+	// watcher to what holds now (the end of a hold it knew, and the new holder).
+	Reread bool
+}
+
+// carries reads every key of l in one linearizable read and reports whether
+// each still carries l's token under l's session lease.
+func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
+	ops := make([]clientv3.Op, len(l.names))
+	for i, n := range l.names {
+		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
+	}
+	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
+			return false, nil
+		}
+	}
+	return true, nil
+}

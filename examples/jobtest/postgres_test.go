@@ -1,0 +1,52 @@
+package jobtest_test
+
+import (
+	"context"
+	"database/sql"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
+
+	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/examples/jobtest"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/scenario"
+)
+
+func TestInvoice_gcPause_postgres(t *testing.T) {
+	scenario.Run(t, scenario.Config{
+		Workers: []string{"a", "b"},
+		Setup: func(t *testing.T) string {
+			dsn := postgres.DSN(t)
+			db, _ := sql.Open("pgx", dsn)
+			defer db.Close()
+			if err := jobtest.Migrate(t.Context(), db, migrations.Postgres); err != nil {
+				t.Fatal(err)
+			}
+			return dsn
+		},
+		Job: func(ctx context.Context, w *scenario.Worker) error {
+			pool, err := pgxpool.New(ctx, w.Data())
+			if err != nil {
+				return err
+			}
+			defer pool.Close()
+			store, _ := pgxfence.New(pool)
+			l, err := w.Acquire(ctx, "account-42")
+			if err != nil {
+				return err
+			}
+			defer l.Release(context.WithoutCancel(ctx))
+			body := w.Name() + "'s invoice"
+			return w.Write(ctx, l, body, func(ctx context.Context) error {
+				return jobtest.WriteInvoicePG(ctx, store, l, "account-42", body)
+			})
+		},
+		Read: func(ctx context.Context, dsn string) (map[string]string, error) {
+			db, _ := sql.Open("pgx", dsn)
+			defer db.Close()
+			return jobtest.Invoices(ctx, db)
+		},
+	}, gcPause()...)
+}

@@ -1,0 +1,51 @@
+package jobtest_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence"
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
+	"github.com/fencegate/fencegate/examples/jobtest"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/scenario"
+)
+
+func TestInvoice_gcPause_sqlite(t *testing.T) {
+	scenario.Run(t, scenario.Config{
+		Workers: []string{"a", "b"},
+		Setup: func(t *testing.T) string {
+			path := t.TempDir() + "/app.db"
+			db, _ := sqlite.Open(path)
+			defer db.Close()
+			if err := jobtest.Migrate(t.Context(), db, migrations.SQLite); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		},
+		Job: func(ctx context.Context, w *scenario.Worker) error {
+			db, _ := sqlite.Open(w.Data())
+			defer db.Close()
+			store, _ := sqlfence.New(db, migrations.SQLite)
+			l, err := w.Acquire(ctx, "account-42")
+			if err != nil {
+				return err
+			}
+			defer l.Release(context.WithoutCancel(ctx))
+			body := w.Name() + "'s invoice"
+			return w.Write(ctx, l, body, func(ctx context.Context) error {
+				return jobtest.WriteInvoiceSQL(ctx, store, l, "account-42", body)
+			})
+		},
+		Read: readSQLite,
+	}, gcPause()...)
+}
+
+func readSQLite(ctx context.Context, path string) (map[string]string, error) {
+	db, err := sqlite.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	return jobtest.Invoices(ctx, db)
+}

@@ -1,0 +1,49 @@
+package jobtest_test
+
+import (
+	"context"
+	"errors"
+	"testing"
+
+	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
+	"github.com/fencegate/fencegate/examples/jobtest"
+	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/scenario"
+)
+
+// TestInvoice_gcPause_unfenced is the same timeline with the write that presents no
+// grant: the kit's verdict must catch a's stale invoice landing over b's. (With
+// scenario.Run instead of Record, this test fails and prints the verdict.)
+func TestInvoice_gcPause_unfenced(t *testing.T) {
+	h := scenario.Record(t, scenario.Config{
+		Workers: []string{"a", "b"},
+		Setup: func(t *testing.T) string {
+			path := t.TempDir() + "/app.db"
+			db, _ := sqlite.Open(path)
+			defer db.Close()
+			if err := jobtest.Migrate(t.Context(), db, migrations.SQLite); err != nil {
+				t.Fatal(err)
+			}
+			return path
+		},
+		Job: func(ctx context.Context, w *scenario.Worker) error {
+			db, _ := sqlite.Open(w.Data())
+			defer db.Close()
+			l, err := w.Acquire(ctx, "account-42")
+			if err != nil {
+				return err
+			}
+			defer l.Release(context.WithoutCancel(ctx))
+			body := w.Name() + "'s invoice"
+			return w.Write(ctx, l, body, func(ctx context.Context) error {
+				return jobtest.WriteInvoiceUnfenced(ctx, db, "account-42", body)
+			})
+		},
+		Read: readSQLite,
+	}, gcPause()...)
+	err := h.Check()
+	if !errors.Is(err, scenario.ErrViolation) {
+		t.Fatalf("Check() = %v; want a's stale invoice caught", err)
+	}
+	t.Logf("the verdict on the unfenced job:\n%v", err)
+}
