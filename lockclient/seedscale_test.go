@@ -44,9 +44,9 @@ import (
 // with a lessor of its own per session (its own keepalive stream on the shared
 // connection, as each server's clientv3 would have: lockclient's footing). The
 // renewal designs measured before (KeepAliveOnce per renewal, a lazy session,
-// renewals on a wall-clock grid) left the package; BENCHMARKS.md keeps their
-// numbers, and running an earlier commit's benchmark beside this one measures
-// the code of then against the code of now.
+// renewals on a wall-clock grid) left the package; their numbers are in
+// BENCHMARKS.md's git history, and running an earlier commit's benchmark beside
+// this one measures the code of then against the code of now.
 // FENCEGATE_SEED_CONNS sets the shared connections (default 16; as many as
 // workers gives each its own, as separate servers have).
 // FENCEGATE_SEED_RATE sets the jobs offered a second (default 1000; 0 measures

@@ -3,7 +3,6 @@ package pgxfence
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -22,19 +21,14 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
+	args, err := nolockpath.TakeArgs(c, n)
+	if err != nil {
+		return 0, err
 	}
 	q, err := s.counterStatement(c)
 	if err != nil {
 		return 0, err
 	}
-	args := make([]any, 0, len(c.Key)+2)
-	args = append(args, n)
-	for _, k := range c.Key {
-		args = append(args, k.Value)
-	}
-	args = append(args, n)
 
 	var left int64
 	for try := 1; ; try++ {

@@ -145,3 +145,33 @@ func TestStore_pooler_hint(t *testing.T) {
 	}
 	t.Logf("%d errors; first: %v", len(errs), errs[0])
 }
+
+// TestStore_pooler_literals: under WithPooler the raise carries the resource as a
+// literal: quotes, backslashes and a set of several stay data, never SQL.
+func TestStore_pooler_literals(t *testing.T) {
+	ctx := t.Context()
+	pool := bouncerPool(t)
+	store := newStore(pool, pgxfence.WithPooler())
+	names := []string{`it's`, `back\slash`, `\'; DROP TABLE fence_tokens; --`, `E'x'`}
+	for _, res := range names {
+		if err := store.Fenced(ctx, fence.NewGrant(res, 7), func(pgx.Tx) error { return nil }); err != nil {
+			t.Fatalf("%q: %v", res, err)
+		}
+		if err := store.Fenced(ctx, fence.NewGrant(res, 6), func(pgx.Tx) error { return nil }); !errors.Is(err, fence.ErrStale) {
+			t.Errorf("%q at a lower token: %v, want fence.ErrStale", res, err)
+		}
+	}
+	set := idleSet{fence.NewGrant(names[0], 9), []string{names[0], names[1], "plain"}}
+	if err := store.Fenced(ctx, set, func(pgx.Tx) error { return nil }); err != nil {
+		t.Fatalf("set: %v", err)
+	}
+	for _, res := range append(names, "plain") {
+		want := int64(9)
+		if res == names[2] || res == names[3] {
+			want = 7
+		}
+		if got := mustInt(t, pool, "SELECT token FROM fence_tokens WHERE resource = $1", pgx.QueryExecModeCacheDescribe, res); got != want {
+			t.Errorf("mark of %q = %d, want %d", res, got, want)
+		}
+	}
+}

@@ -19,8 +19,9 @@ var (
 	// ErrNotReplicated means a write was applied on the primary but fewer replicas
 	// than WithWaitReplicas asks acknowledged it within its timeout (WAIT's
 	// reply). The write stands on the primary; a failover before the replicas
-	// catch up can lose it, mark and data together.
-	ErrNotReplicated = errors.New("redisfence: write not acknowledged by enough replicas")
+	// catch up can lose it, mark and data together. It matches
+	// fence.ErrNotReplicated, as the SQL adapters' unreplicated commits do.
+	ErrNotReplicated = fmt.Errorf("redisfence: write not acknowledged by enough replicas: %w", fence.ErrNotReplicated)
 	// ErrBadMark means a resource's mark holds a token that is not a decimal
 	// integer (something other than the Store wrote it): the token cannot be
 	// compared. A mark key holding another type than a hash fails every write

@@ -38,7 +38,7 @@ func TestWithWaitReplicas(t *testing.T) {
 	k := e.key(res, "k")
 
 	err = e.store.Set(ctx, fence.NewGrant(res, 2), k, "alone", 0)
-	if !errors.Is(err, redisfence.ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1") {
+	if !errors.Is(err, redisfence.ErrNotReplicated) || !errors.Is(err, fence.ErrNotReplicated) || !strings.Contains(err.Error(), "0 of 1") {
 		t.Fatalf("Set with no replica = %v, want ErrNotReplicated, 0 of 1", err)
 	}
 	if v, _ := e.get(t, k); v != "alone" || e.mark(t, res) != 2 {

@@ -23,21 +23,16 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	if n <= 0 {
-		return 0, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
+	// One slice holds the take's arguments (n, key values..., n); the look's are its
+	// middle.
+	args, err := nolockpath.TakeArgs(c, n)
+	if err != nil {
+		return 0, err
 	}
 	sh, err := s.shapeOf(ctx, c)
 	if err != nil {
 		return 0, err
 	}
-	// One slice holds the take's arguments (n, key values..., n); the look's are its
-	// middle.
-	args := make([]any, len(c.Key)+2)
-	args[0] = n
-	for i, k := range c.Key {
-		args[i+1] = k.Value
-	}
-	args[len(args)-1] = args[0]
 	keyArgs := args[1 : len(args)-1]
 
 	for try := 1; ; try++ {

@@ -45,10 +45,7 @@ func (s *Store) Once(ctx context.Context, key, fingerprint string, fn func(*sql.
 	if err := s.usable(); err != nil {
 		return nolock.Result{}, err
 	}
-	if fn == nil {
-		return nolock.Result{}, fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
-	}
-	if err := nolockpath.CheckIdemKey(key, fingerprint); err != nil {
+	if err := nolockpath.CheckOnce(key, fingerprint, fn == nil); err != nil {
 		return nolock.Result{}, err
 	}
 	wait := time.Millisecond

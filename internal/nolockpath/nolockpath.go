@@ -19,6 +19,29 @@ import (
 // MaxFingerprintLen is the idempotency_keys.fingerprint limit, in characters.
 const MaxFingerprintLen = 255
 
+// CheckOnce refuses (fence.ErrInvalidArgument) a call to Once that cannot run: no
+// function (nilFn), or a key or fingerprint CheckIdemKey refuses.
+func CheckOnce(key, fingerprint string, nilFn bool) error {
+	if nilFn {
+		return fmt.Errorf("%w: nil function", fence.ErrInvalidArgument)
+	}
+	return CheckIdemKey(key, fingerprint)
+}
+
+// TakeArgs returns a take's arguments (n, the key's values, n again), or
+// fence.ErrInvalidArgument when n is not a positive amount.
+func TakeArgs(c nolock.Counter, n int64) ([]any, error) {
+	if n <= 0 {
+		return nil, fmt.Errorf("%w: decrement of %q by %d: the amount must be > 0", fence.ErrInvalidArgument, c.Table, n)
+	}
+	args := make([]any, 0, len(c.Key)+2)
+	args = append(args, n)
+	for _, k := range c.Key {
+		args = append(args, k.Value)
+	}
+	return append(args, n), nil
+}
+
 // CheckIdemKey refuses (fence.ErrInvalidArgument) what idempotency_keys cannot store
 // alike on every database: an empty key or one over nolock.MaxKeyLen bytes, text that
 // is not UTF-8 or holds a NUL, a fingerprint over MaxFingerprintLen characters.

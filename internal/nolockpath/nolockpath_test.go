@@ -115,3 +115,43 @@ func TestPause_doubles(t *testing.T) {
 		}
 	}
 }
+
+func TestCheckOnce(t *testing.T) {
+	tests := []struct {
+		name  string
+		key   string
+		nilFn bool
+		want  string // "" when the call may run
+	}{
+		{"runs", "order-1", false, ""},
+		{"nil function", "order-1", true, "nil function"},
+		{"bad key", "", false, "empty idempotency key"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := nolockpath.CheckOnce(tt.key, "fp", tt.nilFn)
+			if tt.want == "" {
+				if err != nil {
+					t.Fatalf("CheckOnce = %v, want nil", err)
+				}
+				return
+			}
+			if !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("CheckOnce = %v, want ErrInvalidArgument saying %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestTakeArgs(t *testing.T) {
+	c := nolock.Counter{Table: "stock", Column: "left", Key: []fence.Col{{Name: "sku", Value: "a"}, {Name: "shop", Value: 7}}}
+	args, err := nolockpath.TakeArgs(c, 3)
+	if err != nil || len(args) != 4 || args[0] != int64(3) || args[1] != "a" || args[2] != 7 || args[3] != int64(3) {
+		t.Fatalf("TakeArgs(c, 3) = %v, %v, want [3 a 7 3]", args, err)
+	}
+	for _, n := range []int64{0, -1} {
+		if _, err := nolockpath.TakeArgs(c, n); !errors.Is(err, fence.ErrInvalidArgument) || !strings.Contains(err.Error(), `"stock"`) {
+			t.Fatalf("TakeArgs(c, %d) = %v, want ErrInvalidArgument naming the table", n, err)
+		}
+	}
+}
