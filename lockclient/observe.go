@@ -185,6 +185,7 @@ func (c *Client) retried(op string, err error) {
 //	failed         fn returned an error; released, Lead returned a *TermError
 //	panicked       fn panicked; released, the panic passed on
 //	lease_expired  the session lease ran out (lost)
+//	not_renewed    a WithManualRenewal term was not renewed in time (lost)
 //	key_deleted    someone else deleted the lock's key (lost)
 //	closed         the Client was closed
 type LeaderObserver interface {
