@@ -147,8 +147,12 @@ func runSoak(t *testing.T, s soak) Report {
 			w.Unpause()
 		case "crash":
 			w.Kill()
+			acquired := len(w.Find("acquired"))
 			e.Sleep(randomDuration(500*time.Millisecond, 2*time.Second))
 			w.Restart()
+			// Running again before the next step: a SIGTERM that reaches a Go
+			// program running as PID 1 before it handles signals exits it with 2.
+			w.WaitFor("acquired", acquired+1)
 		case "partition":
 			w.CutFromEtcd()
 			e.Sleep(Lease + randomDuration(time.Second, 3*time.Second))

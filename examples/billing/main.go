@@ -43,6 +43,10 @@ type config struct {
 }
 
 func main() {
+	// First: as a container's PID 1, a SIGTERM that comes before this is not
+	// a clean stop (the runtime exits with 2).
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
 	cfg, err := parseConfig(os.Args[1:])
 	if errors.Is(err, flag.ErrHelp) {
 		return
@@ -51,8 +55,6 @@ func main() {
 		fmt.Fprintln(os.Stderr, "billing:", err)
 		os.Exit(2)
 	}
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
 	if cfg.setup {
 		err = setup(ctx, cfg)
 	} else {
