@@ -19,7 +19,10 @@ func TestInvoice_gcPause_postgres(t *testing.T) {
 		Workers: []string{"a", "b"},
 		Setup: func(t *testing.T) string {
 			dsn := postgres.DSN(t)
-			db, _ := sql.Open("pgx", dsn)
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer db.Close()
 			if err := jobtest.Migrate(t.Context(), db, migrations.Postgres); err != nil {
 				t.Fatal(err)
@@ -32,7 +35,10 @@ func TestInvoice_gcPause_postgres(t *testing.T) {
 				return err
 			}
 			defer pool.Close()
-			store, _ := pgxfence.New(pool)
+			store, err := pgxfence.New(pool)
+			if err != nil {
+				return err
+			}
 			l, err := w.Acquire(ctx, "account-42")
 			if err != nil {
 				return err
@@ -44,7 +50,10 @@ func TestInvoice_gcPause_postgres(t *testing.T) {
 			})
 		},
 		Read: func(ctx context.Context, dsn string) (map[string]string, error) {
-			db, _ := sql.Open("pgx", dsn)
+			db, err := sql.Open("pgx", dsn)
+			if err != nil {
+				return nil, err
+			}
 			defer db.Close()
 			return jobtest.Invoices(ctx, db)
 		},

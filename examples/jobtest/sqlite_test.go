@@ -16,7 +16,10 @@ func TestInvoice_gcPause_sqlite(t *testing.T) {
 		Workers: []string{"a", "b"},
 		Setup: func(t *testing.T) string {
 			path := t.TempDir() + "/app.db"
-			db, _ := sqlite.Open(path)
+			db, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer db.Close()
 			if err := jobtest.Migrate(t.Context(), db, migrations.SQLite); err != nil {
 				t.Fatal(err)
@@ -24,9 +27,15 @@ func TestInvoice_gcPause_sqlite(t *testing.T) {
 			return path
 		},
 		Job: func(ctx context.Context, w *scenario.Worker) error {
-			db, _ := sqlite.Open(w.Data())
+			db, err := sqlite.Open(w.Data())
+			if err != nil {
+				return err
+			}
 			defer db.Close()
-			store, _ := sqlfence.New(db, migrations.SQLite)
+			store, err := sqlfence.New(db, migrations.SQLite)
+			if err != nil {
+				return err
+			}
 			l, err := w.Acquire(ctx, "account-42")
 			if err != nil {
 				return err

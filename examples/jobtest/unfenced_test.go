@@ -19,7 +19,10 @@ func TestInvoice_gcPause_unfenced(t *testing.T) {
 		Workers: []string{"a", "b"},
 		Setup: func(t *testing.T) string {
 			path := t.TempDir() + "/app.db"
-			db, _ := sqlite.Open(path)
+			db, err := sqlite.Open(path)
+			if err != nil {
+				t.Fatal(err)
+			}
 			defer db.Close()
 			if err := jobtest.Migrate(t.Context(), db, migrations.SQLite); err != nil {
 				t.Fatal(err)
@@ -27,7 +30,10 @@ func TestInvoice_gcPause_unfenced(t *testing.T) {
 			return path
 		},
 		Job: func(ctx context.Context, w *scenario.Worker) error {
-			db, _ := sqlite.Open(w.Data())
+			db, err := sqlite.Open(w.Data())
+			if err != nil {
+				return err
+			}
 			defer db.Close()
 			l, err := w.Acquire(ctx, "account-42")
 			if err != nil {
