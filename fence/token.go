@@ -2,6 +2,7 @@ package fence
 
 import (
 	"fmt"
+	"slices"
 	"unicode/utf8"
 
 	"github.com/fencegate/fencegate/internal/typednil"
@@ -89,12 +90,13 @@ func CheckGrant(g Grant) error {
 	if t := g.Token(); t <= 0 {
 		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", t, g.Resource(), ErrInvalidArgument)
 	}
-	return checkLost(g)
+	return CheckLost(g)
 }
 
-// checkLost returns ErrLost when g is a Watched grant whose Done channel is
-// closed, and nil otherwise.
-func checkLost(g Grant) error {
+// CheckLost returns an error wrapping ErrLost, naming g's resource and token, when g
+// is a Watched grant whose Done channel has closed, and nil otherwise. An adapter
+// calls it last before it commits, as CheckGrant does at the door.
+func CheckLost(g Grant) error {
 	w, ok := g.(Watched)
 	if !ok || typednil.Is(g) {
 		return nil
@@ -107,6 +109,20 @@ func checkLost(g Grant) error {
 		}
 	}
 	return nil
+}
+
+// Resources returns the resources g fences, sorted and each once: a Set's Resources,
+// else g's Resource alone. Adapters raise their marks in this order, so two fenced
+// writes on overlapping sets take them in the same order. Check g with CheckGrant
+// first.
+func Resources(g Grant) []string {
+	set, ok := g.(Set)
+	if !ok {
+		return []string{g.Resource()}
+	}
+	res := slices.Clone(set.Resources())
+	slices.Sort(res)
+	return slices.Compact(res)
 }
 
 var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)

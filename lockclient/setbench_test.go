@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"github.com/fencegate/fencegate/testserver/benchpair"
 )
 
 // BenchmarkAcquireSet compares, in one run on one etcd member, an

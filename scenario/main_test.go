@@ -3,8 +3,8 @@ package scenario_test
 import (
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tests/mysqltest"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql/mysqltest"
 	"github.com/fencegate/fencegate/scenario"
 )
 

@@ -14,12 +14,12 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql/mysqltest"
 	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/mysqltest"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -10,7 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
+	"github.com/fencegate/fencegate/testserver/benchpair"
 )
 
 // op is one write by worker w (its own row and resource), the i-th of that worker.

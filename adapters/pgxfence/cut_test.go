@@ -11,7 +11,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // TestStore_Fenced_commitCut cuts the TCP connection (no FATAL from the server, as

@@ -15,9 +15,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx", for the migrations
 
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/tests/pgbouncertest"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 )
 

@@ -12,13 +12,13 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/benchpair"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // BenchmarkFencedNet is BenchmarkFenced's update and tx pairs, and Update against
 // the least statement that writes both rows (update-vs-tworows), on loopback and through
-// internal/tests/delayproxy at 250 µs each way (a 0.5 ms round trip, where round trips, not
+// testserver/delayproxy at 250 µs each way (a 0.5 ms round trip, where round trips, not
 // the server's CPU, decide), at 16 and 64 workers.
 func BenchmarkFencedNet(b *testing.B) {
 	for _, oneWay := range []time.Duration{0, 250 * time.Microsecond} {

@@ -9,8 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/nolock"
+	"github.com/fencegate/fencegate/testserver/benchpair"
 )
 
 // BenchmarkNoLock compares, in one run against one server, the no-lock path with its

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/redisfence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/benchpair"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 const benchWorkers = 16

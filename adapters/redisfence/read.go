@@ -7,7 +7,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // Value is a string key read for a read-modify-write: its value and the token
@@ -72,7 +71,7 @@ func (s *Store) readKey(ctx context.Context, g fence.Grant, key, kind string) (a
 	if err := s.usable(); err != nil {
 		return nil, 0, err
 	}
-	if err := grant.CheckSingle(g); err != nil {
+	if err := checkSingle(g); err != nil {
 		return nil, 0, err
 	}
 	mark := MarkKey(g.Resource())

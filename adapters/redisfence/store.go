@@ -9,7 +9,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Store makes fenced writes through a go-redis client: a *redis.Client (a single
@@ -43,7 +42,7 @@ type Option func(*Store) error
 // default, reports nothing.
 func WithObserver(obs fence.WriteObserver) Option {
 	return func(s *Store) error {
-		if typednil.Is(obs) {
+		if isNil(obs) {
 			obs = nil
 		}
 		s.obs = obs
@@ -77,7 +76,7 @@ func WithWaitReplicas(n int, timeout time.Duration) Option {
 // fence.ErrInvalidArgument, and a nil Store, for a nil rdb (a typed nil too) and an
 // unusable option (the error names it). A nil Option is ignored.
 func New(rdb redis.UniversalClient, opts ...Option) (*Store, error) {
-	if typednil.Is(rdb) {
+	if isNil(rdb) {
 		return nil, invalid("nil Redis client")
 	}
 	s := &Store{rdb: rdb, write: writeScript, tx: txScript, read: readScript, cmds: newCommands()}
@@ -108,7 +107,7 @@ func (s *Store) observe(op string, errp *error) {
 }
 
 func (s *Store) usable() error {
-	if s == nil || typednil.Is(s.rdb) {
+	if s == nil || isNil(s.rdb) {
 		return invalid("nil Store; use New")
 	}
 	return nil

@@ -10,7 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
 )
 
 var _ fence.Store[redis.Pipeliner] = (*Store)(nil)
@@ -40,11 +39,10 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if fn == nil {
 		return invalid("nil function")
 	}
-	c, err := grant.Check(g) // checked and its resources sorted once, here
-	if err != nil {
+	if err := fence.CheckGrant(g); err != nil {
 		return err
 	}
-	g, resources := c, c.Resources()
+	resources := fence.Resources(g)
 	marks := make([]string, len(resources))
 	for i, r := range resources {
 		marks[i] = MarkKey(r)
@@ -65,7 +63,7 @@ func (s *Store) Fenced(ctx context.Context, g fence.Grant, fn func(tx redis.Pipe
 	if err != nil {
 		return err
 	}
-	if err := grant.CheckLost(g); err != nil {
+	if err := fence.CheckLost(g); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {

@@ -10,8 +10,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
-	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Set stores value at key for grant g, as SET does, in one round trip: a script
@@ -81,7 +79,7 @@ func (s *Store) single(ctx context.Context, g fence.Grant, op, key string, args 
 	if err := s.usable(); err != nil {
 		return err
 	}
-	if err := grant.CheckSingle(g); err != nil {
+	if err := checkSingle(g); err != nil {
 		return err
 	}
 	res := g.Resource()
@@ -120,13 +118,13 @@ func (s *Store) failed(g fence.Grant, what string, err error) error {
 	if serverError(err) || unsent(err) {
 		return fmt.Errorf("redisfence: %s: %w", what, err)
 	}
-	return grant.CommitUnknown(g, what, err)
+	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, what, g.Resource(), g.Token(), err)
 }
 
 // checkValue refuses a value go-redis cannot send: nil, a typed nil, or a type it
 // has no encoding for.
 func checkValue(v any) error {
-	if typednil.Is(v) {
+	if isNil(v) {
 		return invalid("nil value (%T); use \"\" for an empty string", v)
 	}
 	switch v.(type) {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/s3fence"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/benchpair"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // BenchmarkPut compares a fenced Put (HEAD + conditional PUT) with a plain

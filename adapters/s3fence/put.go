@@ -13,8 +13,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
-	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Put stores the object in describes for grant g: a HEAD reads the stored token and
@@ -68,7 +66,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 	if err == nil || !conditionFailed(err) {
 		return v, err
 	}
-	if err := grant.CheckLost(g); err != nil {
+	if err := fence.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	st, herr := s.head(ctx, bucket, key)
@@ -86,7 +84,7 @@ func (s *Store) PutIfMatch(ctx context.Context, g fence.Grant, in *s3.PutObjectI
 // state already is what the write wants (nothing to store).
 func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, build func(state) (*s3.PutObjectInput, error)) (Version, error) {
 	for attempt := 1; ; attempt++ {
-		if err := grant.CheckLost(g); err != nil {
+		if err := fence.CheckLost(g); err != nil {
 			return Version{}, err
 		}
 		st, err := s.head(ctx, bucket, key)
@@ -113,7 +111,7 @@ func (s *Store) write(ctx context.Context, g fence.Grant, bucket, key string, bu
 // putOnce sends one conditional PUT. A condition that fails is returned as the
 // client's error, for the caller to tell apart.
 func (s *Store) putOnce(ctx context.Context, g fence.Grant, bucket, key string, put *s3.PutObjectInput) (Version, error) {
-	if err := grant.CheckLost(g); err != nil {
+	if err := fence.CheckLost(g); err != nil {
 		return Version{}, err
 	}
 	out, err := s.api.PutObject(ctx, put)
@@ -174,7 +172,7 @@ func (s *Store) checkPut(g fence.Grant, in *s3.PutObjectInput) (*rewindable, err
 	if in.Body == nil {
 		return nil, nil
 	}
-	if typednil.Is(in.Body) {
+	if isNil(in.Body) {
 		return nil, invalid("body is a nil %T", in.Body)
 	}
 	rs, ok := in.Body.(io.ReadSeeker)

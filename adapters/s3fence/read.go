@@ -9,7 +9,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
 )
 
 // Object is an object read through the Store: its body, the version it is (for
@@ -37,7 +36,7 @@ func (s *Store) Get(ctx context.Context, g fence.Grant, in *s3.GetObjectInput) (
 		if err := checkGrant(g); err != nil {
 			return nil, err
 		}
-		if err := grant.CheckLost(g); err != nil {
+		if err := fence.CheckLost(g); err != nil {
 			return nil, err
 		}
 	}

@@ -10,8 +10,6 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/grant"
-	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // API is the part of *s3.Client a Store uses.
@@ -65,7 +63,7 @@ func WithMaxAttempts(n int) Option {
 // api (a typed nil too) and an unusable option (the error names it). A nil Option is
 // ignored.
 func New(api API, opts ...Option) (*Store, error) {
-	if typednil.Is(api) {
+	if isNil(api) {
 		return nil, invalid("nil S3 client")
 	}
 	s := &Store{api: api, maxAttempts: defaultMaxAttempts}
@@ -139,15 +137,15 @@ func (s *Store) head(ctx context.Context, bucket, key string) (state, error) {
 // resources: an object keeps one token, and a set's token says nothing about which
 // of its resources an object belongs to. A set of one is that resource's grant.
 func checkGrant(g fence.Grant) error {
-	if typednil.Is(g) {
+	if isNil(g) {
 		return invalid("nil grant")
 	}
-	return grant.CheckSingle(g)
+	return checkSingle(g)
 }
 
 func checkObject(s *Store, bucket, key string) error {
 	switch {
-	case s == nil || typednil.Is(s.api):
+	case s == nil || isNil(s.api):
 		return invalid("nil Store; use New")
 	case bucket == "":
 		return invalid("empty bucket")

@@ -14,8 +14,8 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/testserver"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // The frozen holder runs as this test binary re-executed with these variables set.

@@ -12,13 +12,13 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // BenchmarkMariaDB_Net is BenchmarkMariaDB_Update's and _Exec's pairs, and Update
 // against the least statement that writes both rows (update-vs-tworows), on loopback and
-// through internal/tests/delayproxy at 250 µs each way (a 0.5 ms round trip), at 1, 16 and
+// through testserver/delayproxy at 250 µs each way (a 0.5 ms round trip), at 1, 16 and
 // 64 workers.
 func BenchmarkMariaDB_Net(b *testing.B) {
 	var dsn string

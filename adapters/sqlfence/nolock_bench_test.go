@@ -8,9 +8,9 @@ import (
 	"testing"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/benchpair"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/nolock"
+	"github.com/fencegate/fencegate/testserver/benchpair"
 )
 
 // BenchmarkNoLock compares, in one run per database, the no-lock path with its

@@ -10,9 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql/mysqltest"
 	"github.com/fencegate/fencegate/internal/tests/exampletest"
-	"github.com/fencegate/fencegate/internal/tests/mysqltest"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 

@@ -3,7 +3,7 @@ package jobtest_test
 import (
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/scenario"
 )
 

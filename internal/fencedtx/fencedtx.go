@@ -44,7 +44,7 @@ func Run(g *grant.Checked, tx Tx, fn func() error) (err error) {
 	if r := tx.Refused(); r != nil {
 		return r
 	}
-	if err := grant.CheckLost(g); err != nil {
+	if err := fence.CheckLost(g); err != nil {
 		return err
 	}
 	return tx.Commit()

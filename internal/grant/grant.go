@@ -8,11 +8,9 @@ import (
 	"cmp"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/typednil"
 )
 
 // Checked is a grant checked and read once at an adapter's door (resources sorted and
@@ -33,7 +31,7 @@ func Check(g fence.Grant) (*Checked, error) {
 	if err := fence.CheckGrant(g); err != nil {
 		return nil, err
 	}
-	c := &Checked{resource: g.Resource(), resources: sortedResources(g), token: g.Token()}
+	c := &Checked{resource: g.Resource(), resources: fence.Resources(g), token: g.Token()}
 	if l, ok := g.(fence.Leased); ok {
 		c.lease = l.Lease()
 	}
@@ -83,23 +81,6 @@ func (c *Checked) IdleTimeout(override time.Duration) time.Duration {
 // name, though a fence.Set, does not).
 func (c *Checked) Multi() bool { return len(c.resources) > 1 }
 
-// CheckLost returns fence.ErrLost when g is a fence.Watched grant whose Done channel
-// has closed, else nil: before COMMIT and before each request of a multi-request write.
-func CheckLost(g fence.Grant) error {
-	var done <-chan struct{}
-	if c, ok := g.(*Checked); ok {
-		done = c.done
-	} else if w, ok := g.(fence.Watched); ok && !typednil.Is(g) {
-		done = w.Done()
-	}
-	select {
-	case <-done: // a nil channel never is
-		return Lost(g.Resource(), g.Token())
-	default:
-		return nil
-	}
-}
-
 // Lost returns fence.ErrLost for the lock of resource at token, naming them.
 func Lost(resource string, token fence.Token) error {
 	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
@@ -112,16 +93,6 @@ func CommitUnknown(g fence.Grant, op string, err error) error {
 		return fmt.Errorf("%w: %s for %q at token %d", fence.ErrCommitUnknown, op, g.Resource(), g.Token())
 	}
 	return fmt.Errorf("%w: %s for %q at token %d: %w", fence.ErrCommitUnknown, op, g.Resource(), g.Token(), err)
-}
-
-func sortedResources(g fence.Grant) []string {
-	set, ok := g.(fence.Set)
-	if !ok {
-		return []string{g.Resource()}
-	}
-	res := slices.Clone(set.Resources())
-	slices.Sort(res)
-	return slices.Compact(res)
 }
 
 // IdleTimeoutErr returns fence.ErrIdleTimeout for g, wrapping err.

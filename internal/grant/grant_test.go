@@ -75,11 +75,11 @@ func TestCheckLost(t *testing.T) {
 	done := make(chan struct{})
 	w := watched{g, done}
 	var nilWatched *watched
-	if grant.CheckLost(g) != nil || grant.CheckLost(w) != nil || grant.CheckLost(nilWatched) != nil || grant.CheckLost(watched{g, nil}) != nil {
+	if fence.CheckLost(g) != nil || fence.CheckLost(w) != nil || fence.CheckLost(nilWatched) != nil || fence.CheckLost(watched{g, nil}) != nil {
 		t.Fatal("CheckLost refused a live grant")
 	}
 	close(done)
-	if err := grant.CheckLost(w); !errors.Is(err, fence.ErrLost) || err.Error() != `fence: lock lost: "a" at token 3` {
+	if err := fence.CheckLost(w); !errors.Is(err, fence.ErrLost) || err.Error() != `fence: lock lost: "a" at token 3` {
 		t.Fatalf("CheckLost(lost) = %v", err)
 	}
 }
@@ -159,11 +159,11 @@ func TestCheck(t *testing.T) {
 	if again, err := grant.Check(c); err != nil || again != c {
 		t.Fatalf("Check(*Checked) = %p, %v; want the same value", again, err)
 	}
-	if !c.Multi() || grant.CheckLost(c) != nil || c.IdleTimeout(0) != grant.DefaultIdleTimeout {
+	if !c.Multi() || fence.CheckLost(c) != nil || c.IdleTimeout(0) != grant.DefaultIdleTimeout {
 		t.Fatal("helpers misread a live *Checked")
 	}
 	close(done)
-	if err := grant.CheckLost(c); !errors.Is(err, fence.ErrLost) {
+	if err := fence.CheckLost(c); !errors.Is(err, fence.ErrLost) {
 		t.Fatalf("CheckLost(lost *Checked) = %v", err)
 	}
 	if _, err := grant.Check(nil); !errors.Is(err, fence.ErrInvalidArgument) {

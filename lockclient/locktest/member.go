@@ -14,7 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // member is one etcd server process of a cluster. Its data directory outlives

@@ -13,8 +13,8 @@ import (
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql driver "pgx"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
 	"github.com/fencegate/fencegate/migrations"
 	"github.com/fencegate/fencegate/scenario"
 	"github.com/fencegate/fencegate/scenario/container"

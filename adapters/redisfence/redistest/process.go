@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // startTimeout bounds how long a redis-server may take to accept connections.
@@ -87,8 +87,8 @@ func (p *process) run(ctx context.Context, bin string) error {
 		"--logfile", filepath.Join(p.dir, "redis.log"),
 	}, p.args...)
 	p.cmd = exec.Command(bin, args...)
-	// The kernel kills the server if the test binary dies uncleanly.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// On Linux the kernel kills the server if the test binary dies uncleanly.
+	p.cmd.SysProcAttr = testserver.ProcAttr(nil)
 	exited, err := testserver.StartChild(p.cmd)
 	if err != nil {
 		return fmt.Errorf("redistest: start redis-server: %w", err)

@@ -5,7 +5,7 @@ import (
 	_ "embed" // the versitygw build module's go.mod and go.sum
 	"fmt"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // The module that builds versitygw: a go.mod requiring github.com/versity/versitygw

@@ -43,7 +43,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/credentials"
 	"github.com/aws/aws-sdk-go-v2/service/s3"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // clientTimeout bounds every request of the clients this package makes.
@@ -120,8 +120,8 @@ func (s *Server) run(ctx context.Context, bin string) (*process, string, error) 
 	}
 	defer log.Close()
 	p.cmd.Stdout, p.cmd.Stderr = log, log
-	// The kernel kills the server if the process that started it dies uncleanly.
-	p.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	// On Linux the kernel kills the server if the process that started it dies uncleanly.
+	p.cmd.SysProcAttr = testserver.ProcAttr(nil)
 	exited, err := testserver.StartChild(p.cmd)
 	if err != nil {
 		os.RemoveAll(dir)

@@ -29,8 +29,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // EnvBinary names the environment variable holding the pgbouncer binary to run instead

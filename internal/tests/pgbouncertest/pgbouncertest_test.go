@@ -6,8 +6,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/internal/tests/pgbouncertest"
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
 )
 
 var (

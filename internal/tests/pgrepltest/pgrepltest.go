@@ -31,8 +31,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // Mode is how the primary waits for the standby on COMMIT.

@@ -36,7 +36,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // EnvDSN names the environment variable holding the URL of a server to use instead

@@ -33,7 +33,7 @@ import (
 
 	"github.com/go-sql-driver/mysql"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // EnvDSN names the environment variable holding the DSN of a server to use instead of

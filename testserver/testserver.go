@@ -1,7 +1,9 @@
-// Package testserver holds what pgtest and mysqltest share to run a throwaway database
-// server for tests: the skip-or-fail rule, a free loopback port, a temporary directory
-// and a server process run as its own system user that dies with the test binary,
-// and the tail of its log.
+// Package testserver is what the throwaway test servers share (locktest's etcd,
+// pgtest's PostgreSQL, mysqltest's MariaDB, redistest's Redis, s3test's S3): the
+// skip-or-fail rule, a free loopback port, a temporary directory, a server process
+// run as its own system user that dies with the test binary (on Linux), and the tail
+// of its log. Use it to start a server of your own the same way. It builds on Linux
+// and macOS.
 package testserver
 
 import (
@@ -87,13 +89,14 @@ func NewInstance(name, prefix, runAs string) (*Instance, error) {
 }
 
 // Start starts cmd as in.Cred in its own process group. The server runs as a child
-// of the test binary rather than daemonised, so the kernel kills it (Pdeathsig) if
-// the test binary dies without cleaning up. An Instance starts one process.
+// of the test binary rather than daemonised, so on Linux the kernel kills it
+// (Pdeathsig) if the test binary dies without cleaning up; elsewhere a killed test
+// binary leaves it running. An Instance starts one process.
 func (in *Instance) Start(cmd *exec.Cmd) error {
 	if in.cmd != nil {
 		return fmt.Errorf("start %s: already started", in.name)
 	}
-	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: in.Cred, Pdeathsig: syscall.SIGKILL, Setpgid: true}
+	cmd.SysProcAttr = ProcAttr(in.Cred)
 	exited, err := StartChild(cmd)
 	if err != nil {
 		return fmt.Errorf("start %s: %w", in.name, err)
@@ -153,7 +156,8 @@ func (in *Instance) SignalAll(sig syscall.Signal) error {
 	return nil
 }
 
-// descendants lists the processes below pid, from /proc.
+// descendants lists the processes below pid, from /proc (none where there is no
+// /proc, as on macOS: SignalAll then reaches the started process alone).
 func descendants(pid int) []int {
 	parent := map[int]int{}
 	stats, _ := filepath.Glob("/proc/[0-9]*/stat")

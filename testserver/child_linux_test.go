@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // TestStartChild_survivesForkingThreadExit ends the OS thread a goroutine was locked

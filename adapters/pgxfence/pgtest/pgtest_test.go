@@ -7,7 +7,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/fencegate/fencegate/internal/tests/pgtest"
+	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 )
 
 var postgres = pgtest.New()

@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // echo starts a line echo server and returns its address.

@@ -18,7 +18,6 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 )
 
@@ -153,8 +152,7 @@ func (p *Proxy) read(dst, src net.Conn) {
 // all, arrival order is due order), on an OS thread of its own.
 func (p *Proxy) deliver() {
 	runtime.LockOSThread()
-	// The kernel's default timer slack (50 µs) would be added to every sleep.
-	_, _, _ = syscall.RawSyscall(syscall.SYS_PRCTL, prSetTimerSlack, 1, 0)
+	fineTimerSlack()
 	defer close(p.done)
 	broken := map[net.Conn]bool{}
 	for c := range p.q {
@@ -171,20 +169,5 @@ func (p *Proxy) deliver() {
 			broken[c.dst] = true
 			_ = c.src.Close()
 		}
-	}
-}
-
-// prSetTimerSlack is PR_SET_TIMERSLACK from linux/prctl.h.
-const prSetTimerSlack = 29
-
-// waitUntil returns at t, give or take the kernel's timer slack: the Go runtime's
-// sleep for all but the last millisecond, nanosleep for the rest.
-func waitUntil(t time.Time) {
-	if d := time.Until(t); d > 2*time.Millisecond {
-		time.Sleep(d - time.Millisecond)
-	}
-	for d := time.Until(t); d > 0; d = time.Until(t) {
-		ts := syscall.NsecToTimespec(int64(d))
-		_ = syscall.Nanosleep(&ts, nil)
 	}
 }

@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/tests/delayproxy"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // BenchmarkRoundTrip reports the round trip one connection sees through a proxy

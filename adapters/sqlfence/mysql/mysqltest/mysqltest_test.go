@@ -7,7 +7,7 @@ import (
 
 	_ "github.com/go-sql-driver/mysql"
 
-	"github.com/fencegate/fencegate/internal/tests/mysqltest"
+	"github.com/fencegate/fencegate/adapters/sqlfence/mysql/mysqltest"
 )
 
 var server = mysqltest.New()

@@ -12,7 +12,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/fencegate/fencegate/internal/tests/testserver"
+	"github.com/fencegate/fencegate/testserver"
 )
 
 func TestFreePort_bindable(t *testing.T) {
