@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sort"
 	"sync"
 
 	"github.com/fencegate/fencegate/fence"
@@ -26,11 +25,7 @@ func (tx *memTx) Set(key, value string) { tx.writes[key] = value }
 func (s *memStore) Fenced(ctx context.Context, g fence.Grant, fn func(*memTx) error) error {
 	s.mu.Lock() // held to commit: a concurrent holder waits, as on a locked mark row
 	defer s.mu.Unlock()
-	resources := []string{g.Resource()}
-	if set, ok := g.(fence.Set); ok {
-		resources = set.Resources()
-		sort.Strings(resources)
-	}
+	resources := fence.Resources(g) // sorted: overlapping sets lock in one order
 	for _, r := range resources {
 		if seen := s.marks[r]; seen > g.Token() {
 			return &fence.StaleError{Resource: r, Presented: g.Token(), Seen: seen}
@@ -40,12 +35,8 @@ func (s *memStore) Fenced(ctx context.Context, g fence.Grant, fn func(*memTx) er
 	if err := fn(tx); err != nil {
 		return err // nothing staged is applied
 	}
-	if w, ok := g.(fence.Watched); ok {
-		select {
-		case <-w.Done():
-			return fmt.Errorf("%w: %q", fence.ErrLost, g.Resource())
-		default:
-		}
+	if err := fence.CheckLost(g); err != nil {
+		return err // the lock passed on while fn ran: commit nothing
 	}
 	for _, r := range resources {
 		s.marks[r] = g.Token()
