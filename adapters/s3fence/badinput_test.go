@@ -184,7 +184,9 @@ func TestStore_Put_lostBetweenRequests(t *testing.T) {
 // invalidArg wants an error wrapping fence.ErrInvalidArgument that says its text.
 type invalidArg string
 
-func (e invalidArg) Error() string { return "fence.ErrInvalidArgument saying " + strconv.Quote(string(e)) }
+func (e invalidArg) Error() string {
+	return "fence.ErrInvalidArgument saying " + strconv.Quote(string(e))
+}
 
 // matchErr reports whether err is what want asks for: an invalidArg's, or
 // errors.Is(err, want).
