@@ -76,6 +76,19 @@ func writeError(op, table string, err error) error {
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, poolerHint(err))
 }
 
+// rowError is writeError for a token-column write on r: a missing token column
+// (42703) names the migration that adds it.
+func rowError(op string, r fence.Row, err error) error {
+	var pgErr *pgconn.PgError
+	tok := cmp.Or(r.TokenColumn, fence.DefaultTokenColumn)
+	if errors.As(err, &pgErr) && pgErr.Code == pgsql.NoColumn && strings.Contains(pgErr.Message, `"`+tok+`"`) {
+		return fmt.Errorf("pgxfence: %s %q: no token column %q: add it with the migration "+
+			"fencegate-migrate gen -dir DIR -table %s -dialect postgres writes (migrations.GenerateTokenColumn): %w",
+			op, r.Table, tok, r.Table, err)
+	}
+	return writeError(op, r.Table, err)
+}
+
 // replyLost reports whether err, of a COMMIT or a single-row write outside a
 // transaction, leaves the outcome unknown: server replies as pgsql.ReplyLost says;
 // pgx's errors from before sending (SafeToRetry, connect, closed pool, ctx) decide it.
