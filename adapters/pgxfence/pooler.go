@@ -31,12 +31,31 @@ func WithPooler() Option {
 const poolerMode = pgx.QueryExecModeCacheDescribe
 
 // mode returns args for one of the Store's statements: unchanged by default, led by
-// poolerMode under WithPooler.
+// poolerMode under WithPooler, by ownMode on a DB in describe_exec. describe_exec
+// describes an unnamed statement in one round trip and runs it in the next: behind a
+// transaction pooler, outside a transaction, the next may reach another server
+// connection and bind the write's values to another client's unnamed statement.
+// cache_describe and exec parse, bind and run in one round trip.
 func (s *Store) mode(args []any) []any {
-	if !s.pooler {
-		return args
+	switch {
+	case s.pooler:
+		return append([]any{poolerMode}, args...)
+	case s.ownMode != nil:
+		return append(s.ownMode[:1:1], args...)
 	}
-	return append([]any{poolerMode}, args...)
+	return args
+}
+
+// ownMode is nil, or for a DB in describe_exec the mode of the Store's statements:
+// cache_describe, or exec where the description cache is off.
+func ownMode(cfg *pgx.ConnConfig) []any {
+	switch {
+	case cfg.DefaultQueryExecMode != pgx.QueryExecModeDescribeExec:
+		return nil
+	case cfg.DescriptionCacheCapacity == 0:
+		return []any{pgx.QueryExecModeExec}
+	}
+	return []any{poolerMode}
 }
 
 // fnMode is mode for fn's statement: args that already name an exec mode keep it.
