@@ -256,6 +256,9 @@ func TestStore_noTokenColumn(t *testing.T) {
 			if !errors.As(err, &pgErr) || pgErr.Code != "42703" {
 				t.Fatalf("err = %v, want PostgreSQL's 42703 wrapped", err)
 			}
+			if n := strings.Count(err.Error(), "pgxfence:"); n != 1 {
+				t.Errorf("err = %v, says pgxfence: %d times", err, n)
+			}
 			for _, s := range []string{"fencegate-migrate gen", "GenerateTokenColumn", `"` + tt.column + `"`} {
 				if !strings.Contains(err.Error(), s) {
 					t.Errorf("err = %v, does not name %s", err, s)
