@@ -115,11 +115,14 @@ func replyLost(err error) bool {
 
 // commit commits tx: fence.ErrCommitUnknown when COMMIT may have applied unanswered.
 // pgx marks "conn closed" safe to retry even when COMMIT went out: a connection open
-// before COMMIT and closed after is unknown too.
+// before COMMIT and closed after is unknown too, and so is a ctx cancelled meanwhile.
 func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	open := !tx.Conn().IsClosed()
 	err := tx.Commit(ctx)
-	if err != nil && (open && errors.Is(err, pgconn.ErrConnClosed) || replyLost(err)) {
+	// pgconn returns a bare context.Canceled when ctx ends after COMMIT went out (one
+	// that ended before is wrapped, and safe to retry); replyLost cannot tell it from a
+	// pool's wait for a connection, which a COMMIT never has.
+	if err != nil && (open && (errors.Is(err, pgconn.ErrConnClosed) || err == context.Canceled) || replyLost(err)) {
 		return grant.CommitUnknown(g, "commit", err)
 	}
 	return err

@@ -25,8 +25,8 @@ const notReplicatedKey = "fencegate.notReplicated"
 //	cfg, _ := pgxpool.ParseConfig(dsn)
 //	pgxfence.WatchReplication(cfg.ConnConfig)
 //
-// statement_timeout never ends the wait, and a ctx that ends leaves the server waiting
-// (pgx closes the connection; Fenced: fence.ErrCommitUnknown): list several standbys
+// statement_timeout never ends the wait; a ctx that ends makes pgx close the connection
+// (Fenced: fence.ErrCommitUnknown; the write may still land): list several standbys
 // (synchronous_standby_names = 'ANY 1 (a, b)'); README, "Replicas and failover". The
 // warning is read by its English text (lc_messages C or en). Single-row writes commit
 // on their own and cannot be told: where replication must be confirmed, use Fenced.
