@@ -16,10 +16,10 @@ import (
 // raise go as one simple-protocol query with the grant's values as literals, every
 // other statement of the Store in QueryExecModeCacheDescribe (unnamed statements, no
 // server-side name to miss on the next server connection). fn's Exec, Query and
-// QueryRow (Fenced's and Once's) get the same mode unless they name one. Fenced then takes one round trip
-// more (the raise no longer travels with fn's first statement). fn's SendBatch,
-// Prepare and CopyFrom use the pool's mode: under a pooler that must be cache_describe,
-// exec or simple_protocol.
+// QueryRow (Fenced's and Once's) get the same mode unless they name one. Fenced then
+// takes one round trip more (the raise no longer travels with fn's first statement).
+// fn's SendBatch, Prepare and CopyFrom use the pool's mode: under a pooler that must
+// be cache_describe, exec or simple_protocol.
 func WithPooler() Option {
 	return func(s *Store) error {
 		s.pooler = true
