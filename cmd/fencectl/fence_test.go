@@ -219,6 +219,9 @@ func TestRun_fence_all(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "raised 2 marks") || !strings.Contains(out, `fenced "account-42"`) {
 		t.Fatalf("fence -all: exit %d\n%s%s", code, out, errOut)
 	}
+	if !strings.Contains(out, "must release and re-acquire") || !strings.Contains(out, "a new holder waits for it") {
+		t.Errorf("fence -all does not say what the live holder must do:\n%s", out)
+	}
 	if err := e.write(t); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("the holder's write after fence -all = %v, want fence.ErrStale", err)
 	}
