@@ -129,8 +129,18 @@ func TestCheckResource(t *testing.T) {
 	if err := fence.CheckResource(strings.Repeat("a", 200)); err != nil {
 		t.Fatalf("CheckResource of 200 bytes = %v", err)
 	}
-	err := fence.CheckResource("")
-	if !errors.Is(err, fence.ErrInvalidArgument) || err.Error() != "fence: invalid resource: empty resource name: fence: invalid argument" {
-		t.Fatalf("CheckResource(\"\") = %v", err)
+	tests := []struct{ name, resource, msg string }{
+		{"empty", "", "fence: invalid resource: empty resource name"},
+		{"too long", strings.Repeat("a", 201), "fence: invalid resource: resource name is 201 bytes, the limit is 200"},
+		{"not UTF-8", "a\xff", `fence: invalid resource: resource name "a\xff" is not UTF-8`},
+		{"NUL", "a\x00", `fence: invalid resource: resource name "a\x00" contains a NUL byte`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := fence.CheckResource(tt.resource)
+			if !errors.Is(err, fence.ErrInvalidArgument) || err.Error() != tt.msg {
+				t.Fatalf("CheckResource(%q) = %v, want %q matching fence.ErrInvalidArgument", tt.resource, err, tt.msg)
+			}
+		})
 	}
 }

@@ -156,5 +156,13 @@ func CheckResource(name string) error {
 // invalidResource returns an error wrapping ErrInvalidArgument that says why a
 // resource name is refused.
 func invalidResource(format string, args ...any) error {
-	return fmt.Errorf("fence: invalid resource: "+format+": %w", append(args, ErrInvalidArgument)...)
+	return &invalidError{msg: fmt.Sprintf("fence: invalid resource: "+format, args...)}
 }
+
+// invalidError is ErrInvalidArgument with a message that already says what is
+// invalid: it matches the sentinel without repeating the sentinel's text, so a chain
+// of wrappers reads "x: lock name: fence: invalid resource: why" once.
+type invalidError struct{ msg string }
+
+func (e *invalidError) Error() string { return e.msg }
+func (e *invalidError) Unwrap() error { return ErrInvalidArgument }

@@ -28,7 +28,8 @@ var migrationFile = regexp.MustCompile(`^([0-9]+)_(.*)\.(up|down)\.[^.]+$`)
 // that adds fence_token BIGINT NOT NULL DEFAULT 0 (fence.DefaultTokenColumn; existing
 // rows get 0, which any token may overwrite) to table, and drops it on the way down.
 // Its version is the highest in dir plus one (1 in an empty folder), so sequential and
-// timestamp-numbered folders keep their order. table is the name as stored, optionally
+// timestamp-numbered folders keep their order, written as wide as the highest's
+// (000001_billing: 000002_add_fence_token_to_...). table is the name as stored, optionally
 // "schema.table", and is quoted (PostgreSQL: pass invoices, not Invoices).
 //
 // It returns an error wrapping fence.ErrInvalidArgument for an unknown dialect, an
@@ -50,7 +51,7 @@ func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 		return Generated{}, fmt.Errorf("migrations: create folder: %w", err)
 	}
 	title := "add_fence_token_to_" + slug(table)
-	version, err := nextVersion(dir, title)
+	version, width, err := nextVersion(dir, title)
 	if err != nil {
 		return Generated{}, err
 	}
@@ -64,7 +65,7 @@ func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	down := head + "ALTER TABLE " + quoted + " DROP COLUMN " + fence.DefaultTokenColumn + end + "\n"
 
 	g := Generated{Version: version}
-	base := filepath.Join(dir, strconv.FormatUint(version, 10)+"_"+title)
+	base := filepath.Join(dir, fmt.Sprintf("%0*d_%s", width, version, title))
 	g.Up, g.Down = base+".up.sql", base+".down.sql"
 	if err := writeNew(g.Up, up); err != nil {
 		return Generated{}, err
@@ -76,10 +77,12 @@ func GenerateTokenColumn(dir, table string, d Dialect) (Generated, error) {
 	return g, nil
 }
 
-func nextVersion(dir, title string) (uint64, error) {
+// nextVersion returns the version after dir's highest and the width to write it in:
+// the highest's, leading zeros included (000001_x: 000002).
+func nextVersion(dir, title string) (version uint64, width int, err error) {
 	entries, err := os.ReadDir(dir)
 	if err != nil {
-		return 0, fmt.Errorf("migrations: read folder: %w", err)
+		return 0, 0, fmt.Errorf("migrations: read folder: %w", err)
 	}
 	var highest uint64
 	for _, e := range entries {
@@ -89,17 +92,19 @@ func nextVersion(dir, title string) (uint64, error) {
 		}
 		v, err := strconv.ParseUint(m[1], 10, 64)
 		if err != nil {
-			return 0, fmt.Errorf("migrations: %s: version out of range", e.Name())
+			return 0, 0, fmt.Errorf("migrations: %s: version out of range", e.Name())
 		}
 		if m[2] == title {
-			return 0, fmt.Errorf("%w: %s already adds the token column", ErrExists, filepath.Join(dir, e.Name()))
+			return 0, 0, fmt.Errorf("%w: %s already adds the token column", ErrExists, filepath.Join(dir, e.Name()))
 		}
-		highest = max(highest, v)
+		if v > highest || (v == highest && len(m[1]) > width) {
+			highest, width = v, len(m[1])
+		}
 	}
 	if highest == ^uint64(0) {
-		return 0, fmt.Errorf("migrations: %s: no version after %d", dir, highest)
+		return 0, 0, fmt.Errorf("migrations: %s: no version after %d", dir, highest)
 	}
-	return highest + 1, nil
+	return highest + 1, width, nil
 }
 
 func writeNew(path, content string) error {

@@ -24,6 +24,9 @@ func TestGenerateTokenColumn_versions(t *testing.T) {
 		{"sequential", []string{"1_a.up.sql", "1_a.down.sql", "2_b.up.sql", "README.md"}, "invoices", 3, "3_add_fence_token_to_invoices.up.sql"},
 		{"timestamps", []string{"20250101120000_a.up.sql", "20240101120000_b.up.sql"}, "invoices", 20250101120001, "20250101120001_add_fence_token_to_invoices.up.sql"},
 		{"schema-qualified", nil, "billing.Invoices", 1, "1_add_fence_token_to_billing_invoices.up.sql"},
+		{"zero-padded", []string{"000001_billing.up.sql", "000001_billing.down.sql"}, "invoices", 2, "000002_add_fence_token_to_invoices.up.sql"},
+		{"zero-padded, the highest's width", []string{"1_a.up.sql", "0009_b.up.sql"}, "invoices", 10, "0010_add_fence_token_to_invoices.up.sql"},
+		{"zero-padded past its width", []string{"99_a.up.sql"}, "invoices", 100, "100_add_fence_token_to_invoices.up.sql"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

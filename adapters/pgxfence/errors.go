@@ -76,6 +76,19 @@ func writeError(op, table string, err error) error {
 	return fmt.Errorf("pgxfence: %s %q: %w", op, table, poolerHint(err))
 }
 
+// rowError is writeError for a token-column write on r: a missing token column
+// (42703) names the migration that adds it.
+func rowError(op string, r fence.Row, err error) error {
+	var pgErr *pgconn.PgError
+	tok := cmp.Or(r.TokenColumn, fence.DefaultTokenColumn)
+	if errors.As(err, &pgErr) && pgErr.Code == pgsql.NoColumn && strings.Contains(pgErr.Message, `"`+tok+`"`) {
+		return fmt.Errorf("pgxfence: %s %q: no token column %q: add it with the migration "+
+			"fencegate-migrate gen -dir DIR -table %s -dialect postgres writes (migrations.GenerateTokenColumn): %w",
+			op, r.Table, tok, r.Table, err)
+	}
+	return writeError(op, r.Table, err)
+}
+
 // replyLost reports whether err, of a COMMIT or a single-row write outside a
 // transaction, leaves the outcome unknown: server replies as pgsql.ReplyLost says;
 // pgx's errors from before sending (SafeToRetry, connect, closed pool, ctx) decide it.
@@ -102,11 +115,14 @@ func replyLost(err error) bool {
 
 // commit commits tx: fence.ErrCommitUnknown when COMMIT may have applied unanswered.
 // pgx marks "conn closed" safe to retry even when COMMIT went out: a connection open
-// before COMMIT and closed after is unknown too.
+// before COMMIT and closed after is unknown too, and so is a ctx cancelled meanwhile.
 func commit(ctx context.Context, tx pgx.Tx, g fence.Grant) error {
 	open := !tx.Conn().IsClosed()
 	err := tx.Commit(ctx)
-	if err != nil && (open && errors.Is(err, pgconn.ErrConnClosed) || replyLost(err)) {
+	// pgconn returns a bare context.Canceled when ctx ends after COMMIT went out (one
+	// that ended before is wrapped, and safe to retry); replyLost cannot tell it from a
+	// pool's wait for a connection, which a COMMIT never has.
+	if err != nil && (open && (errors.Is(err, pgconn.ErrConnClosed) || err == context.Canceled) || replyLost(err)) {
 		return grant.CommitUnknown(g, "commit", err)
 	}
 	return err

@@ -82,7 +82,7 @@ func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return poolerHint(fnErr(g, fn(tx))) })
+	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return poolerHint(fnErr(g, fn(s.fnTx(tx)))) })
 }
 
 // savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.

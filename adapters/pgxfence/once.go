@@ -117,9 +117,9 @@ func (s *Store) onceAttempt(ctx context.Context, key, fingerprint string, micros
 		return end(r, false, err)
 	}
 
-	val, err := fn(tx)
+	val, err := fn(s.fnTx(tx))
 	if err != nil {
-		return end(nolock.Result{}, true, err)
+		return end(nolock.Result{}, true, poolerHint(err))
 	}
 	if _, err := tx.Exec(ctx, storeKeySQL, s.mode([]any{key, val})...); err != nil {
 		return end(nolock.Result{}, true, keyError("once: store result", err))

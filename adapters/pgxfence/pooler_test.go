@@ -68,7 +68,7 @@ func TestSuite_pgbouncer(t *testing.T) {
 func hammer(t *testing.T, pool *pgxpool.Pool, store *pgxfence.Store) ([]error, map[string]int64) {
 	t.Helper()
 	ctx := t.Context()
-	mode := pgx.QueryExecModeCacheDescribe
+	mode := pgx.QueryExecModeExec // works through a pooler, with or without a description cache
 	for i := range 4 {
 		mustExec(t, pool, "INSERT INTO pooled (id, val, fence_token) VALUES ($1, 0, 0)", mode, i)
 	}
@@ -172,6 +172,153 @@ func TestStore_pooler_literals(t *testing.T) {
 		}
 		if got := mustInt(t, pool, "SELECT token FROM fence_tokens WHERE resource = $1", pgx.QueryExecModeCacheDescribe, res); got != want {
 			t.Errorf("mark of %q = %d, want %d", res, got, want)
+		}
+	}
+}
+
+// onceHammer runs 32 clients, each making 10 Once calls with fn (half of them replays
+// of another client's key), and returns every error.
+func onceHammer(t *testing.T, s *pgxfence.Store, fn func(ctx context.Context, tx pgx.Tx, key string) error) []error {
+	t.Helper()
+	ctx := t.Context()
+	var (
+		mu   sync.Mutex
+		errs []error
+		wg   sync.WaitGroup
+	)
+	for c := range 32 {
+		wg.Go(func() {
+			for i := range 10 {
+				key := fmt.Sprintf("once-%d", (c*10+i)%160)
+				_, err := s.Once(ctx, key, "fp", func(tx pgx.Tx) ([]byte, error) {
+					return nil, fn(ctx, tx, key)
+				})
+				if err != nil {
+					mu.Lock()
+					errs = append(errs, err)
+					mu.Unlock()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
+// TestOnce_pooler: through PgBouncer in pgx's default exec mode, 320 concurrent Once
+// calls whose fn writes and reads with arguments: with WithPooler none fails and each
+// key's work ran once; without it they fail, and every error names the fix.
+func TestOnce_pooler(t *testing.T) {
+	count := func(ctx context.Context, tx pgx.Tx, key string) error {
+		_, err := tx.Exec(ctx, "INSERT INTO onced (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = onced.n + 1", key)
+		return err
+	}
+	fns := []struct {
+		name string
+		fn   func(ctx context.Context, tx pgx.Tx, key string) error
+	}{
+		{"exec and query row", func(ctx context.Context, tx pgx.Tx, key string) error {
+			if err := count(ctx, tx, key); err != nil {
+				return err
+			}
+			var n int
+			return tx.QueryRow(ctx, "SELECT n FROM onced WHERE k = $1", key).Scan(&n)
+		}},
+		{"query", func(ctx context.Context, tx pgx.Tx, key string) error {
+			rows, err := tx.Query(ctx, "INSERT INTO onced (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = onced.n + 1 RETURNING n", key)
+			if err != nil {
+				return err
+			}
+			rows.Close()
+			return rows.Err()
+		}},
+		{"savepoint", func(ctx context.Context, tx pgx.Tx, key string) error {
+			return pgx.BeginFunc(ctx, tx, func(sp pgx.Tx) error { return count(ctx, sp, key) })
+		}},
+	}
+	for _, f := range fns {
+		for _, pooler := range []bool{true, false} {
+			name := f.name + "/pooler"
+			var opts []pgxfence.Option
+			if pooler {
+				opts = append(opts, pgxfence.WithPooler())
+			} else {
+				name = f.name + "/without"
+			}
+			t.Run(name, func(t *testing.T) {
+				pool := bouncerPool(t)
+				mustExec(t, pool, "CREATE TABLE onced (k text PRIMARY KEY, n int NOT NULL)", pgx.QueryExecModeSimpleProtocol)
+				errs := onceHammer(t, newStore(pool, opts...), f.fn)
+				if !pooler {
+					if len(errs) == 0 {
+						t.Fatal("no error through the pooler without WithPooler: the test shows nothing")
+					}
+					for _, err := range errs {
+						if !strings.Contains(err.Error(), "WithPooler") {
+							t.Errorf("does not name WithPooler: %v", err)
+						}
+					}
+					t.Logf("%d errors; first: %v", len(errs), errs[0])
+					return
+				}
+				for _, err := range errs {
+					t.Error(err)
+				}
+				if n := mustInt(t, pool, "SELECT count(*) FROM onced WHERE n = 1", pgx.QueryExecModeCacheDescribe); n != 160 {
+					t.Errorf("%d of 160 keys' work ran exactly once", n)
+				}
+			})
+		}
+	}
+}
+
+// TestStore_pooler_describeExec: through PgBouncer without WithPooler, on a pool in
+// describe_exec (pgx describes an unnamed statement in one round trip and runs it in
+// the next, which outside a transaction may reach another server connection): no
+// fenced write, single-row write or Once fails or runs its values in another client's
+// statement, and each mark ends at the highest token acknowledged.
+func TestStore_pooler_describeExec(t *testing.T) {
+	tests := []struct {
+		name string
+		run  func(t *testing.T, pool *pgxpool.Pool, s *pgxfence.Store) []error
+	}{
+		{"fenced and update", func(t *testing.T, pool *pgxpool.Pool, s *pgxfence.Store) []error {
+			errs, high := hammer(t, pool, s)
+			for res, tok := range high {
+				if got := mustInt(t, pool, "SELECT token FROM fence_tokens WHERE resource = $1", pgx.QueryExecModeExec, res); got < tok {
+					t.Errorf("mark of %s = %d, below the acknowledged %d", res, got, tok)
+				}
+			}
+			return errs
+		}},
+		{"once", func(t *testing.T, pool *pgxpool.Pool, s *pgxfence.Store) []error {
+			mustExec(t, pool, "CREATE TABLE onced (k text PRIMARY KEY, n int NOT NULL)", pgx.QueryExecModeSimpleProtocol)
+			errs := onceHammer(t, s, func(ctx context.Context, tx pgx.Tx, key string) error {
+				_, err := tx.Exec(ctx, "INSERT INTO onced (k, n) VALUES ($1, 1) ON CONFLICT (k) DO UPDATE SET n = onced.n + 1", key)
+				return err
+			})
+			if n := mustInt(t, pool, "SELECT count(*) FROM onced WHERE n = 1", pgx.QueryExecModeExec); n != 160 {
+				t.Errorf("%d of 160 keys' work ran exactly once", n)
+			}
+			return errs
+		}},
+	}
+	for _, params := range []string{"", "&description_cache_capacity=0"} {
+		for _, tt := range tests {
+			t.Run(tt.name+params, func(t *testing.T) {
+				via, direct := bouncer.DSNs(t)
+				pool := poolOn(t, via+"&default_query_exec_mode=describe_exec"+params, direct, 32)
+				mustExec(t, pool, "CREATE TABLE pooled (id int PRIMARY KEY, val bigint NOT NULL, fence_token bigint NOT NULL DEFAULT 0)", pgx.QueryExecModeSimpleProtocol)
+				errs := tt.run(t, pool, newStore(pool))
+				for i, err := range errs {
+					if i < 10 {
+						t.Error(err)
+					}
+				}
+				if len(errs) > 0 {
+					t.Errorf("%d errors", len(errs))
+				}
+			})
 		}
 	}
 }

@@ -17,7 +17,7 @@ const notReplicatedKey = "fencegate.notReplicated"
 
 // WatchReplication makes connections made from cfg report what a Store cannot see
 // otherwise: PostgreSQL's WARNING that a COMMIT's wait for a synchronous standby was
-// cancelled (pg_cancel_backend, a statement or pooler timeout) and the transaction
+// cancelled by a cancel request (pg_cancel_backend, or a client's) and the transaction
 // committed locally only. Fenced on such a connection then returns an error that
 // errors.Is fence.ErrNotReplicated, never nil. cfg's own OnNotice still runs. Set it
 // on the pool's config before the pool connects:
@@ -25,9 +25,11 @@ const notReplicatedKey = "fencegate.notReplicated"
 //	cfg, _ := pgxpool.ParseConfig(dsn)
 //	pgxfence.WatchReplication(cfg.ConnConfig)
 //
-// The warning is read by its English text (lc_messages C or en). Single-row writes
-// (Update, Upsert, Delete) commit on their own and cannot be told: where replication
-// must be confirmed, write through Fenced.
+// statement_timeout never ends the wait; a ctx that ends makes pgx close the connection
+// (Fenced: fence.ErrCommitUnknown; the write may still land): list several standbys
+// (synchronous_standby_names = 'ANY 1 (a, b)'); README, "Replicas and failover". The
+// warning is read by its English text (lc_messages C or en). Single-row writes commit
+// on their own and cannot be told: where replication must be confirmed, use Fenced.
 func WatchReplication(cfg *pgx.ConnConfig) {
 	if cfg == nil {
 		return

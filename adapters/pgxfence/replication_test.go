@@ -89,3 +89,47 @@ func TestStore_syncWaitCancelled(t *testing.T) {
 		}
 	}
 }
+
+// TestStore_syncWaitCtxEnds: a fenced COMMIT waiting for a held synchronous standby,
+// whose ctx is cancelled: pgx closes the connection, and Fenced returns
+// fence.ErrCommitUnknown, not a bare context.Canceled: the write lands all the same.
+func TestStore_syncWaitCtxEnds(t *testing.T) {
+	pair := pgrepltest.Start(t, pgrepltest.Sync)
+	pool := replPool(t, pair.Primary.DSN(), true)
+	mustExec(t, pool, "CREATE TABLE IF NOT EXISTS ledger (id int, watched bool)")
+	store := newStore(pool)
+	tests := []struct {
+		name   string
+		token  fence.Token
+		cancel func(context.CancelCauseFunc)
+	}{
+		{"cancel", 31, func(c context.CancelCauseFunc) { c(nil) }},
+		{"cancel with a cause", 32, func(c context.CancelCauseFunc) { c(errors.New("shutting down")) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			pair.HoldReplication()
+			ctx, cancel := context.WithCancelCause(t.Context())
+			defer cancel(nil)
+			done := make(chan error, 1)
+			go func() {
+				done <- store.Fenced(ctx, fence.NewGrant("ledger", tt.token), func(tx pgx.Tx) error {
+					_, err := tx.Exec(ctx, "INSERT INTO ledger VALUES ($1, true)", int(tt.token))
+					return err
+				})
+			}()
+			for n := int64(0); n == 0; { // the COMMIT waits for the standby
+				n = mustInt(t, pool, "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep'")
+			}
+			tt.cancel(cancel)
+			err := <-done
+			pair.ResumeReplication()
+			if !errors.Is(err, fence.ErrCommitUnknown) {
+				t.Errorf("Fenced after its ctx ended in the wait = %v, want fence.ErrCommitUnknown", err)
+			}
+			for got := int64(0); got != 1; { // it committed, unknown to Fenced
+				got = mustInt(t, pool, "SELECT count(*) FROM ledger WHERE id = $1", int(tt.token))
+			}
+		})
+	}
+}

@@ -29,7 +29,7 @@ func (s *Store) Update(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 		if err != nil {
 			return err
 		}
-		if done, err := s.write(ctx, "update", c, r.Table, q, args); done || err != nil {
+		if done, err := s.write(ctx, "update", c, r, q, args); done || err != nil {
 			return err
 		}
 	}
@@ -46,13 +46,13 @@ func updateSQL(r fence.Row, set []fence.Col, bump bool) (string, error) {
 }
 
 // write runs a single-row write's one statement; done reports that it changed a row.
-func (s *Store) write(ctx context.Context, op string, g *grant.Checked, table, q string, args []any) (done bool, err error) {
+func (s *Store) write(ctx context.Context, op string, g *grant.Checked, r fence.Row, q string, args []any) (done bool, err error) {
 	tag, err := s.db.Exec(ctx, q, s.mode(args)...)
 	if err != nil {
 		if u := s.unknownOutcome(op, g, err); u != nil {
 			return false, u
 		}
-		return false, writeError(op, table, err)
+		return false, rowError(op, r, err)
 	}
 	return tag.RowsAffected() > 0, nil
 }
@@ -70,7 +70,7 @@ func (s *Store) explain(ctx context.Context, g *grant.Checked, r fence.Row, set 
 	var rowTok, fenceTok *int64
 	var rows int64
 	if err := s.db.QueryRow(ctx, q, s.mode(append(row.KeyVals, g.Resource()))...).Scan(&rowTok, &rows, &fenceTok); err != nil {
-		return writeError("look up", r.Table, err)
+		return rowError("look up", r, err)
 	}
 	if rows > 1 {
 		return fmt.Errorf("%w: the key of %q picks %d rows, not one; nothing was written", fence.ErrInvalidArgument, r.Table, rows)
@@ -105,7 +105,7 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	if err != nil {
 		return err
 	}
-	if done, err := s.write(ctx, "upsert", c, r.Table, q, shapeArgs(c, r.Key, set)); done || err != nil {
+	if done, err := s.write(ctx, "upsert", c, r, q, shapeArgs(c, r.Key, set)); done || err != nil {
 		return err
 	}
 	err = s.explain(ctx, c, r, set, false)
@@ -148,7 +148,7 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	if err != nil {
 		return err
 	}
-	if done, err := s.write(ctx, "delete", c, r.Table, q, shapeArgs(c, r.Key)); done || err != nil {
+	if done, err := s.write(ctx, "delete", c, r, q, shapeArgs(c, r.Key)); done || err != nil {
 		return err
 	}
 	return s.explain(ctx, c, r, nil, false)

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/tests/fencetest"
@@ -223,5 +224,49 @@ func TestStore_rows_tableNamedLikeTheStatementsOwn(t *testing.T) {
 		if got := mustInt(t, pool, `SELECT count(*) FROM "`+tbl+`"`); got != 0 {
 			t.Fatalf("%s: %d rows after a stale re-insert", tbl, got)
 		}
+	}
+}
+
+// TestStore_noTokenColumn: a single-row write on a table without the token column
+// names the migration generator, and is still PostgreSQL's 42703 underneath.
+func TestStore_noTokenColumn(t *testing.T) {
+	ctx := t.Context()
+	pool := newPool(t)
+	mustExec(t, pool, "CREATE TABLE plain (id int PRIMARY KEY, amount int NOT NULL, other_token bigint NOT NULL DEFAULT 0)")
+	mustExec(t, pool, "INSERT INTO plain VALUES (1, 10, 0)")
+	s := newStore(pool)
+	row := fence.Row{Table: "plain", Key: []fence.Col{{Name: "id", Value: 1}}}
+	custom := row
+	custom.TokenColumn = "tok"
+	g := fence.NewGrant("plain-1", 5)
+	tests := []struct {
+		name   string
+		write  func() error
+		column string
+	}{
+		{"update", func() error { return s.Update(ctx, g, row, fence.Col{Name: "amount", Value: 11}) }, "fence_token"},
+		{"upsert", func() error { return s.Upsert(ctx, g, row, fence.Col{Name: "amount", Value: 12}) }, "fence_token"},
+		{"delete", func() error { return s.Delete(ctx, g, row) }, "fence_token"},
+		{"update, own token column", func() error { return s.Update(ctx, g, custom, fence.Col{Name: "amount", Value: 13}) }, "tok"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.write()
+			var pgErr *pgconn.PgError
+			if !errors.As(err, &pgErr) || pgErr.Code != "42703" {
+				t.Fatalf("err = %v, want PostgreSQL's 42703 wrapped", err)
+			}
+			if n := strings.Count(err.Error(), "pgxfence:"); n != 1 {
+				t.Errorf("err = %v, says pgxfence: %d times", err, n)
+			}
+			for _, s := range []string{"fencegate-migrate gen", "GenerateTokenColumn", `"` + tt.column + `"`} {
+				if !strings.Contains(err.Error(), s) {
+					t.Errorf("err = %v, does not name %s", err, s)
+				}
+			}
+		})
+	}
+	if got := mustInt(t, pool, "SELECT amount FROM plain WHERE id = 1"); got != 10 {
+		t.Errorf("amount = %d after the refused writes, want 10", got)
 	}
 }

@@ -64,6 +64,7 @@ type Store struct {
 	nested     bool                     // db is a pgx.Tx: savepoints inside it
 	fenceFirst bool                     // WithFenceFirst
 	pooler     bool                     // WithPooler
+	ownMode    []any                    // nil, or the exec mode of the Store's statements on a describe_exec DB
 	shapes     dialect.ShapeMap[string] // SQL by shape (rows.go)
 	set        fencedtx.Settings        // WithIdleTimeout, WithObserver, WithKeyTTL
 }
@@ -135,8 +136,13 @@ func New(db DB, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("%w: pgxfence: nil DB", fence.ErrInvalidArgument)
 	}
 	s := &Store{db: db, beginSQL: "BEGIN"}
-	switch db.(type) {
-	case *pgxpool.Pool, *pgxpool.Conn, *pgx.Conn:
+	switch db := db.(type) {
+	case *pgxpool.Pool:
+		s.ownMode = ownMode(db.Config().ConnConfig)
+	case *pgxpool.Conn:
+		s.ownMode = ownMode(db.Conn().Config())
+	case *pgx.Conn:
+		s.ownMode = ownMode(db.Config())
 	case pgx.Tx:
 		s.nested = true
 	default: // a wrapper around a pool would otherwise get savepoints it did not ask for

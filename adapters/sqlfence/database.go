@@ -51,6 +51,7 @@ type database interface {
 	busy(err error) bool
 	duplicate(err error, table string) *nolock.DuplicateError
 	missingTable(err error, table string) bool
+	missingColumn(err error, column string) bool // column as given, unquoted
 	replyLost(err error, commit bool) bool
 	// idleEnded: err says the server ended it for idling; overdue: open past its bound.
 	idleEnded(err error, commit, overdue bool) bool

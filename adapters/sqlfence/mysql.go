@@ -171,6 +171,11 @@ func (mysql) missingTable(err error, table string) bool {
 	return ok && me.Number == 1146 && strings.Contains(me.Message, table)
 }
 
+func (mysql) missingColumn(err error, column string) bool {
+	me, ok := asMySQL(err)
+	return ok && me.Number == 1054 && strings.Contains(me.Message, column)
+}
+
 // replyLost: MariaDB's 1927 (connection killed) and 1053 (server shutdown) end the
 // session and may follow a recorded commit.
 func (mysql) replyLost(err error, commit bool) bool {

@@ -132,6 +132,10 @@ func (postgres) missingTable(err error, table string) bool {
 	return sqlState(err) == pgsql.NoTable && strings.Contains(err.Error(), table)
 }
 
+func (postgres) missingColumn(err error, column string) bool {
+	return sqlState(err) == pgsql.NoColumn && strings.Contains(err.Error(), `"`+column+`"`)
+}
+
 func (postgres) replyLost(err error, commit bool) bool {
 	if st := sqlState(err); st != "" {
 		return pgsql.ReplyLost(st, pgSeverity(err))

@@ -1,6 +1,7 @@
 package sqlfence
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -20,6 +21,7 @@ import (
 type rowStmt struct {
 	dialect.Row
 	name  string // the table as given, for errors
+	token string // the token column as given, for errors
 	where string // "k1 = ? AND k2 = ?"
 	g     *grant.Checked
 }
@@ -40,7 +42,8 @@ func (s *Store) prepare(ctx context.Context, g fence.Grant, r fence.Row, set []f
 	if err := s.d.probe(ctx, s); err != nil {
 		return nil, err
 	}
-	return &rowStmt{Row: row, name: r.Table, where: eqs("", row.Keys, " AND "), g: c}, nil
+	tok := cmp.Or(r.TokenColumn, fence.DefaultTokenColumn)
+	return &rowStmt{Row: row, name: r.Table, token: tok, where: eqs("", row.Keys, " AND "), g: c}, nil
 }
 
 // eqs is "p.c1 = ?<sep>p.c2 = ?", built in one allocation.
@@ -69,7 +72,21 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 	if de := s.d.duplicate(err, st.name); de != nil {
 		return de
 	}
+	if tc := s.noTokenColumn(st, op, err); tc != nil {
+		return tc
+	}
 	return s.wrap(err, op, st.name, "")
+}
+
+// noTokenColumn is err naming the migration that adds st's token column when err
+// says the table lacks it, else nil.
+func (s *Store) noTokenColumn(st *rowStmt, op string, err error) error {
+	if !s.d.missingColumn(err, st.token) {
+		return nil
+	}
+	return fmt.Errorf("sqlfence: %s %q: no token column %q: add it with the migration "+
+		"fencegate-migrate gen -dir DIR -table %s -dialect %s writes (migrations.GenerateTokenColumn): %w",
+		op, st.name, st.token, st.name, s.d.dialect(), err)
 }
 
 // Update is the [fence] package doc's single-row Update. PostgreSQL: one statement (a
@@ -203,10 +220,13 @@ type querier interface {
 
 func (s *Store) stored(ctx context.Context, q querier, st *rowStmt) (fence.Token, bool, error) {
 	var v sql.NullInt64
-	err := q.QueryRowContext(ctx, s.d.rebind("SELECT "+st.Token+" FROM "+st.Table+" WHERE "+st.where), st.KeyVals...).Scan(&v)
+	// r.: SQLite reads an unqualified "fence_token" it cannot find as a string.
+	err := q.QueryRowContext(ctx, s.d.rebind("SELECT r."+st.Token+" FROM "+st.Table+" AS r WHERE "+st.where), st.KeyVals...).Scan(&v)
 	switch {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
+	case s.d.missingColumn(err, st.token):
+		return 0, false, err // failed names the migration
 	case err != nil:
 		return 0, false, fmt.Errorf("sqlfence: read token of the row in %q: %w", st.name, err)
 	case !v.Valid:

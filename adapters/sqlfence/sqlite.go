@@ -90,6 +90,12 @@ func (sqlite) missingTable(err error, table string) bool {
 	return ok && strings.Contains(msg, "no such table: "+table)
 }
 
+func (sqlite) missingColumn(err error, column string) bool {
+	_, msg, ok := sqliteError(err)
+	return ok && (strings.Contains(msg, "no such column") || strings.Contains(msg, "has no column named")) &&
+		strings.Contains(msg, column)
+}
+
 func (sqlite) replyLost(err error, commit bool) bool {
 	_, _, ok := sqliteError(err)
 	return !ok && undecided(err, commit)

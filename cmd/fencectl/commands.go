@@ -40,14 +40,27 @@ func commands() []*command {
 			about:   "Print the high-water tokens the database (-dsn) stored in fence_tokens:\nevery resource's, or RESOURCE's.",
 			example: "fencectl tokens -dsn postgres://app@db.internal/app invoice-42",
 			flags:   dsnFlag | jsonFlag, nargs: -1, run: cmdTokens},
-		{name: "fence", args: "RESOURCE... | -all", short: "raise each stored token to etcd's next: every holder so far is refused",
-			about:   "Raise each RESOURCE's stored token (-dsn) to etcd's next token, so every\nholder granted so far is refused where it writes; -release also frees each\nlock key, conditioned on its holder's token. -all fences every mark stored and\nevery lock held: run it after promoting a replica that may lag.",
+		{name: "fence", args: "[-new] RESOURCE... | -all", short: "raise each stored token to etcd's next: every holder so far is refused",
+			about: "Raise each RESOURCE's stored token (-dsn) to etcd's next token, so every\n" +
+				"holder granted so far is refused where it writes; -release also frees each\n" +
+				"lock key, conditioned on its holder's token. A RESOURCE with neither a lock\n" +
+				"held nor a mark stored is refused (a typo?) unless -new is given.\n\n" +
+				"A holder still alive keeps its lock: its writes are refused (fence.ErrStale)\n" +
+				"until it releases and acquires again, which gets a token above the mark. A new\n" +
+				"holder waits for it, as for any holder, unless -release frees the key (which\n" +
+				"ends the old holder's lock).\n\n" +
+				"-all fences every mark stored and every lock held: run it after promoting a\n" +
+				"replica that may lag. The same holds there: each live holder must release and\n" +
+				"re-acquire to write again, and without -release the next holder waits for it.",
 			example: "fencectl fence -dsn postgres://app@db.internal/app -release invoice-42",
-			flags:   etcdFlags | dsnFlag | jsonFlag | releaseFlag | fenceAllFlag, nargs: -2, run: cmdFence},
-		{name: "watch", args: "NAME | 'PREFIX*'", short: "print every change of NAME's holder until interrupted",
-			about:   "Print the holder of NAME, then every grant and end of a hold (released,\nexpired) until interrupted; 'PREFIX*' watches every lock whose name starts\nwith PREFIX.",
+			flags:   etcdFlags | dsnFlag | jsonFlag | releaseFlag | fenceAllFlag | newFlag, nargs: -2, run: cmdFence},
+		{name: "watch", args: "[-exact] NAME | 'PREFIX*'", short: "print every change of NAME's holder until interrupted",
+			about: "Print the holder of NAME, then every grant and end of a hold (released,\n" +
+				"expired) until interrupted; 'PREFIX*' watches every lock whose name starts\n" +
+				"with PREFIX. -exact watches the one lock named NAME, a trailing * included\n" +
+				"(fencectl watch -exact 'report-*' watches the lock named report-*).",
 			example: "fencectl watch 'nightly-*'",
-			flags:   etcdFlags | jsonFlag, nargs: 1, long: true, run: cmdWatch},
+			flags:   etcdFlags | jsonFlag | exactFlag, nargs: 1, long: true, run: cmdWatch},
 		{name: "exec", args: "[-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]", short: "run COMMAND while holding NAME",
 			about:   "Run COMMAND while holding the lock NAME, with FENCEGATE_LOCK and\nFENCEGATE_TOKEN in its environment; exit with its status. 75: -try and held,\nnothing run; 76: the lock was lost and COMMAND stopped (SIGTERM, SIGKILL after\n-grace); 1: etcd not reached within -timeout, nothing run.",
 			example: "fencectl exec -ttl 15s nightly-report -- ./report.sh --date today",

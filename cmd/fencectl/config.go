@@ -29,6 +29,8 @@ type config struct {
 	json      bool
 	release   bool
 	all       bool
+	newMark   bool // fence -new
+	exact     bool // watch -exact
 }
 
 func defaultConfig() config {
@@ -60,6 +62,8 @@ const (
 	jsonFlag                         // -json
 	releaseFlag                      // -release (fence)
 	fenceAllFlag                     // -all (fence)
+	newFlag                          // -new (fence)
+	exactFlag                        // -exact (watch)
 
 	allFlags = etcdFlags | dsnFlag | jsonFlag | releaseFlag
 )
@@ -90,6 +94,12 @@ func (c *config) flags(name string, which flagSet, output io.Writer) *flag.FlagS
 	}
 	if which&fenceAllFlag != 0 {
 		fs.BoolVar(&c.all, "all", c.all, "every mark stored and every lock held (after promoting a replica that may lag)")
+	}
+	if which&newFlag != 0 {
+		fs.BoolVar(&c.newMark, "new", c.newMark, "fence: store a mark for a RESOURCE that has neither a lock held nor a mark")
+	}
+	if which&exactFlag != 0 {
+		fs.BoolVar(&c.exact, "exact", c.exact, "watch: NAME is one lock's whole name, a trailing * included")
 	}
 	return fs
 }

@@ -238,6 +238,70 @@ func TestRun_watch(t *testing.T) {
 	}
 }
 
+// TestRun_watch_star: a lock whose name ends in "*" is watched alone with -exact;
+// without it, 'NAME*' is the prefix watch.
+func TestRun_watch_star(t *testing.T) {
+	srv := locktest.Start(t)
+	eps := strings.Join(srv.Endpoints(), ",")
+	lc, err := lockclient.New(srv.Client(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lc.Close()
+	tests := []struct {
+		name   string
+		args   []string
+		ready  string // printed once the watch is in place, if waited for
+		sees   []string
+		misses []string
+	}{
+		{"-exact", []string{"watch", "-exact", "report-*"}, "free     report-*", []string{"taken    report-*"}, []string{"report-x"}},
+		{"prefix", []string{"watch", "report-*"}, "", []string{"taken    report-x", "taken    report-*"}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithCancel(t.Context())
+			defer cancel()
+			var out, eo syncBuffer
+			res := fencectlAsync(ctx, &out, &eo, append([]string{"-endpoints", eps}, tc.args...)...)
+			waitOutput := func(s string) {
+				t.Helper()
+				for deadline := time.Now().Add(time.Minute); !strings.Contains(out.String(), s); time.Sleep(10 * time.Millisecond) {
+					if time.Now().After(deadline) {
+						t.Fatalf("watch printed %q, want %q; stderr %q", out.String(), s, eo.String())
+					}
+				}
+			}
+			if tc.ready != "" {
+				waitOutput(tc.ready)
+			} // else: live events or the current state print the same "taken" lines
+			var locks []*lockclient.Lock
+			for _, n := range []string{"report-x", "report-*"} { // report-x first: a prefix watch prints it first
+				l, err := lc.Acquire(t.Context(), n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				locks = append(locks, l)
+			}
+			for _, s := range tc.sees {
+				waitOutput(s)
+			}
+			for _, s := range tc.misses {
+				if strings.Contains(out.String(), s) {
+					t.Errorf("watch printed %q:\n%s", s, out.String())
+				}
+			}
+			for _, l := range locks {
+				l.Release(t.Context())
+			}
+			cancel()
+			if code := waitStatus(t, res, &eo); code != 0 {
+				t.Fatalf("status %d after interrupt; stderr %q", code, eo.String())
+			}
+		})
+	}
+}
+
 // asFencectlEnv makes the test binary run as fencectl (TestMain), for tests
 // that signal the fencectl process itself.
 const asFencectlEnv = "FENCECTL_TEST_AS_FENCECTL"

@@ -54,6 +54,10 @@ func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) er
 		if args, err = fenceAll(ctx, cfg, lc, db, driver, out); err != nil {
 			return err
 		}
+	} else if !cfg.newMark {
+		if err := refuseUnknown(ctx, cfg, lc, db, driver, args); err != nil {
+			return err
+		}
 	}
 	var results []fenceJSON
 	for _, r := range args {
@@ -70,6 +74,32 @@ func cmdFence(ctx context.Context, cfg *config, args []string, out io.Writer) er
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
 		return enc.Encode(results)
+	}
+	return nil
+}
+
+// refuseUnknown refuses, before any mark is raised, a resource with neither a lock
+// held nor a mark stored: most likely a typo, which would fence a resource nobody
+// uses. -new fences it anyway.
+func refuseUnknown(ctx context.Context, cfg *config, lc *lockclient.Client, db *sql.DB, driver string, args []string) error {
+	for _, r := range args {
+		if checkLockName(r) == nil {
+			_, err := lc.Holder(ctx, r)
+			if err == nil {
+				continue
+			}
+			if !errors.Is(err, lockclient.ErrNotHeld) {
+				return cfg.etcdErr(err)
+			}
+		}
+		mark, err := fencemark.Read(ctx, db, dialect(driver), r)
+		if err != nil {
+			return fmt.Errorf("read the mark of %q: %w", r, err)
+		}
+		if mark == 0 {
+			return fmt.Errorf("%q: no lock held and no mark stored (a typo?); nothing fenced; "+
+				"give -new to store a mark for it anyway (fencectl fence -new %s)", r, r)
+		}
 	}
 	return nil
 }
@@ -144,6 +174,10 @@ func printFence(out io.Writer, r fenceJSON) {
 		fmt.Fprintf(out, "  nobody holds the lock\n")
 	default:
 		fmt.Fprintf(out, "  holder token %d: %d below the mark, its writes are refused\n", r.HolderToken, r.After-r.HolderToken)
+		if !r.Released {
+			fmt.Fprintf(out, "  the holder keeps the lock: to write again it must release and re-acquire;\n"+
+				"  a new holder waits for it (fence -release frees the key now)\n")
+		}
 	}
 	if r.Released {
 		fmt.Fprintf(out, "  released %q (token %d)\n", r.Resource, r.HolderToken)

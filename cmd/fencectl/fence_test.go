@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/fencegate/fencegate/adapters/fencemark"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence/mysql"
 	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
@@ -78,6 +79,9 @@ func TestRun_fence(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("fence: exit %d: %s", code, errOut)
 	}
+	if !strings.Contains(out, "must release and re-acquire") || !strings.Contains(out, "a new holder waits for it") {
+		t.Errorf("fence of a live holder does not say what it must do: %q", out)
+	}
 	var next int64
 	for _, f := range strings.Fields(out) {
 		if n, err := strconv.ParseInt(strings.TrimSuffix(f, ":"), 10, 64); err == nil && n > next {
@@ -111,7 +115,7 @@ func TestRun_fence(t *testing.T) {
 		t.Fatalf("Holder after fence -release = %v, want ErrNotHeld", err)
 	}
 	// Nobody holds it now: the fence still works.
-	code, out, _ = fencectl(t, "-dsn", e.dsn, "fence", "account-42", "unheld-1")
+	code, out, _ = fencectl(t, "-dsn", e.dsn, "fence", "-new", "account-42", "unheld-1")
 	if code != 0 || strings.Count(out, "nobody holds the lock") != 2 {
 		t.Fatalf("fence of unheld resources: exit %d: %s", code, out)
 	}
@@ -215,10 +219,86 @@ func TestRun_fence_all(t *testing.T) {
 	if code != 0 || !strings.Contains(out, "raised 2 marks") || !strings.Contains(out, `fenced "account-42"`) {
 		t.Fatalf("fence -all: exit %d\n%s%s", code, out, errOut)
 	}
+	if !strings.Contains(out, "must release and re-acquire") || !strings.Contains(out, "a new holder waits for it") {
+		t.Errorf("fence -all does not say what the live holder must do:\n%s", out)
+	}
 	if err := e.write(t); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("the holder's write after fence -all = %v, want fence.ErrStale", err)
 	}
 	if err := fence.Exec(t.Context(), e.store, old, func(*sql.Tx) error { return nil }); !errors.Is(err, fence.ErrStale) {
 		t.Errorf("the unheld resource's old grant after fence -all = %v, want fence.ErrStale", err)
+	}
+}
+
+// TestRun_fence_unknown: a resource with neither a lock held nor a mark stored (a
+// typo) is refused, naming -new, and nothing is raised; -new fences it.
+func TestRun_fence_unknown(t *testing.T) {
+	srv := locktest.Start(t)
+	path := filepath.Join(t.TempDir(), "app.db")
+	db, err := sqlite.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	if err := migrations.Up(t.Context(), db, migrations.SQLite); err != nil {
+		t.Fatal(err)
+	}
+	e := newFenceEnv(t, srv, db, migrations.SQLite, "sqlite:"+path) // account-42: held, marked
+	if _, err := e.locks.Acquire(t.Context(), "held-unmarked"); err != nil {
+		t.Fatal(err)
+	}
+	if err := fence.Exec(t.Context(), e.store, fence.NewGrant("marked-unheld", 1), func(*sql.Tx) error { return nil }); err != nil {
+		t.Fatal(err)
+	}
+	mark := func(r string) fence.Token {
+		t.Helper()
+		tok, err := fencemark.Read(t.Context(), db, migrations.SQLite, r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		code    int
+		errOut  string   // on stderr
+		raised  []string // marks above what they were
+		kept    []string // marks unchanged
+		missing []string // no mark stored after
+	}{
+		{"typo", []string{"acount-42"}, 1, "give -new", nil, nil, []string{"acount-42"}},
+		{"typo among known: nothing raised", []string{"account-42", "acount-42"}, 1, "give -new", nil, []string{"account-42"}, []string{"acount-42"}},
+		{"not a lock name, no mark", []string{"a/b"}, 1, "give -new", nil, nil, []string{"a/b"}},
+		{"held, no mark", []string{"held-unmarked"}, 0, "", []string{"held-unmarked"}, nil, nil},
+		{"marked, not held", []string{"marked-unheld"}, 0, "", []string{"marked-unheld"}, nil, nil},
+		{"-new", []string{"-new", "acount-42", "a/b"}, 0, "", []string{"acount-42", "a/b"}, nil, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			before := map[string]fence.Token{}
+			for _, r := range append(tc.raised, tc.kept...) {
+				before[r] = mark(r)
+			}
+			code, out, errOut := fencectl(t, append([]string{"-dsn", e.dsn, "fence"}, tc.args...)...)
+			if code != tc.code || !strings.Contains(errOut, tc.errOut) {
+				t.Fatalf("exit %d (want %d); stdout %q; stderr %q (want %q)", code, tc.code, out, errOut, tc.errOut)
+			}
+			for _, r := range tc.raised {
+				if got := mark(r); got <= before[r] {
+					t.Errorf("mark of %q = %d, not raised from %d", r, got, before[r])
+				}
+			}
+			for _, r := range tc.kept {
+				if got := mark(r); got != before[r] {
+					t.Errorf("mark of %q = %d, want it left at %d", r, got, before[r])
+				}
+			}
+			for _, r := range tc.missing {
+				if got := mark(r); got != 0 {
+					t.Errorf("mark of %q = %d, want none stored", r, got)
+				}
+			}
+		})
 	}
 }

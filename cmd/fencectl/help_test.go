@@ -17,8 +17,8 @@ func TestRun_help(t *testing.T) {
 		{"show", []string{"-endpoints", "-dsn", "-json"}, []string{"-release", "-ttl"}},
 		{"release", []string{"-endpoints", "-prefix"}, []string{"-dsn", "-json", "-release", "-ttl"}},
 		{"tokens", []string{"-dsn", "-json"}, []string{"-endpoints", "-release", "-ttl"}},
-		{"fence", []string{"-endpoints", "-dsn", "-json", "-release"}, []string{"-ttl", "-try"}},
-		{"watch", []string{"-endpoints", "-json"}, []string{"-dsn", "-release", "-ttl"}},
+		{"fence", []string{"-endpoints", "-dsn", "-json", "-release", "-new"}, []string{"-ttl", "-try"}},
+		{"watch", []string{"-endpoints", "-json", "-exact"}, []string{"-dsn", "-release", "-ttl"}},
 		{"exec", []string{"-endpoints", "-timeout", "-ttl", "-try", "-grace"}, []string{"-dsn", "-json", "-release"}},
 	}
 	for _, tt := range tests {

@@ -7,8 +7,10 @@
 //	fencectl [flags] tokens [RESOURCE]     stored tokens in fence_tokens (all, or one resource)
 //	fencectl [flags] fence RESOURCE...     raise each resource's stored token to etcd's next
 //	                                       token: every holder granted so far is refused
+//	                                       (-new: also a resource with no lock nor mark)
 //	fencectl [flags] watch NAME            print every change of NAME's holder until
-//	                                       interrupted ('PREFIX*': every lock under it)
+//	                                       interrupted ('PREFIX*': every lock under it;
+//	                                       -exact NAME: the lock named NAME, * and all)
 //	fencectl [flags] exec [-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]
 //	                                       run COMMAND while holding NAME (see below)
 //
@@ -29,6 +31,11 @@
 //	-timeout D        bound on each command's I/O (default 5s)
 //	-json             print JSON instead of a table
 //	-release          fence: also release each lock key, conditioned on its holder's token
+//
+// A fenced holder that is still alive keeps its lock, and its writes are refused
+// until it releases and acquires again (a new token, above the mark); a new holder
+// waits for it as for any holder, unless -release frees the key. fence refuses a
+// RESOURCE with neither a lock held nor a mark stored unless -new is given.
 //
 // Exit status: 0 success, 1 failure (etcd or the database unreachable, an unknown
 // lock, a token that does not hold the lock), 2 bad usage.

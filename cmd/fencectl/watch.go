@@ -30,10 +30,10 @@ type watchJSON struct {
 // cmdWatch prints every change of NAME's holder as it happens, until
 // interrupted: the state first, then each grant and each end of a hold. With a
 // trailing "*" (quoted: 'sched-*') it watches every lock whose name starts with
-// what precedes it.
+// what precedes it; -exact watches the lock named NAME, a trailing "*" included.
 func cmdWatch(ctx context.Context, cfg *config, args []string, out io.Writer) error {
 	name, prefix := args[0], false
-	if n := len(name); n > 0 && name[n-1] == '*' {
+	if n := len(name); n > 0 && name[n-1] == '*' && !cfg.exact {
 		name, prefix = name[:n-1], true
 	}
 	if name != "" || !prefix {

@@ -49,8 +49,9 @@ func Example_pgx() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	err = fence.Exec(lock.Context(), store, lock, func(tx pgx.Tx) error {
-		_, err := tx.Exec(ctx, `UPDATE invoices SET total = $1 WHERE account = $2`, 1250, 42)
+	work := lock.Context() // ends when the lock does: every statement under the lock uses it
+	err = fence.Exec(work, store, lock, func(tx pgx.Tx) error {
+		_, err := tx.Exec(work, `UPDATE invoices SET total = $1 WHERE account = $2`, 1250, 42)
 		return err
 	})
 	switch {

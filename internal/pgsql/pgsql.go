@@ -119,6 +119,7 @@ const (
 	Unique          = "23505"
 	NoFunction      = "42883"
 	NoTable         = "42P01"
+	NoColumn        = "42703"
 	NoConstraint    = "42P10" // ON CONFLICT names no unique index
 	IdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
 )
