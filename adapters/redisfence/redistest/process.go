@@ -20,11 +20,13 @@ const startTimeout = 30 * time.Second
 
 // process is one redis-server this package started, with its data directory.
 type process struct {
-	dir    string
-	port   int
-	args   []string
-	cmd    *exec.Cmd
-	exited <-chan struct{}
+	dir     string
+	port    int
+	cluster bool // a cluster node, with busPort for the cluster bus
+	busPort int
+	args    []string
+	cmd     *exec.Cmd
+	exited  <-chan struct{}
 }
 
 // binary finds redis-server on PATH or where Debian installs it.
@@ -39,39 +41,56 @@ func binary(name string) (string, error) {
 	return "", fmt.Errorf("redistest: %s not found (Debian: apt-get install --no-install-recommends redis-server)", name)
 }
 
-// newProcess prepares a redis-server in a fresh directory under parent (a
-// temporary one when parent is empty) with extra settings; start runs it.
-func newProcess(parent string, extra ...string) (*process, error) {
+// newProcess prepares a redis-server, a cluster node or not, in a fresh directory
+// under parent (a temporary one when parent is empty) with extra settings; start
+// runs it.
+func newProcess(parent string, cluster bool, extra ...string) (*process, error) {
 	dir, err := os.MkdirTemp(parent, "redistest-")
 	if err != nil {
 		return nil, err
 	}
-	return &process{dir: dir, args: extra}, nil
+	return &process{dir: dir, cluster: cluster, args: extra}, nil
 }
 
-// start runs redis-server on a free loopback port (the one it had, when it ran
-// before, so that clients and the cluster's configuration still find it) and
-// waits until it answers.
+// start runs redis-server on free loopback ports (other ones when another process
+// takes one before the server binds it) and waits until it answers.
 func (p *process) start(ctx context.Context) error {
 	bin, err := binary("redis-server")
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		if p.port == 0 {
-			if p.port, err = testserver.FreePort(); err != nil {
-				return err
-			}
-		}
-		err = p.run(ctx, bin)
-		if err == nil || p.exited == nil || attempt == 2 {
+	n := 1
+	if p.cluster {
+		n = 2
+	}
+	return startOnFreePorts(n, func(ports []int) error {
+		// A node that failed on its cluster bus port may have written nodes.conf.
+		if err := os.RemoveAll(p.dir); err != nil {
 			return err
 		}
-		// The port was taken before the server bound it; a fresh server tries another.
-		if _, statErr := os.Stat(filepath.Join(p.dir, "appendonlydir")); statErr != nil {
-			p.port = 0
+		if err := os.Mkdir(p.dir, 0o700); err != nil {
+			return err
 		}
+		p.port = ports[0]
+		if p.cluster {
+			p.busPort = ports[1]
+		}
+		return p.run(ctx, bin)
+	})
+}
+
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before redis-server binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
+
+// restart runs redis-server again from its data on the ports it had, so that
+// clients and the cluster's configuration still find it, and waits until it answers.
+func (p *process) restart(ctx context.Context) error {
+	bin, err := binary("redis-server")
+	if err != nil {
+		return err
 	}
+	return p.run(ctx, bin)
 }
 
 func (p *process) run(ctx context.Context, bin string) error {
@@ -86,6 +105,10 @@ func (p *process) run(ctx context.Context, bin string) error {
 		"--appendfsync", "always",
 		"--logfile", filepath.Join(p.dir, "redis.log"),
 	}, p.args...)
+	if p.cluster {
+		// Redis's default, port+10000, may be taken or past 65535.
+		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(p.busPort))
+	}
 	p.cmd = exec.Command(bin, args...)
 	// On Linux the kernel kills the server if the test binary dies uncleanly.
 	p.cmd.SysProcAttr = testserver.ProcAttr(nil)

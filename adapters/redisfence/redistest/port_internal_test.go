@@ -1,0 +1,80 @@
+package redistest
+
+import (
+	"net"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/fencegate/fencegate/testserver"
+)
+
+// TestStart_portTaken takes a port a server is given first before redis-server
+// binds it, as another process can: the server starts on other ports.
+func TestStart_portTaken(t *testing.T) {
+	if _, err := binary("redis-server"); err != nil {
+		testserver.Unavailable(t, "redistest: no redis-server", err, hint)
+	}
+	tests := []struct {
+		name  string
+		taken int // index of the port taken: the server's, then a cluster node's bus port
+		start func(t *testing.T) redis.UniversalClient
+		tries int // starts in all: one more than servers
+	}{
+		{"node, its port", 0, func(t *testing.T) redis.UniversalClient {
+			n, err := StartNode(t.Context())
+			if err != nil {
+				t.Fatalf("StartNode: %v", err)
+			}
+			t.Cleanup(func() { n.Close() })
+			return n.Client(t)
+		}, 2},
+		{"cluster, a node's bus port", 1, func(t *testing.T) redis.UniversalClient {
+			c, err := StartCluster(t.Context())
+			if err != nil {
+				t.Fatalf("StartCluster: %v", err)
+			}
+			t.Cleanup(func() { c.Close() })
+			return c.Client(t)
+		}, masters + 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if os.Getenv(EnvURL) != "" || os.Getenv(EnvCluster) != "" {
+				t.Skip("servers named by " + EnvURL + " or " + EnvCluster + " are not started")
+			}
+			tries := takePort(t, tt.taken)
+			rdb := tt.start(t)
+			if err := rdb.Set(t.Context(), "k", "v", 0).Err(); err != nil {
+				t.Fatalf("SET: %v", err)
+			}
+			if *tries != tt.tries {
+				t.Fatalf("%d starts; want %d: one more than servers, for the taken port", *tries, tt.tries)
+			}
+		})
+	}
+}
+
+// takePort makes the first start hold the i-th port it is given, as another process
+// would, and returns how many starts were made.
+func takePort(t *testing.T, i int) *int {
+	orig := startOnFreePorts
+	t.Cleanup(func() { startOnFreePorts = orig })
+	tries := new(int)
+	startOnFreePorts = func(n int, start func([]int) error) error {
+		return orig(n, func(ports []int) error {
+			if *tries++; *tries == 1 {
+				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])))
+				if err != nil {
+					t.Errorf("take port %d: %v", ports[i], err)
+					return err
+				}
+				t.Cleanup(func() { l.Close() })
+			}
+			return start(ports)
+		})
+	}
+	return tries
+}

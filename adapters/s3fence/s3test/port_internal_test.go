@@ -1,0 +1,46 @@
+package s3test
+
+import (
+	"net"
+	"strconv"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/service/s3"
+)
+
+// TestStart_portTaken takes the port the server is given first before versitygw
+// binds it, as another process can: the server starts on another port.
+func TestStart_portTaken(t *testing.T) {
+	tries := takeFirstPort(t)
+	var srv Server
+	t.Cleanup(func() { srv.Close() })
+	c, _ := srv.Bucket(t)
+	if _, err := c.ListBuckets(t.Context(), &s3.ListBucketsInput{}); err != nil {
+		t.Fatal(err)
+	}
+	if *tries != 2 {
+		t.Fatalf("%d starts; want 2: one on the taken port, one on another", *tries)
+	}
+}
+
+// takeFirstPort makes the start hold the first port it is given, as another process
+// would, and returns how many starts were made.
+func takeFirstPort(t *testing.T) *int {
+	orig := startOnFreePorts
+	t.Cleanup(func() { startOnFreePorts = orig })
+	tries := new(int)
+	startOnFreePorts = func(n int, start func([]int) error) error {
+		return orig(n, func(ports []int) error {
+			if *tries++; *tries == 1 {
+				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+				if err != nil {
+					t.Errorf("take port %d: %v", ports[0], err)
+					return err
+				}
+				t.Cleanup(func() { l.Close() })
+			}
+			return start(ports)
+		})
+	}
+	return tries
+}
