@@ -1,7 +1,9 @@
 package locktest
 
 import (
+	"io"
 	"net"
+	"net/url"
 	"strconv"
 	"testing"
 )
@@ -18,17 +20,23 @@ func TestStartCluster_portTaken(t *testing.T) {
 		return c
 	}
 	tests := []struct {
-		name  string
-		start func(t *testing.T) *Cluster
-		taken int // index of the port taken: peer and client port of each member
+		name   string
+		start  func(t *testing.T) *Cluster
+		taken  int  // index of the port taken: peer and client port of each member
+		byEtcd bool // the port is taken by another etcd, which answers on it
 	}{
-		{"single member, its client port", func(t *testing.T) *Cluster { return Start(t) }, 1},
-		{"three members, a peer port", func(t *testing.T) *Cluster { return StartCluster(t, 3) }, 2},
-		{"Run, its peer port", run, 0},
+		{"single member, its client port", func(t *testing.T) *Cluster { return Start(t) }, 1, false},
+		{"single member, its client port, by another etcd", func(t *testing.T) *Cluster { return Start(t) }, 1, true},
+		{"three members, a peer port", func(t *testing.T) *Cluster { return StartCluster(t, 3) }, 2, false},
+		{"Run, its peer port", run, 0, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			tries := takePort(t, tt.taken)
+			var other string
+			if tt.byEtcd {
+				other = Start(t).Endpoints()[0]
+			}
+			tries := takePort(t, tt.taken, other)
 			c := tt.start(t)
 			if _, err := c.Client(t).Put(t.Context(), "k", "v"); err != nil {
 				t.Fatalf("Put: %v", err)
@@ -36,13 +44,20 @@ func TestStartCluster_portTaken(t *testing.T) {
 			if *tries != 2 {
 				t.Fatalf("%d starts; want 2: one on the taken port, one on others", *tries)
 			}
+			if other != "" {
+				resp, err := newClient(t, []string{other}, "other").Get(t.Context(), "k")
+				if err != nil || len(resp.Kvs) != 0 {
+					t.Fatalf("the other etcd has k: %v, %v; the cluster started on it", resp, err)
+				}
+			}
 		})
 	}
 }
 
-// takePort makes the start hold the i-th port it is given first, as another process
-// would, and returns how many starts were made.
-func takePort(t *testing.T, i int) *int {
+// takePort makes the first start find the i-th port it is given taken, as another
+// process can take it: by a listener that never answers, or one forwarding every
+// connection to the server at url other. It returns how many starts were made.
+func takePort(t *testing.T, i int, other string) *int {
 	orig := startOnFreePorts
 	t.Cleanup(func() { startOnFreePorts = orig })
 	tries := new(int)
@@ -55,9 +70,33 @@ func takePort(t *testing.T, i int) *int {
 					return err
 				}
 				t.Cleanup(func() { l.Close() })
+				if other != "" {
+					u, _ := url.Parse(other)
+					go forward(l, u.Host)
+				}
 			}
 			return start(ports)
 		})
 	}
 	return tries
+}
+
+// forward copies every connection l accepts to and from target until l is closed.
+func forward(l net.Listener, target string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer d.Close()
+			go io.Copy(d, c)
+			io.Copy(c, d)
+		}()
+	}
 }

@@ -147,6 +147,9 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 			}
 		}()
 		conn, err := pgx.Connect(ctx, u.String())
+		if err == nil && s.inst != nil {
+			err = isCluster(ctx, conn, filepath.Base(s.inst.Dir))
+		}
 		cancel()
 		if err == nil {
 			s.base, s.admin = u, conn
@@ -164,6 +167,20 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// isCluster checks that conn reaches the server started with cluster_name name, not
+// another that took its port first, and closes conn if not.
+func isCluster(ctx context.Context, conn *pgx.Conn, name string) error {
+	var got string
+	err := conn.QueryRow(ctx, "SHOW cluster_name").Scan(&got)
+	if err == nil && got != name {
+		err = fmt.Errorf("another PostgreSQL (cluster_name %q) answers on its port", got)
+	}
+	if err != nil {
+		conn.Close(ctx)
+	}
+	return err
 }
 
 // launch initialises a cluster in a temporary directory and starts postgres on it,
@@ -197,6 +214,7 @@ func (s *Server) launch(port int) (*url.URL, error) {
 	// it dies with the test binary.
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
 		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+		"-c", "cluster_name="+filepath.Base(dir), // to tell it from a server that took its port
 		// A throwaway server needs no durability; benchmarks then measure the
 		// statements rather than the disk (the same for every variant in a run).
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",

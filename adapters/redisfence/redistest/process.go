@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/testserver"
 )
@@ -126,44 +128,34 @@ func (p *process) run(ctx context.Context, bin string) error {
 }
 
 // waitReady waits until the server answers PING with PONG (not -LOADING while it
-// replays its append-only file).
+// replays its append-only file) and INFO with its own process ID: another
+// redis-server could have taken the port before this one bound it.
 func (p *process) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	defer rdb.Close()
+	self := fmt.Sprintf("\r\nprocess_id:%d\r\n", p.cmd.Process.Pid)
 	for {
-		if ping(p.addr()) == nil {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			var info string
+			if info, err = rdb.Info(ctx, "server").Result(); err == nil && !strings.Contains(info, self) {
+				err = errors.New("another redis-server answers on its port")
+			}
+		}
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-p.exited:
 			return errors.New("exited during startup")
 		case <-ctx.Done():
-			return fmt.Errorf("not answering after %v: %w", startTimeout, ctx.Err())
+			return fmt.Errorf("not answering after %v: %w", startTimeout, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// ping sends one inline PING and wants +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	if err != nil {
-		return err
-	}
-	if string(buf[:n]) != "+PONG\r\n" {
-		return fmt.Errorf("PING: %q", buf[:n])
-	}
-	return nil
 }
 
 func (p *process) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }

@@ -1,8 +1,10 @@
 package s3test
 
 import (
+	"io"
 	"net"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
@@ -11,21 +13,37 @@ import (
 // TestStart_portTaken takes the port the server is given first before versitygw
 // binds it, as another process can: the server starts on another port.
 func TestStart_portTaken(t *testing.T) {
-	tries := takeFirstPort(t)
-	var srv Server
-	t.Cleanup(func() { srv.Close() })
-	c, _ := srv.Bucket(t)
-	if _, err := c.ListBuckets(t.Context(), &s3.ListBucketsInput{}); err != nil {
-		t.Fatal(err)
-	}
-	if *tries != 2 {
-		t.Fatalf("%d starts; want 2: one on the taken port, one on another", *tries)
+	for _, byGateway := range []bool{false, true} {
+		name := map[bool]string{false: "by a listener", true: "by another versitygw"}[byGateway]
+		t.Run(name, func(t *testing.T) {
+			var other string // host:port of the server that took the port, if one did
+			if byGateway {
+				o, err := Start(t.Context())
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer o.Close()
+				other = strings.TrimPrefix(o.Endpoint, "http://")
+			}
+			tries := takeFirstPort(t, other)
+			var srv Server
+			t.Cleanup(func() { srv.Close() })
+			c, _ := srv.Bucket(t)
+			if _, err := c.ListBuckets(t.Context(), &s3.ListBucketsInput{}); err != nil {
+				t.Fatal(err)
+			}
+			if *tries != 2 {
+				t.Fatalf("%d starts; want 2: one on the taken port, one on another", *tries)
+			}
+		})
 	}
 }
 
-// takeFirstPort makes the start hold the first port it is given, as another process
-// would, and returns how many starts were made.
-func takeFirstPort(t *testing.T) *int {
+// takeFirstPort makes the first start find the first port it is given taken, as
+// another process can take it: by a listener that never answers, or one forwarding
+// every connection to the server at address other. It returns how many starts were
+// made.
+func takeFirstPort(t *testing.T, other string) *int {
 	orig := startOnFreePorts
 	t.Cleanup(func() { startOnFreePorts = orig })
 	tries := new(int)
@@ -38,9 +56,32 @@ func takeFirstPort(t *testing.T) *int {
 					return err
 				}
 				t.Cleanup(func() { l.Close() })
+				if other != "" {
+					go forward(l, other)
+				}
 			}
 			return start(ports)
 		})
 	}
 	return tries
+}
+
+// forward copies every connection l accepts to and from target until l is closed.
+func forward(l net.Listener, target string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer d.Close()
+			go io.Copy(d, c)
+			io.Copy(c, d)
+		}()
+	}
 }

@@ -151,6 +151,7 @@ func (p *Pair) launchOn(t testing.TB, name string, extra []string, prepare func(
 		_ = logFile.Chown(int(inst.Cred.Uid), int(inst.Cred.Gid))
 	}
 	args := append([]string{"-D", data, "-p", strconv.Itoa(port), "-k", inst.Dir,
+		"-c", "cluster_name=" + filepath.Base(inst.Dir), // to tell it from a server that took its port
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}, extra...)
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
 	cmd.Dir = inst.Dir
@@ -188,8 +189,9 @@ func run(dir string, cred *syscall.Credential, name string, args ...string) erro
 	return nil
 }
 
-// waitReady waits until the node accepts connections (a standby accepts reads). A
-// try ends when the node exits: the process that holds its port may never answer.
+// waitReady waits until the node accepts connections (a standby accepts reads) and
+// names itself by its cluster_name: another server could have taken its port first.
+// A try ends when the node exits: what holds its port may never answer.
 func (n *Node) waitReady(ctx context.Context, log string) error {
 	return poll(ctx, func(ctx context.Context) (bool, error) {
 		select {
@@ -210,7 +212,11 @@ func (n *Node) waitReady(ctx context.Context, log string) error {
 		if err != nil {
 			return false, nil
 		}
-		conn.Close(ctx)
+		defer conn.Close(ctx)
+		var name string // another server could have taken the port first
+		if err := conn.QueryRow(ctx, "SHOW cluster_name").Scan(&name); err != nil || name != filepath.Base(n.inst.Dir) {
+			return false, nil
+		}
 		return true, nil
 	})
 }
