@@ -1,9 +1,9 @@
 // Package testserver is what the throwaway test servers share (locktest's etcd,
 // pgtest's PostgreSQL, mysqltest's MariaDB, redistest's Redis, s3test's S3): the
-// skip-or-fail rule, a free loopback port, a temporary directory, a server process
-// run as its own system user that dies with the test binary (on Linux), and the tail
-// of its log. Use it to start a server of your own the same way. It builds on Linux
-// and macOS.
+// skip-or-fail rule, free loopback ports and a start retried when one is taken
+// first, a temporary directory, a server process run as its own system user that
+// dies with the test binary (on Linux), and the tail of its log. Use it to start a
+// server of your own the same way. It builds on Linux and macOS.
 package testserver
 
 import (
@@ -37,7 +37,8 @@ func Unavailable(t testing.TB, what string, err error, hint string) {
 func DBName(seq int) string { return fmt.Sprintf("fgtest_%d_%d", os.Getpid(), seq) }
 
 // FreePort returns a loopback TCP port that was free a moment ago. Another process can
-// take it before the server binds it, so callers retry a server that fails to start.
+// take it before the server binds it: StartOnFreePorts starts a server again on
+// another port when that happens.
 func FreePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {

@@ -13,22 +13,27 @@
 // fails). The package imports only etcd's client, so a module that depends on
 // fencegate gets no etcd server in its go.sum.
 //
-// Members listen on loopback ports chosen at start, keep their data in t.TempDir()
+// Members listen on loopback ports chosen at start (and chosen again when another
+// process takes one before a member binds it), keep their data in t.TempDir()
 // and are killed by t.Cleanup (and by the kernel, on Linux, if the test binary
 // dies first). Clients from Client(t) are closed by t.Cleanup too.
 package locktest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // startTimeout bounds how long a member may take to become ready. A cold start
@@ -61,19 +66,15 @@ func Run(dir string) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &member{name: "m0", dir: filepath.Join(dir, "m0")}
-	for _, u := range []*url.URL{&m.peerURL, &m.clientURL} {
-		addr, err := freeLoopback()
-		if err != nil {
-			return nil, err
-		}
-		*u = url.URL{Scheme: "http", Host: addr}
-	}
-	m.initial = m.name + "=" + m.peerURL.String()
-	if err := m.start(bin); err != nil {
+	var ms []*member
+	err = startOnFreePorts(2, func(ports []int) error {
+		ms = newMembers(dir, 1, ports, nil)
+		return startMembers(bin, ms)
+	})
+	if err != nil {
 		return nil, fmt.Errorf("locktest: %w", err)
 	}
-	return &Cluster{bin: bin, members: []*member{m}}, nil
+	return &Cluster{bin: bin, members: ms}, nil
 }
 
 // StartCluster starts n etcd members (n >= 1) forming one cluster, waits until
@@ -90,35 +91,76 @@ func startCluster(t testing.TB, n int, certs *Certs) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, bin: binary(t)}
 	dir := t.TempDir()
+	t.Cleanup(c.Close)
+	err := startOnFreePorts(2*n, func(ports []int) error {
+		ms := newMembers(dir, n, ports, certs)
+		if err := startMembers(c.bin, ms); err != nil {
+			return err
+		}
+		c.mu.Lock()
+		c.members = ms
+		c.mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("locktest: %v", err)
+	}
+	c.WaitLeader(t)
+	return c
+}
+
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before etcd binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
+
+// newMembers returns the n members of a new cluster with their data under dir, on
+// ports: a peer and a client port each.
+func newMembers(dir string, n int, ports []int, certs *Certs) []*member {
 	scheme := "http"
 	if certs != nil {
 		scheme = "https"
 	}
+	var ms []*member
 	var initial []string
 	for i := range n {
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(dir, fmt.Sprintf("m%d", i)),
-			peerURL:   url.URL{Scheme: "http", Host: freeAddr(t)},
-			clientURL: url.URL{Scheme: scheme, Host: freeAddr(t)},
+			peerURL:   loopback("http", ports[2*i]),
+			clientURL: loopback(scheme, ports[2*i+1]),
 			certs:     certs,
 		}
-		c.members = append(c.members, m)
+		ms = append(ms, m)
 		initial = append(initial, m.name+"="+m.peerURL.String())
 	}
-	t.Cleanup(c.Close)
-	errs := make(chan error, n)
-	for _, m := range c.members {
+	for _, m := range ms {
 		m.initial = strings.Join(initial, ",")
-		go func() { errs <- m.start(c.bin) }()
 	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatalf("locktest: %v", err)
+	return ms
+}
+
+func loopback(scheme string, port int) url.URL {
+	return url.URL{Scheme: scheme, Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+}
+
+// startMembers starts the members at once and waits until each answers. If one
+// fails, it stops them all and removes their data, so that the cluster can be
+// started afresh on other ports, and returns every member's error.
+func startMembers(bin string, ms []*member) error {
+	errs := make([]error, len(ms))
+	var wg sync.WaitGroup
+	for i, m := range ms {
+		wg.Go(func() { errs[i] = m.start(bin) })
+	}
+	wg.Wait()
+	err := errors.Join(errs...)
+	if err != nil {
+		for _, m := range ms {
+			m.stop()
+			os.RemoveAll(m.dir)
 		}
 	}
-	c.WaitLeader(t)
-	return c
+	return err
 }
 
 // binary returns the etcd binary, skipping the test when none can be had outside
@@ -134,25 +176,6 @@ func binary(t testing.TB) string {
 	}
 	t.Skipf("locktest: no etcd binary (set %s to one, or put the go command on PATH): %v", envBinary, err)
 	return ""
-}
-
-// freeAddr returns a loopback address with a port that was free a moment ago.
-func freeAddr(t testing.TB) string {
-	t.Helper()
-	addr, err := freeLoopback()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return addr
-}
-
-func freeLoopback() (string, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", fmt.Errorf("locktest: no free loopback port: %w", err)
-	}
-	defer l.Close()
-	return l.Addr().String(), nil
 }
 
 // Close stops every member as Stop does; their data stays. Clusters started for

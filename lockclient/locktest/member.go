@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"syscall"
 	"time"
 
@@ -89,7 +90,7 @@ func (m *member) waitReady() error {
 	deadline := time.Now().Add(startTimeout)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		_, err = cli.Status(ctx, m.clientURL.String())
+		err = m.answers(ctx, cli)
 		cancel()
 		if err == nil {
 			m.status = cli
@@ -106,6 +107,24 @@ func (m *member) waitReady() error {
 			return fmt.Errorf("not ready after %v: %w", startTimeout, err)
 		}
 	}
+}
+
+// answers reports whether this member answers on its client URL: not another etcd
+// that took the port before the member could bind it.
+func (m *member) answers(ctx context.Context, cli *clientv3.Client) error {
+	resp, err := cli.MemberList(ctx, clientv3.WithSerializable())
+	if err != nil {
+		return err
+	}
+	for _, mm := range resp.Members {
+		if mm.ID == resp.Header.MemberId {
+			if mm.Name == m.name && slices.Contains(mm.PeerURLs, m.peerURL.String()) {
+				return nil
+			}
+			return fmt.Errorf("another etcd (%s, %v) answers on %s", mm.Name, mm.PeerURLs, m.clientURL.String())
+		}
+	}
+	return fmt.Errorf("the etcd on %s is not in its own member list", m.clientURL.String())
 }
 
 func (m *member) newClient() (*clientv3.Client, error) {

@@ -113,32 +113,43 @@ func (s *Server) start() error {
 		}
 		return s.connect(u, 30*time.Second)
 	}
-	var err error
-	// The free port is picked before postgres binds it; another process can take
-	// it in between, so a server that exits during startup is tried again.
-	for range 3 {
-		var u *url.URL
-		if u, err = s.launch(); err == nil {
-			if err = s.connect(u, 2*time.Minute); err == nil {
-				return nil
-			}
+	return startOnFreePorts(1, func(ports []int) error {
+		u, err := s.launch(ports[0])
+		if err == nil {
+			err = s.connect(u, 2*time.Minute)
 		}
-		s.stop()
-		if !errors.Is(err, errExited) {
-			break
+		if err != nil {
+			s.stop()
 		}
-	}
-	return err
+		return err
+	})
 }
 
-var errExited = errors.New("postgres exited during startup")
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before postgres binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
 
 // connect opens the admin connection, retrying while a server just launched starts.
+// A try ends when that server exits: the process that holds its port may never answer.
 func (s *Server) connect(u *url.URL, wait time.Duration) error {
+	var exited <-chan struct{}
+	if s.inst != nil {
+		exited = s.inst.Exited()
+	}
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		go func() {
+			select {
+			case <-exited:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		conn, err := pgx.Connect(ctx, u.String())
+		if err == nil && s.inst != nil {
+			err = isCluster(ctx, conn, filepath.Base(s.inst.Dir))
+		}
 		cancel()
 		if err == nil {
 			s.base, s.admin = u, conn
@@ -147,7 +158,7 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 		if s.inst != nil {
 			select {
 			case <-s.inst.Exited():
-				return fmt.Errorf("%w: %s", errExited, testserver.ReadTail(filepath.Join(s.inst.Dir, "postgres.log")))
+				return fmt.Errorf("postgres exited during startup: %s", testserver.ReadTail(filepath.Join(s.inst.Dir, "postgres.log")))
 			default:
 			}
 		}
@@ -158,8 +169,23 @@ func (s *Server) connect(u *url.URL, wait time.Duration) error {
 	}
 }
 
-// launch initialises a cluster in a temporary directory and starts postgres on it.
-func (s *Server) launch() (*url.URL, error) {
+// isCluster checks that conn reaches the server started with cluster_name name, not
+// another that took its port first, and closes conn if not.
+func isCluster(ctx context.Context, conn *pgx.Conn, name string) error {
+	var got string
+	err := conn.QueryRow(ctx, "SHOW cluster_name").Scan(&got)
+	if err == nil && got != name {
+		err = fmt.Errorf("another PostgreSQL (cluster_name %q) answers on its port", got)
+	}
+	if err != nil {
+		conn.Close(ctx)
+	}
+	return err
+}
+
+// launch initialises a cluster in a temporary directory and starts postgres on it,
+// on port.
+func (s *Server) launch(port int) (*url.URL, error) {
 	bin, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -176,10 +202,6 @@ func (s *Server) launch() (*url.URL, error) {
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, testserver.Tail(string(out)))
 	}
-	port, err := testserver.FreePort()
-	if err != nil {
-		return nil, err
-	}
 	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
 	if err != nil {
 		return nil, err
@@ -192,6 +214,7 @@ func (s *Server) launch() (*url.URL, error) {
 	// it dies with the test binary.
 	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
 		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+		"-c", "cluster_name="+filepath.Base(dir), // to tell it from a server that took its port
 		// A throwaway server needs no durability; benchmarks then measure the
 		// statements rather than the disk (the same for every variant in a run).
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",

@@ -54,7 +54,7 @@ func (c *Cluster) start(ctx context.Context) error {
 		return err
 	}
 	for range masters {
-		p, err := newProcess("", "--cluster-enabled", "yes", "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
+		p, err := newProcess("", true, "--cluster-config-file", "nodes.conf", "--cluster-node-timeout", "5000")
 		if err == nil {
 			c.procs = append(c.procs, p)
 			err = p.start(ctx)

@@ -4,13 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/testserver"
 )
@@ -20,11 +22,13 @@ const startTimeout = 30 * time.Second
 
 // process is one redis-server this package started, with its data directory.
 type process struct {
-	dir    string
-	port   int
-	args   []string
-	cmd    *exec.Cmd
-	exited <-chan struct{}
+	dir     string
+	port    int
+	cluster bool // a cluster node, with busPort for the cluster bus
+	busPort int
+	args    []string
+	cmd     *exec.Cmd
+	exited  <-chan struct{}
 }
 
 // binary finds redis-server on PATH or where Debian installs it.
@@ -39,39 +43,56 @@ func binary(name string) (string, error) {
 	return "", fmt.Errorf("redistest: %s not found (Debian: apt-get install --no-install-recommends redis-server)", name)
 }
 
-// newProcess prepares a redis-server in a fresh directory under parent (a
-// temporary one when parent is empty) with extra settings; start runs it.
-func newProcess(parent string, extra ...string) (*process, error) {
+// newProcess prepares a redis-server, a cluster node or not, in a fresh directory
+// under parent (a temporary one when parent is empty) with extra settings; start
+// runs it.
+func newProcess(parent string, cluster bool, extra ...string) (*process, error) {
 	dir, err := os.MkdirTemp(parent, "redistest-")
 	if err != nil {
 		return nil, err
 	}
-	return &process{dir: dir, args: extra}, nil
+	return &process{dir: dir, cluster: cluster, args: extra}, nil
 }
 
-// start runs redis-server on a free loopback port (the one it had, when it ran
-// before, so that clients and the cluster's configuration still find it) and
-// waits until it answers.
+// start runs redis-server on free loopback ports (other ones when another process
+// takes one before the server binds it) and waits until it answers.
 func (p *process) start(ctx context.Context) error {
 	bin, err := binary("redis-server")
 	if err != nil {
 		return err
 	}
-	for attempt := 0; ; attempt++ {
-		if p.port == 0 {
-			if p.port, err = testserver.FreePort(); err != nil {
-				return err
-			}
-		}
-		err = p.run(ctx, bin)
-		if err == nil || p.exited == nil || attempt == 2 {
+	n := 1
+	if p.cluster {
+		n = 2
+	}
+	return startOnFreePorts(n, func(ports []int) error {
+		// A node that failed on its cluster bus port may have written nodes.conf.
+		if err := os.RemoveAll(p.dir); err != nil {
 			return err
 		}
-		// The port was taken before the server bound it; a fresh server tries another.
-		if _, statErr := os.Stat(filepath.Join(p.dir, "appendonlydir")); statErr != nil {
-			p.port = 0
+		if err := os.Mkdir(p.dir, 0o700); err != nil {
+			return err
 		}
+		p.port = ports[0]
+		if p.cluster {
+			p.busPort = ports[1]
+		}
+		return p.run(ctx, bin)
+	})
+}
+
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before redis-server binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
+
+// restart runs redis-server again from its data on the ports it had, so that
+// clients and the cluster's configuration still find it, and waits until it answers.
+func (p *process) restart(ctx context.Context) error {
+	bin, err := binary("redis-server")
+	if err != nil {
+		return err
 	}
+	return p.run(ctx, bin)
 }
 
 func (p *process) run(ctx context.Context, bin string) error {
@@ -86,6 +107,10 @@ func (p *process) run(ctx context.Context, bin string) error {
 		"--appendfsync", "always",
 		"--logfile", filepath.Join(p.dir, "redis.log"),
 	}, p.args...)
+	if p.cluster {
+		// Redis's default, port+10000, may be taken or past 65535.
+		args = append(args, "--cluster-enabled", "yes", "--cluster-port", strconv.Itoa(p.busPort))
+	}
 	p.cmd = exec.Command(bin, args...)
 	// On Linux the kernel kills the server if the test binary dies uncleanly.
 	p.cmd.SysProcAttr = testserver.ProcAttr(nil)
@@ -103,44 +128,34 @@ func (p *process) run(ctx context.Context, bin string) error {
 }
 
 // waitReady waits until the server answers PING with PONG (not -LOADING while it
-// replays its append-only file).
+// replays its append-only file) and INFO with its own process ID: another
+// redis-server could have taken the port before this one bound it.
 func (p *process) waitReady(ctx context.Context) error {
 	ctx, cancel := context.WithTimeout(ctx, startTimeout)
 	defer cancel()
+	rdb := redis.NewClient(&redis.Options{Addr: p.addr(), MaxRetries: -1, PoolSize: 1,
+		DialTimeout: time.Second, ReadTimeout: time.Second, WriteTimeout: time.Second})
+	defer rdb.Close()
+	self := fmt.Sprintf("\r\nprocess_id:%d\r\n", p.cmd.Process.Pid)
 	for {
-		if ping(p.addr()) == nil {
+		err := rdb.Ping(ctx).Err()
+		if err == nil {
+			var info string
+			if info, err = rdb.Info(ctx, "server").Result(); err == nil && !strings.Contains(info, self) {
+				err = errors.New("another redis-server answers on its port")
+			}
+		}
+		if err == nil {
 			return nil
 		}
 		select {
 		case <-p.exited:
 			return errors.New("exited during startup")
 		case <-ctx.Done():
-			return fmt.Errorf("not answering after %v: %w", startTimeout, ctx.Err())
+			return fmt.Errorf("not answering after %v: %w", startTimeout, err)
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-}
-
-// ping sends one inline PING and wants +PONG.
-func ping(addr string) error {
-	c, err := net.DialTimeout("tcp", addr, time.Second)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
-	_ = c.SetDeadline(time.Now().Add(time.Second))
-	if _, err := c.Write([]byte("PING\r\n")); err != nil {
-		return err
-	}
-	buf := make([]byte, 64)
-	n, err := c.Read(buf)
-	if err != nil {
-		return err
-	}
-	if string(buf[:n]) != "+PONG\r\n" {
-		return fmt.Errorf("PING: %q", buf[:n])
-	}
-	return nil
 }
 
 func (p *process) addr() string { return "127.0.0.1:" + strconv.Itoa(p.port) }

@@ -82,7 +82,7 @@ func (n *Node) start(ctx context.Context) error {
 		n.opts, n.Addr = opts, opts.Addr
 		return nil
 	}
-	p, err := newProcess("")
+	p, err := newProcess("", false)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (n *Node) Restart(ctx context.Context, crash bool) error {
 	if err := n.proc.stop(sig); err != nil {
 		return err
 	}
-	return n.proc.start(ctx)
+	return n.proc.restart(ctx)
 }
 
 // Close stops the server this package started, if any, and removes its data. It is

@@ -26,9 +26,10 @@ package s3test
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -90,23 +91,26 @@ func (s *Server) start(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	s.AccessKey, s.SecretKey = "fencegate", "fencegate-secret"
-	// A free port can be taken by another process before the server binds it.
-	for range 3 {
-		var addr string
-		if s.proc, addr, err = s.run(ctx, bin); err == nil {
-			s.Endpoint = "http://" + addr
-			return nil
+	// A secret of its own: a server that answers it is this one, not another
+	// versitygw that took the port first.
+	secret := make([]byte, 8)
+	_, _ = rand.Read(secret)
+	s.AccessKey, s.SecretKey = "fencegate", "fencegate-"+hex.EncodeToString(secret)
+	return startOnFreePorts(1, func(ports []int) error {
+		p, endpoint, err := s.run(ctx, bin, ports[0])
+		if err == nil {
+			s.proc, s.Endpoint = p, endpoint
 		}
-	}
-	return err
+		return err
+	})
 }
 
-func (s *Server) run(ctx context.Context, bin string) (*process, string, error) {
-	port, err := testserver.FreePort()
-	if err != nil {
-		return nil, "", err
-	}
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before versitygw binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
+
+// run starts versitygw on port and returns it with its endpoint once it answers.
+func (s *Server) run(ctx context.Context, bin string, port int) (*process, string, error) {
 	dir, err := os.MkdirTemp("", "s3test-")
 	if err != nil {
 		return nil, "", err
@@ -125,22 +129,29 @@ func (s *Server) run(ctx context.Context, bin string) (*process, string, error) 
 	exited, err := testserver.StartChild(p.cmd)
 	if err != nil {
 		os.RemoveAll(dir)
+		os.Remove(dir + ".log")
 		return nil, "", fmt.Errorf("s3test: start versitygw: %w", err)
 	}
 	p.exited = exited
-	if err := p.waitReady(ctx, addr); err != nil {
+	endpoint := "http://" + addr
+	own := &Server{Endpoint: endpoint, AccessKey: s.AccessKey, SecretKey: s.SecretKey}
+	if err := p.waitReady(ctx, own.Client()); err != nil {
 		tail := testserver.ReadTail(dir + ".log")
 		p.stop()
-		return nil, "", fmt.Errorf("s3test: versitygw: %w\n%s", err, tail)
+		return nil, "", fmt.Errorf("s3test: versitygw on %s: %w\n%s", addr, err, tail)
 	}
-	return p, addr, nil
+	return p, endpoint, nil
 }
 
-func (p *process) waitReady(ctx context.Context, addr string) error {
+// waitReady waits until the server answers c's ListBuckets, signed with its keys.
+func (p *process) waitReady(ctx context.Context, c *s3.Client) error {
 	deadline := time.Now().Add(30 * time.Second)
+	var err error
 	for time.Now().Before(deadline) {
-		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
-			c.Close()
+		try, cancel := context.WithTimeout(ctx, time.Second)
+		_, err = c.ListBuckets(try, &s3.ListBucketsInput{})
+		cancel()
+		if err == nil {
 			return nil
 		}
 		select {
@@ -151,7 +162,7 @@ func (p *process) waitReady(ctx context.Context, addr string) error {
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
-	return errors.New("not accepting connections after 30s")
+	return fmt.Errorf("not answering after 30s: %w", err)
 }
 
 // stop ends the process and removes its data.

@@ -16,7 +16,6 @@
 package pgbouncertest
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/url"
@@ -24,6 +23,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -86,16 +86,14 @@ func (s *Server) start(target *url.URL) (int, error) {
 	defer s.mu.Unlock()
 	if !s.tried {
 		s.tried = true
-		for range 3 { // the free port can be taken before pgbouncer binds it
-			if s.err = s.launch(target); s.err == nil || !errors.Is(s.err, errExited) {
-				break
-			}
-		}
+		s.err = startOnFreePorts(1, func(ports []int) error { return s.launch(target, ports[0]) })
 	}
 	return s.port, s.err
 }
 
-var errExited = errors.New("pgbouncer exited during startup")
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before pgbouncer binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
 
 func binary() (string, error) {
 	if b := os.Getenv(EnvBinary); b != "" {
@@ -108,19 +106,14 @@ func binary() (string, error) {
 }
 
 // launch writes a configuration forwarding every database name to the same name on
-// target's server, and starts pgbouncer on a free loopback port.
-func (s *Server) launch(target *url.URL) error {
+// target's server, and starts pgbouncer on port.
+func (s *Server) launch(target *url.URL, port int) error {
 	bin, err := binary()
 	if err != nil {
 		return err
 	}
 	inst, err := testserver.NewInstance("pgbouncer", "fgpb", "postgres")
 	if err != nil {
-		return err
-	}
-	port, err := testserver.FreePort()
-	if err != nil {
-		inst.Stop(syscall.SIGINT)
 		return err
 	}
 	user := target.User.Username()
@@ -163,26 +156,26 @@ pidfile = %s
 	return s.waitListening()
 }
 
-// waitListening waits until pgbouncer accepts connections on its port.
+// waitListening waits until pgbouncer logs that it listens on its port: a connection
+// alone could reach another process that took the port first.
 func (s *Server) waitListening() error {
 	deadline := time.Now().Add(time.Minute)
-	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
+	log := filepath.Join(s.inst.Dir, "pgbouncer.log")
+	want := "listening on " + net.JoinHostPort("127.0.0.1", strconv.Itoa(s.port))
 	for {
-		c, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			c.Close()
+		if b, _ := os.ReadFile(log); strings.Contains(string(b), want) {
 			return nil
 		}
 		select {
 		case <-s.inst.Exited():
-			tail := testserver.ReadTail(filepath.Join(s.inst.Dir, "pgbouncer.log"))
+			tail := testserver.ReadTail(log)
 			s.inst.Stop(syscall.SIGINT)
 			s.inst = nil
-			return fmt.Errorf("%w: %s", errExited, tail)
+			return fmt.Errorf("pgbouncer exited during startup: %s", tail)
 		default:
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("pgbouncer not listening on %s: %w", addr, err)
+			return fmt.Errorf("pgbouncer not listening on port %d after 1m: %s", s.port, testserver.ReadTail(log))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}

@@ -112,8 +112,24 @@ func start(t testing.TB, mode Mode) (*Pair, error) {
 	return p, p.waitStreaming(t.Context(), want)
 }
 
-// launch makes a node's data directory with prepare and starts postgres on it.
+// launch makes a node's data directory with prepare and starts postgres on it, afresh
+// on another port when another process takes the port first.
 func (p *Pair) launch(t testing.TB, name string, extra []string, prepare func(dir, data string, cred *syscall.Credential) error) (*Node, error) {
+	var n *Node
+	err := startOnFreePorts(1, func(ports []int) error {
+		var err error
+		n, err = p.launchOn(t, name, extra, prepare, ports[0])
+		return err
+	})
+	return n, err
+}
+
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before postgres binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
+
+// launchOn is one try of launch, on port.
+func (p *Pair) launchOn(t testing.TB, name string, extra []string, prepare func(dir, data string, cred *syscall.Credential) error, port int) (*Node, error) {
 	inst, err := testserver.NewInstance("postgres "+name, "fgrepl", "postgres")
 	if err != nil {
 		return nil, err
@@ -126,10 +142,6 @@ func (p *Pair) launch(t testing.TB, name string, extra []string, prepare func(di
 	if err := prepare(inst.Dir, data, inst.Cred); err != nil {
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	port, err := testserver.FreePort()
-	if err != nil {
-		return nil, err
-	}
 	logFile, err := os.Create(filepath.Join(inst.Dir, "postgres.log"))
 	if err != nil {
 		return nil, err
@@ -139,6 +151,7 @@ func (p *Pair) launch(t testing.TB, name string, extra []string, prepare func(di
 		_ = logFile.Chown(int(inst.Cred.Uid), int(inst.Cred.Gid))
 	}
 	args := append([]string{"-D", data, "-p", strconv.Itoa(port), "-k", inst.Dir,
+		"-c", "cluster_name=" + filepath.Base(inst.Dir), // to tell it from a server that took its port
 		"-c", "listen_addresses=127.0.0.1", "-c", "fsync=off", "-c", "full_page_writes=off"}, extra...)
 	cmd := exec.Command(filepath.Join(p.bin, "postgres"), args...)
 	cmd.Dir = inst.Dir
@@ -148,7 +161,11 @@ func (p *Pair) launch(t testing.TB, name string, extra []string, prepare func(di
 	}
 	n := &Node{inst: inst, port: port, dsn: (&url.URL{Scheme: "postgres", User: url.User("postgres"),
 		Host: net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), Path: "/postgres", RawQuery: "sslmode=disable"}).String()}
-	return n, n.waitReady(t.Context(), filepath.Join(inst.Dir, "postgres.log"))
+	if err := n.waitReady(t.Context(), filepath.Join(inst.Dir, "postgres.log")); err != nil {
+		_ = inst.Stop(syscall.SIGQUIT)
+		return nil, err
+	}
+	return n, nil
 }
 
 func (p *Pair) initdb(dir, data string, cred *syscall.Credential) error {
@@ -172,7 +189,9 @@ func run(dir string, cred *syscall.Credential, name string, args ...string) erro
 	return nil
 }
 
-// waitReady waits until the node accepts connections (a standby accepts reads).
+// waitReady waits until the node accepts connections (a standby accepts reads) and
+// names itself by its cluster_name: another server could have taken its port first.
+// A try ends when the node exits: what holds its port may never answer.
 func (n *Node) waitReady(ctx context.Context, log string) error {
 	return poll(ctx, func(ctx context.Context) (bool, error) {
 		select {
@@ -180,11 +199,24 @@ func (n *Node) waitReady(ctx context.Context, log string) error {
 			return false, fmt.Errorf("postgres exited during startup: %s", testserver.ReadTail(log))
 		default:
 		}
+		ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		go func() {
+			select {
+			case <-n.inst.Exited():
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
 		conn, err := pgx.Connect(ctx, n.dsn)
 		if err != nil {
 			return false, nil
 		}
-		conn.Close(ctx)
+		defer conn.Close(ctx)
+		var name string // another server could have taken the port first
+		if err := conn.QueryRow(ctx, "SHOW cluster_name").Scan(&name); err != nil || name != filepath.Base(n.inst.Dir) {
+			return false, nil
+		}
 		return true, nil
 	})
 }

@@ -105,13 +105,21 @@ func (s *Server) start() error {
 		cfg.DBName = ""
 		return s.connect(cfg)
 	}
-	cfg, err := s.launch()
-	if err != nil {
-		s.stop()
+	return startOnFreePorts(1, func(ports []int) error {
+		cfg, err := s.launch(ports[0])
+		if err == nil {
+			err = s.connect(cfg)
+		}
+		if err != nil {
+			s.stop()
+		}
 		return err
-	}
-	return s.connect(cfg)
+	})
 }
+
+// startOnFreePorts is testserver.StartOnFreePorts, a variable for this package's
+// test that takes the first port before mariadbd binds it.
+var startOnFreePorts = testserver.StartOnFreePorts
 
 func (s *Server) connect(cfg *mysql.Config) error {
 	db, err := sql.Open("mysql", cfg.FormatDSN())
@@ -128,8 +136,9 @@ func (s *Server) connect(cfg *mysql.Config) error {
 	return nil
 }
 
-// launch starts a throwaway mariadbd and returns the config of a TCP account on it.
-func (s *Server) launch() (*mysql.Config, error) {
+// launch starts a throwaway mariadbd on port and returns the config of a TCP account
+// on it.
+func (s *Server) launch(port int) (*mysql.Config, error) {
 	bins := map[string]string{}
 	for _, b := range []string{"mariadb-install-db", "mariadbd", "mariadb-admin", "mariadb"} {
 		p, err := lookPath(b)
@@ -150,10 +159,6 @@ func (s *Server) launch() (*mysql.Config, error) {
 	}
 	if out, err := exec.Command(bins["mariadb-install-db"], installArgs...).CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("mariadb-install-db: %w\n%s", err, testserver.Tail(string(out)))
-	}
-	port, err := testserver.FreePort()
-	if err != nil {
-		return nil, err
 	}
 	sock := filepath.Join(dir, "s.sock")
 	logFile := filepath.Join(dir, "error.log")

@@ -1,0 +1,96 @@
+package pgtest
+
+import (
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// TestServer_portTaken takes the port the server is given first before postgres
+// binds it, as another process can: the server starts on another port.
+func TestServer_portTaken(t *testing.T) {
+	if os.Getenv(EnvDSN) != "" {
+		t.Skip("a server named by " + EnvDSN + " is not started")
+	}
+	for _, byPostgres := range []bool{false, true} {
+		name := map[bool]string{false: "by a listener", true: "by another PostgreSQL"}[byPostgres]
+		t.Run(name, func(t *testing.T) {
+			var other string // host:port of the server that took the port, if one did
+			if byPostgres {
+				o := New()
+				defer o.Close()
+				if _, _, err := o.database(); err != nil {
+					t.Fatal(err)
+				}
+				other = o.base.Host
+			}
+			tries := takeFirstPort(t, other)
+			s := New()
+			defer s.Close()
+			t.Run("database", func(t *testing.T) { // its cleanup drops the database before Close
+				conn, err := pgx.Connect(t.Context(), s.DSN(t))
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer conn.Close(t.Context())
+				if err := conn.Ping(t.Context()); err != nil {
+					t.Fatal(err)
+				}
+			})
+			if *tries != 2 {
+				t.Fatalf("%d starts; want 2: one on the taken port, one on another", *tries)
+			}
+		})
+	}
+}
+
+// takeFirstPort makes the first start find the first port it is given taken, as
+// another process can take it: by a listener that never answers, or one forwarding
+// every connection to the server at address other. It returns how many starts were
+// made.
+func takeFirstPort(t *testing.T, other string) *int {
+	orig := startOnFreePorts
+	t.Cleanup(func() { startOnFreePorts = orig })
+	tries := new(int)
+	startOnFreePorts = func(n int, start func([]int) error) error {
+		return orig(n, func(ports []int) error {
+			if *tries++; *tries == 1 {
+				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+				if err != nil {
+					t.Errorf("take port %d: %v", ports[0], err)
+					return err
+				}
+				t.Cleanup(func() { l.Close() })
+				if other != "" {
+					go forward(l, other)
+				}
+			}
+			return start(ports)
+		})
+	}
+	return tries
+}
+
+// forward copies every connection l accepts to and from target until l is closed.
+func forward(l net.Listener, target string) {
+	for {
+		c, err := l.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			d, err := net.Dial("tcp", target)
+			if err != nil {
+				return
+			}
+			defer d.Close()
+			go io.Copy(d, c)
+			io.Copy(c, d)
+		}()
+	}
+}

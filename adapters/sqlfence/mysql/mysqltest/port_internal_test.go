@@ -1,0 +1,55 @@
+package mysqltest
+
+import (
+	"database/sql"
+	"net"
+	"os"
+	"strconv"
+	"testing"
+)
+
+// TestServer_portTaken takes the port the server is given first before mariadbd
+// binds it, as another process can: the server starts on another port.
+func TestServer_portTaken(t *testing.T) {
+	if os.Getenv(EnvDSN) != "" {
+		t.Skip("a server named by " + EnvDSN + " is not started")
+	}
+	tries := takeFirstPort(t)
+	s := New()
+	defer s.Close()
+	t.Run("database", func(t *testing.T) { // its cleanup drops the database before Close
+		db, err := sql.Open("mysql", s.DSN(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		if err := db.PingContext(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if *tries != 2 {
+		t.Fatalf("%d starts; want 2: one on the taken port, one on another", *tries)
+	}
+}
+
+// takeFirstPort makes the start hold the first port it is given, as another process
+// would, and returns how many starts were made.
+func takeFirstPort(t *testing.T) *int {
+	orig := startOnFreePorts
+	t.Cleanup(func() { startOnFreePorts = orig })
+	tries := new(int)
+	startOnFreePorts = func(n int, start func([]int) error) error {
+		return orig(n, func(ports []int) error {
+			if *tries++; *tries == 1 {
+				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+				if err != nil {
+					t.Errorf("take port %d: %v", ports[0], err)
+					return err
+				}
+				t.Cleanup(func() { l.Close() })
+			}
+			return start(ports)
+		})
+	}
+	return tries
+}
