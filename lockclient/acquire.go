@@ -19,8 +19,9 @@ import (
 const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
-// is granted or ctx ends; ctx governs the wait and every etcd call. Transient
-// etcd errors are retried, and a session lost while it waits is replaced.
+// is granted or ctx ends. ctx is its only bound: it waits for the holder and,
+// while etcd cannot be reached, for etcd; transient etcd errors are retried,
+// and a session lost while it waits is replaced.
 //
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
@@ -32,8 +33,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // once a *HeldError (ErrHeld) naming the holder, having written nothing. A
 // transient etcd error is returned, not retried, and a session lost during the
 // call is an error matching ErrSessionLost (the next call starts a new one).
-// etcd's overload answer ("too many requests") is retried within ctx: with no
-// deadline on ctx, TryAcquire waits as long as etcd stays overloaded.
+// Like every call but the waits, it gives up after the session TTL (or ctx's
+// earlier end) while etcd does not answer, with an error matching
+// context.DeadlineExceeded; etcd's overload answer is retried within that bound.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return c.acquireObserved(ctx, []string{name}, opts, false, false)
 }
@@ -72,7 +74,11 @@ func (c *Client) acquireObserved(ctx context.Context, names []string, opts []Loc
 	}
 	r, err := c.newRequest(names, opts, wait, set)
 	var l *Lock
-	if err == nil {
+	if err == nil && !wait {
+		bctx, cancel := c.bounded(ctx)
+		l, err = c.acquire(bctx, r)
+		cancel()
+	} else if err == nil {
 		l, err = c.acquire(ctx, r)
 	}
 	if c.obs != nil || c.log != nil {

@@ -46,6 +46,7 @@ type Client struct {
 	state     state
 	lease     clientv3.LeaseID
 	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
+	expiry    *time.Timer      // fires at the deadline: the session's own clock (expire)
 	ended     chan struct{}    // closed when the live session is lost
 	failures  int              // sessions lost or grants failed since a session was last renewed
 	notBefore time.Time        // no new session before this: the backoff after a loss
@@ -104,6 +105,9 @@ func (c *Client) Close() error {
 	}
 	prev, lease := c.state, c.lease
 	c.state = closed
+	if prev == live {
+		c.expiry.Stop()
+	}
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
 

@@ -142,10 +142,24 @@ func retryOverload[T any](ctx context.Context, c *Client, op string, call func()
 	}
 }
 
-// denied explains etcd's permission error, which names no key: with auth
-// enabled, the user's role lacks readwrite on the Client's prefix. The result
-// still matches rpctypes.ErrPermissionDenied.
-func (c *Client) denied(err error) error {
+// errNoAnswer is the cause of a call's bound (bounded).
+var errNoAnswer = errors.New("lockclient: etcd did not answer within the bound")
+
+// bounded bounds a call by the session TTL: every call but the waits (Acquire,
+// AcquireSet, Lead, whose only bound is their ctx) gives up after it when etcd
+// does not answer, with an error matching context.DeadlineExceeded (explain).
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, c.ttl, errNoAnswer)
+}
+
+// explain explains an etcd call's error: the bound of bounded that ended it,
+// or etcd's permission error, which names no key: with auth enabled, the
+// user's role lacks readwrite on the Client's prefix (the result still
+// matches rpctypes.ErrPermissionDenied).
+func (c *Client) explain(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errNoAnswer) {
+		return fmt.Errorf("etcd did not answer within %v (the session TTL): %w", c.ttl, context.DeadlineExceeded)
+	}
 	if errors.Is(err, rpctypes.ErrPermissionDenied) {
 		return fmt.Errorf("etcd user may not read and write keys under %q (grant its role readwrite on that prefix): %w", c.prefix, err)
 	}
@@ -166,7 +180,7 @@ func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease 
 	case transient(ctx, err) && r.wait:
 		return c.sleep(ctx, retryDelay)
 	}
-	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
+	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.explain(ctx, err))
 }
 
 // regrantBackoff is the first window of the jittered backoff before a new

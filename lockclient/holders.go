@@ -107,9 +107,11 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	if err := c.usable(); err != nil {
 		return Info{}, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.key(name))
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Info{}, &NotHeldError{Name: name}
@@ -122,7 +124,7 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 		info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
 	}
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
 	}
 	return info, nil
 }
@@ -136,9 +138,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
+		return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
 	}
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
@@ -154,7 +158,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 			info.Set = sets[info.Token][:0] // filled in below, once the set is complete
 		}
 		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
-			return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
+			return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
 		}
 		infos = append(infos, info)
 	}
@@ -232,9 +236,11 @@ func (c *Client) NextToken(ctx context.Context) (fence.Token, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("lockclient: read etcd's revision: %w", c.denied(err))
+		return 0, fmt.Errorf("lockclient: read etcd's revision: %w", c.explain(ctx, err))
 	}
 	return fence.Token(resp.Header.Revision + 1), nil
 }

@@ -167,10 +167,12 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return l.endedErr()
 	}
 	c := l.c
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	sent := time.Now()
 	held, err := c.carries(ctx, l)
 	if err != nil {
-		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.denied(err))
+		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
 	c.mu.Lock()
 	if c.locks[l.name] != l {
@@ -276,6 +278,8 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 // carries token. If some key does not, the keys that still do are deleted in
 // the background, and a *NotHeldError names the first key that does not.
 func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Token, set bool) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	cmps := make([]clientv3.Cmp, len(names))
 	dels := make([]clientv3.Op, len(names))
 	gets := make([]clientv3.Op, len(names))
@@ -289,7 +293,7 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
 	})
 	if err != nil {
-		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.denied(err))
+		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.explain(ctx, err))
 	}
 	if resp.Succeeded {
 		return nil

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 )
 
 // session returns the live session lease, granting one if there is none, once
@@ -53,6 +54,9 @@ func (c *Client) grant(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.connected(ctx); err != nil {
+		return fmt.Errorf("lockclient: grant session lease: no connection to etcd: %w", c.explain(ctx, err))
+	}
 	sent := time.Now()
 	resp, err := retryOverload(ctx, c, "grant", func() (*clientv3.LeaseGrantResponse, error) {
 		return c.cli.Grant(ctx, int64(c.ttl/time.Second))
@@ -63,7 +67,7 @@ func (c *Client) grant(ctx context.Context) error {
 			c.backoffLocked()
 			c.mu.Unlock()
 		}
-		return fmt.Errorf("lockclient: grant session lease: %w", c.denied(err))
+		return fmt.Errorf("lockclient: grant session lease: %w", c.explain(ctx, err))
 	}
 	c.mu.Lock()
 	if c.state != idle { // closed meanwhile
@@ -76,6 +80,7 @@ func (c *Client) grant(ctx context.Context) error {
 	c.state = live
 	c.lease = resp.ID
 	c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+	c.expiry = time.AfterFunc(time.Until(c.deadline), func() { c.expire(resp.ID) })
 	ended := make(chan struct{})
 	c.ended = ended
 	c.loops.Add(1)
@@ -83,6 +88,39 @@ func (c *Client) grant(ctx context.Context) error {
 	go c.loop(resp.ID, ended, sent)
 	c.sessionStarted(resp.ID)
 	return nil
+}
+
+// connected waits until the etcd client's connection is up, so that a grant's
+// send time, from which the session deadline counts, is not spent dialing.
+func (c *Client) connected(ctx context.Context) error {
+	conn := c.cli.ActiveConnection()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		if st == connectivity.Idle {
+			conn.Connect()
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// expire is the session's clock, a timer of its own: it declares the session
+// lost once its deadline has passed without a confirmed renewal. No etcd call
+// stands between the deadline and the loss.
+func (c *Client) expire(lease clientv3.LeaseID) {
+	c.mu.Lock()
+	if c.state != live || c.lease != lease {
+		c.mu.Unlock()
+		return
+	}
+	if left := time.Until(c.deadline); left > 0 { // renewed meanwhile
+		c.expiry.Reset(left)
+		c.mu.Unlock()
+		return
+	}
+	c.mu.Unlock()
+	c.loseLease(lease, "no renewal confirmed before the session deadline")
 }
 
 // loseLease ends session lease if it is still the Client's: every lock of it
@@ -96,14 +134,15 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	}
 	c.state = idle
 	c.lease = 0
+	c.expiry.Stop()
 	close(c.ended)
 	c.backoffLocked()
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
-	c.sessionLost(lease, why, len(locks))
 	for _, l := range locks {
 		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
 	}
+	c.sessionLost(lease, why, len(locks))
 }
 
 // expireManualLocked ends the manual-renewal locks whose deadline passed and
@@ -211,12 +250,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 		c.mu.Unlock()
 		return now, false
 	}
-	deadline := c.deadline
-	if !now.Before(deadline) {
-		c.mu.Unlock()
-		c.loseLease(s.lease, "no renewal confirmed before the session deadline")
-		return now, false
-	}
+	deadline := c.deadline // passing it is expire's job
 	expired := c.expireManualLocked(now)
 	var todo []pendingDelete
 	if !s.deleting && len(c.pending) > 0 && !now.Before(s.nextDelete) {
@@ -224,7 +258,7 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 		s.batch = len(todo)
 	}
 	busy := len(c.locks) > 0
-	wake := deadline
+	wake := now.Add(c.ttl) // or sooner, below
 	if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
 		wake = c.manual[0].deadline
 	}
@@ -297,6 +331,16 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 // answered handles what the keepalive stream returned; false: session lost.
 func (s *sessionLoop) answered(r keepalive.Result) bool {
 	c := s.c
+	if r.Hint() {
+		if s.ka.Rehome(r) {
+			c.mu.Lock()
+			deadline := c.deadline
+			c.mu.Unlock()
+			s.ka.Reset()
+			s.send(time.Now(), deadline) // on a new stream, which may land on the leader
+		}
+		return true
+	}
 	sent, ok := s.ka.Answer(r)
 	if !ok {
 		return true // from a stream given up, or an answer nothing waited for
@@ -327,10 +371,6 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 		c.mu.Unlock()
 		c.keptAlive(s.lease, rtt, deadline, nil)
 		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
-		if s.ka.Rehome(r) {
-			s.ka.Reset()
-			s.send(now, deadline) // on a new stream, which may land on the leader
-		}
 	}
 	return true
 }
