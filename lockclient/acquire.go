@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -175,19 +176,43 @@ func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
 	}
 }
 
-// txnCreate sends one attempt: every key put with val under lease if none exists.
+// txnCreate sends one attempt: every key put with val under lease if none
+// exists. The session's first grant also stores its session key (sessionKey),
+// by which Watch tells a release from an expiry.
 func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
 	cmps := make([]clientv3.Cmp, len(keys))
-	puts := make([]clientv3.Op, len(keys))
+	puts := make([]clientv3.Op, len(keys), len(keys)+1)
 	gets := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k)
 	}
-	return retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+	c.mu.Lock()
+	mark := c.marked != lease && len(keys) < MaxSetSize // a Txn takes at most MaxSetSize operations
+	c.mu.Unlock()
+	if mark {
+		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+	}
+	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
 	})
+	if mark && err == nil && resp.Succeeded {
+		c.mu.Lock()
+		if c.lease == lease {
+			c.marked = lease
+		}
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// sessionKey is the key a session stores under its lease with its first
+// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
+// a revision where its session's key still exists was released, not expired.
+// The NUL byte keeps it out of every lock name.
+func sessionKey(prefix string, lease int64) string {
+	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
 }
 
 // blocked handles an attempt that found keys. It is done when an earlier

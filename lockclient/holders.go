@@ -254,12 +254,13 @@ const (
 	// token and its WithValue value.
 	EventTaken EventType = iota + 1
 	// EventReleased: the key was deleted while its holder's session lease
-	// lived (Release, a Lead's resign, fencectl release). Holder is the holder
-	// whose hold ended.
+	// lived (Release, Close, a Lead's resign, fencectl release), whatever
+	// became of the lease afterwards. Holder is the holder whose hold ended.
 	EventReleased
-	// EventExpired: the key was deleted with its holder's session lease, which
-	// expired or was revoked by Close (etcd reports both the same way). Holder
-	// is the holder whose hold ended.
+	// EventExpired: the key was deleted with its holder's session lease: the
+	// holder went silent past its TTL (crashed, frozen, cut off), or its lease
+	// was revoked with the key still on it. Holder is the holder whose hold
+	// ended.
 	EventExpired
 	// EventFree: nobody holds the name. Only the first event of Watch (Initial)
 	// when the lock is free.

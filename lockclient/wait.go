@@ -3,12 +3,14 @@ package lockclient
 import (
 	"cmp"
 	"context"
+	"errors"
 	"maps"
 	"slices"
 	"strings"
 	"time"
 
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -136,8 +138,8 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 // the returned channel until ctx ends or the Client closes: first the state
 // (Initial: EventTaken or EventFree), then each grant and each end of a hold.
 // It resumes without a gap or a repeat; after a compaction it rereads the
-// state (Reread). Telling EventReleased from EventExpired costs a lease lookup
-// per deleted key. A reader that stops reading holds the watch back, not etcd.
+// state (Reread). Telling EventReleased from EventExpired costs a read per
+// deleted key, two for an expiry. A reader that stops reading holds the watch back, not etcd.
 //
 // Errors, before any I/O: fence.ErrInvalidArgument for a bad name; ErrClosed.
 func (c *Client) Watch(ctx context.Context, name string) (<-chan Event, error) {
@@ -189,7 +191,7 @@ type watcher struct {
 	out     chan Event
 	held    map[string]*mvccpb.KeyValue // the key of each name held, as last reported
 	rev     int64                       // the revision after the last read; 0 before the first
-	gone    map[int64]bool              // lease lookups of the deletes at goneRev
+	gone    map[int64]bool              // expired, by lease, among the deletes at goneRev
 	goneRev int64
 }
 
@@ -230,21 +232,21 @@ func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 
 // ended reports the end of the hold whose key was kv, found at rev.
 func (w *watcher) ended(ctx context.Context, name string, kv *mvccpb.KeyValue, rev int64, reread bool) bool {
-	gone, ok := w.leaseGone(ctx, kv.Lease, rev)
+	expired, ok := w.expired(ctx, kv.Lease, rev, reread)
 	if !ok {
 		return false
 	}
 	typ := EventReleased
-	if gone {
+	if expired {
 		typ = EventExpired
 	}
 	return w.emit(ctx, Event{Type: typ, Name: name, Holder: decodeInfo(name, kv), Revision: rev, Reread: reread})
 }
 
-// leaseGone asks etcd whether lease no longer exists (a read; retried until
-// it answers or ctx ends), once per lease among the deletes of one revision:
-// the keys of one expired lease are deleted together.
-func (w *watcher) leaseGone(ctx context.Context, lease, rev int64) (gone, ok bool) {
+// expired tells whether a key of lease deleted at rev went with the lease
+// (retried until etcd answers or ctx ends), once per lease among the deletes
+// of one revision: the keys of one expired lease are deleted together.
+func (w *watcher) expired(ctx context.Context, lease, rev int64, reread bool) (expired, ok bool) {
 	if lease == 0 {
 		return false, true
 	}
@@ -255,15 +257,43 @@ func (w *watcher) leaseGone(ctx context.Context, lease, rev int64) (gone, ok boo
 		return g, true
 	}
 	for {
-		resp, err := w.c.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+		g, err := w.leaseEnded(ctx, lease, rev, reread)
 		if err == nil {
-			w.gone[lease] = resp.TTL < 0
-			return resp.TTL < 0, true
+			w.gone[lease] = g
+			return g, true
 		}
 		if w.c.sleep(ctx, retryDelay) != nil {
 			return false, false
 		}
 	}
+}
+
+// leaseEnded reads the lease's session key (sessionKey) at rev: there, the
+// lease outlived the delete (a release); gone at rev but there just before, it
+// went with the key (an expiry). Without that history (compacted, a reread, a
+// session key never stored) it asks etcd whether the lease still exists.
+func (w *watcher) leaseEnded(ctx context.Context, lease, rev int64, reread bool) (bool, error) {
+	key := sessionKey(w.c.prefix, lease)
+	at, err := w.c.cli.Get(ctx, key, clientv3.WithRev(rev), clientv3.WithKeysOnly())
+	switch {
+	case err != nil && !errors.Is(err, rpctypes.ErrCompacted):
+		return false, err
+	case err == nil && len(at.Kvs) > 0:
+		return false, nil
+	case err == nil && !reread:
+		before, err := w.c.cli.Get(ctx, key, clientv3.WithRev(rev-1), clientv3.WithKeysOnly())
+		if err != nil && !errors.Is(err, rpctypes.ErrCompacted) {
+			return false, err
+		}
+		if err == nil && len(before.Kvs) > 0 {
+			return true, nil
+		}
+	}
+	resp, err := w.c.cli.TimeToLive(ctx, clientv3.LeaseID(lease))
+	if err != nil {
+		return false, err
+	}
+	return resp.TTL < 0, nil
 }
 
 // read reads the current state and reports how it differs from what was last
