@@ -268,8 +268,8 @@ func TestClient_Watch_memberRestart(t *testing.T) {
 
 // TestClient_Watch_releasedNotExpired watches 100 cycles of Acquire, Release
 // and Close, and 20 of Acquire and Close: every end is a release, though each
-// Close revokes the session lease right after. A holder cut off from etcd is
-// then watched as expired.
+// Close revokes the session lease right after, and the events are read only
+// after the last Close. A holder cut off from etcd is then watched as expired.
 func TestClient_Watch_releasedNotExpired(t *testing.T) {
 	srv := locktest.Start(t)
 	cli := srv.Client(t)
@@ -279,12 +279,14 @@ func TestClient_Watch_releasedNotExpired(t *testing.T) {
 		t.Fatal(err)
 	}
 	wantEvent(t, ch, lockclient.EventFree, 0, false)
+	var tokens []fence.Token
 	for i := range 120 {
 		c, err := lockclient.New(cli)
 		if err != nil {
 			t.Fatal(err)
 		}
 		l := mustAcquire(t, c, "job")
+		tokens = append(tokens, l.Token())
 		if i < 100 {
 			if err := l.Release(t.Context()); err != nil {
 				t.Fatal(err)
@@ -293,9 +295,11 @@ func TestClient_Watch_releasedNotExpired(t *testing.T) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
-		wantEvent(t, ch, lockclient.EventTaken, l.Token(), false)
-		if ev := nextEvent(t, ch); ev.Type != lockclient.EventReleased || ev.Holder.Token != l.Token() {
-			t.Fatalf("cycle %d: %v of token %d, want released %d", i, ev.Type, ev.Holder.Token, l.Token())
+	}
+	for i, tok := range tokens {
+		wantEvent(t, ch, lockclient.EventTaken, tok, false)
+		if ev := nextEvent(t, ch); ev.Type != lockclient.EventReleased || ev.Holder.Token != tok {
+			t.Errorf("cycle %d: %v of token %d, want released %d", i, ev.Type, ev.Holder.Token, tok)
 		}
 	}
 	p := startCutProxy(t, srv.Endpoints()[0])
