@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -113,29 +112,6 @@ func (c *Client) newRequest(names []string, opts []LockOption, wait, set bool) (
 	return r, nil
 }
 
-// checkSet returns names sorted in a new slice, or why they cannot form a set.
-func checkSet(names []string) ([]string, error) {
-	switch {
-	case len(names) == 0:
-		return nil, invalid("lock set: no names")
-	case len(names) > MaxSetSize:
-		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
-	}
-	for _, n := range names {
-		if err := checkName(n); err != nil {
-			return nil, err
-		}
-	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return nil, invalid("lock set: %q listed more than once", sorted[i])
-		}
-	}
-	return sorted, nil
-}
-
 // acquire is the one lock path: each attempt is one Txn that creates every key
 // under the session lease if none exists, else reads them.
 func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
@@ -207,14 +183,6 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 	return resp, err
 }
 
-// sessionKey is the key a session stores under its lease with its first
-// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
-// a revision where its session's key still exists was released, not expired.
-// The NUL byte keeps it out of every lock name.
-func sessionKey(prefix string, lease int64) string {
-	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
-}
-
 // blocked handles an attempt that found keys. It is done when an earlier
 // attempt of this call had taken every key (registered and returned), for a
 // try (a *HeldError), or when the wait fails; otherwise the keys that blocked
@@ -284,17 +252,6 @@ func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error 
 }
 
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
-
-// label names a lock in errors: its name, or for a set its first names and size.
-func label(names []string, set bool) string {
-	switch {
-	case !set:
-		return fmt.Sprintf("%q", names[0])
-	case len(names) <= 3:
-		return fmt.Sprintf("set %q", names)
-	}
-	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
-}
 
 // forget queues deletes of the keys attempts with an unknown outcome may have
 // created, so that a lock nobody will use does not stay held for the session's
