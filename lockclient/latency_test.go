@@ -2,6 +2,7 @@ package lockclient_test
 
 import (
 	"context"
+	"fmt"
 	"net/url"
 	"testing"
 	"time"
@@ -16,7 +17,7 @@ import (
 
 // delayedClient returns a new etcd client whose every round trip to srv costs
 // 2 x oneWay more, through a delaying proxy.
-func delayedClient(t *testing.T, srv *locktest.Cluster, oneWay time.Duration) *clientv3.Client {
+func delayedClient(t testing.TB, srv *locktest.Cluster, oneWay time.Duration) *clientv3.Client {
 	t.Helper()
 	u, err := url.Parse(srv.Endpoints()[0])
 	if err != nil {
@@ -99,4 +100,81 @@ func TestClient_Acquire_slowNetwork(t *testing.T) {
 		}
 		cancel()
 	}
+}
+
+// BenchmarkAcquireRTT hands a lock from a holder next to etcd to a waiter
+// across a round trip of 0, 50, 150 or 300 ms, with the shortest lease (2 s):
+// the time from the release to the waiter's grant (in ms and in round trips),
+// the waiter's first acquire on a new connection, the revisions burnt between
+// the release and the grant, and the sessions the waiter lost. Run it with
+// -benchtime 10x.
+func BenchmarkAcquireRTT(b *testing.B) {
+	srv := locktest.Start(b)
+	ep := srv.Endpoints()[0]
+	cli := srv.Client(b)
+	near := newClient(b, cli, lockclient.WithTTL(testTTL))
+	for _, rtt := range []time.Duration{0, 50 * time.Millisecond, 150 * time.Millisecond, 300 * time.Millisecond} {
+		b.Run(fmt.Sprintf("rtt=%dms", rtt.Milliseconds()), func(b *testing.B) {
+			log := newKALog()
+			far := newClient(b, delayedClient(b, srv, rtt/2), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
+			start := time.Now()
+			if err := mustAcquire(b, far, "warm").Release(b.Context()); err != nil {
+				b.Fatal(err)
+			}
+			cold := time.Since(start)
+			var handoff time.Duration
+			var burnt int64
+			for i := 0; i < b.N; i++ {
+				d, n := handOff(b, cli, ep, near, far)
+				handoff += d
+				burnt += n
+			}
+			ms := float64(handoff.Microseconds()) / 1000 / float64(b.N)
+			b.ReportMetric(ms, "handoff-ms")
+			if rtt > 0 {
+				b.ReportMetric(ms/float64(rtt.Milliseconds()), "handoff-RTTs")
+			}
+			b.ReportMetric(float64(cold.Milliseconds()), "cold-acquire-ms")
+			b.ReportMetric(float64(burnt)/float64(b.N), "burnt-revisions/op")
+			_, lost := log.sessions()
+			b.ReportMetric(float64(lost), "sessions-lost")
+		})
+	}
+}
+
+// handOff has near take "job" and far wait for it, then near release it: it
+// returns the time from the release to far's grant and the revisions burnt.
+func handOff(b *testing.B, cli *clientv3.Client, ep string, near, far *lockclient.Client) (time.Duration, int64) {
+	held := mustAcquire(b, near, "job")
+	base := watchers(b, ep)
+	got := make(chan *lockclient.Lock, 1)
+	go func() {
+		l, err := far.Acquire(b.Context(), "job")
+		if err != nil {
+			b.Error(err)
+		}
+		got <- l
+	}()
+	waitWatchers(b, ep, base+1)
+	wctx, cancel := context.WithCancel(b.Context())
+	defer cancel()
+	deletes := cli.Watch(wctx, lockclient.DefaultPrefix+"job", clientv3.WithRev(int64(held.Token())+1), clientv3.WithFilterPut())
+	start := time.Now()
+	if err := held.Release(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	l := <-got
+	d := time.Since(start)
+	if l == nil {
+		b.FailNow()
+	}
+	wr := <-deletes
+	if len(wr.Events) == 0 {
+		b.Fatalf("watch of the release: %v", wr.Err())
+	}
+	burnt := int64(l.Token()) - wr.Events[0].Kv.ModRevision - 1
+	if err := l.Release(b.Context()); err != nil {
+		b.Fatal(err)
+	}
+	return d, burnt
 }

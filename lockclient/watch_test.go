@@ -53,7 +53,7 @@ func wantEvent(t *testing.T, ch <-chan lockclient.Event, typ lockclient.EventTyp
 }
 
 // watchers reads an etcd member's count of open watchers from its metrics.
-func watchers(t *testing.T, endpoint string) int {
+func watchers(t testing.TB, endpoint string) int {
 	t.Helper()
 	resp, err := http.Get(endpoint + "/metrics")
 	if err != nil {
@@ -75,7 +75,7 @@ func watchers(t *testing.T, endpoint string) int {
 }
 
 // waitWatchers waits until the member counts n watchers.
-func waitWatchers(t *testing.T, endpoint string, n int) {
+func waitWatchers(t testing.TB, endpoint string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); watchers(t, endpoint) != n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
