@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -87,13 +88,19 @@ func (c *Client) grant(ctx context.Context) error {
 	return nil
 }
 
+// errEtcdClosed means the etcd client given to New was closed.
+var errEtcdClosed = errors.New("the etcd client was closed")
+
 // connected waits until the etcd client's connection is up, so that a grant's
 // send time, from which the session deadline counts, is not spent dialing.
 func (c *Client) connected(ctx context.Context) error {
 	conn := c.cli.ActiveConnection()
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		if st == connectivity.Idle {
+		switch st {
+		case connectivity.Idle:
 			conn.Connect()
+		case connectivity.Shutdown:
+			return errEtcdClosed
 		}
 		if !conn.WaitForStateChange(ctx, st) {
 			return ctx.Err()
