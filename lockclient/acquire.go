@@ -301,7 +301,9 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 	if l.manual {
 		l.deadline = sent.Add(l.dur)
 		heap.Push(&c.manual, l)
-		poke = poke || c.manual[0] == l
+		if c.manual[0] == l {
+			c.armLocked()
+		}
 	}
 	c.mu.Unlock()
 	for _, old := range olds {

@@ -1,7 +1,6 @@
 package lockclient
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"slices"
@@ -11,10 +10,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// sessionLoop is one session's goroutine: it renews the lease, declares the
-// session lost past its deadline, expires manual-renewal locks and retries
-// pending deletes. Answers and delete batches come from other goroutines, so a
-// slow etcd delays no deadline.
+// sessionLoop is one session's goroutine: it renews the lease and retries
+// pending deletes. Answers and delete batches come from other goroutines, and
+// deadlines are the session's clock (expire), so a slow etcd delays no loss.
 type sessionLoop struct {
 	c          *Client
 	lease      clientv3.LeaseID
@@ -54,9 +52,9 @@ func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted tim
 	}
 }
 
-// step does each job that is due at now (manual-renewal expiries, the next
-// keepalive, a batch of pending deletes) and returns when the next one is
-// due; false: the session ended. Its deadline is no job of the loop (expire).
+// step does each job that is due at now (the next keepalive, a batch of
+// pending deletes) and returns when the next one is due; false: the session
+// ended. Deadlines are no job of the loop: the session's clock (expire).
 func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	c := s.c
 	c.mu.Lock()
@@ -65,20 +63,12 @@ func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 		return now, false
 	}
 	deadline, busy := c.deadline, len(c.locks) > 0
-	expired := c.expireManualLocked(now)
-	var manualDue time.Time
-	if len(c.manual) > 0 {
-		manualDue = c.manual[0].deadline
-	}
 	todo := s.takeDeletesLocked(now)
 	c.mu.Unlock()
 
-	for _, l := range expired {
-		l.lose(ErrNotRenewed)
-	}
 	renewDue := s.renewIfDue(now, busy, deadline)
 	deleteDue := s.startDeletes(todo, deadline)
-	return earliest(now.Add(c.ttl), manualDue, renewDue, deleteDue), true
+	return earliest(now.Add(c.ttl), renewDue, deleteDue), true
 }
 
 // takeDeletesLocked returns the pending deletes to send now, if no batch is in
@@ -219,20 +209,6 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 	return true
 }
 
-// expireManualLocked ends the manual-renewal locks whose deadline passed and
-// queues their keys' deletes; the caller ends them once c.mu is released.
-func (c *Client) expireManualLocked(now time.Time) []*Lock {
-	var expired []*Lock
-	for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
-		l := heap.Pop(&c.manual).(*Lock)
-		delete(c.locks, l.name)
-		expired = append(expired, l)
-		key := c.key(l.name)
-		c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
-	}
-	return expired
-}
-
 // pendingDelete is a conditional delete retried until etcd answers it: a
 // release lost in transit, an expired manual lock, an attempt of unknown outcome.
 type pendingDelete struct {
@@ -271,33 +247,4 @@ func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline
 		todo = todo[n:]
 	}
 	return nil
-}
-
-// lockHeap orders manual-renewal locks by deadline, for the session's goroutine.
-type lockHeap []*Lock
-
-func (h lockHeap) Len() int { return len(h) }
-
-func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-
-func (h lockHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-
-func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-
-func (h *lockHeap) Pop() any {
-	old := *h
-	n := len(old)
-	l := old[n-1]
-	old[n-1] = nil
-	l.index = -1
-	*h = old[:n-1]
-	return l
 }

@@ -1,6 +1,7 @@
 package lockclient
 
 import (
+	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -109,22 +110,43 @@ func (c *Client) connected(ctx context.Context) error {
 	return nil
 }
 
-// expire is the session's clock, a timer of its own: it declares the session
-// lost once its deadline has passed without a confirmed renewal. No etcd call
-// stands between the deadline and the loss.
+// expire is the session's clock, a timer of its own (c.expiry) that no etcd
+// call can hold back: at the session deadline, without a confirmed renewal,
+// the session is lost; at a manual-renewal lock's deadline, that lock is
+// (ErrNotRenewed) and its keys are queued for deletion.
 func (c *Client) expire(lease clientv3.LeaseID) {
 	c.mu.Lock()
 	if c.state != live || c.lease != lease {
 		c.mu.Unlock()
 		return
 	}
-	if left := time.Until(c.deadline); left > 0 { // renewed meanwhile
-		c.expiry.Reset(left)
-		c.mu.Unlock()
-		return
+	now := time.Now()
+	expired := c.expireManualLocked(now)
+	past := !now.Before(c.deadline)
+	if !past {
+		c.armLocked()
 	}
 	c.mu.Unlock()
-	c.loseLease(lease, "no renewal confirmed before the session deadline")
+	for _, l := range expired {
+		l.lose(ErrNotRenewed)
+	}
+	if len(expired) > 0 {
+		c.wake() // their deletes
+	}
+	if past {
+		c.loseLease(lease, "no renewal confirmed before the session deadline")
+	}
+}
+
+// armLocked sets the session's clock to the next deadline: the session's, or
+// a manual-renewal lock's if sooner. Deadlines that move later need no call:
+// the clock looks again when it fires.
+func (c *Client) armLocked() {
+	next := c.deadline
+	if len(c.manual) > 0 && c.manual[0].deadline.Before(next) {
+		next = c.manual[0].deadline
+	}
+	c.expiry.Reset(time.Until(next))
 }
 
 // loseLease ends session lease if it is still the Client's: every lock of it
@@ -187,4 +209,47 @@ func (c *Client) keyGone(ctx context.Context, l *Lock) {
 // The NUL byte keeps it out of every lock name.
 func sessionKey(prefix string, lease int64) string {
 	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
+}
+
+// expireManualLocked ends the manual-renewal locks whose deadline passed and
+// queues their keys' deletes; the caller ends them once c.mu is released.
+func (c *Client) expireManualLocked(now time.Time) []*Lock {
+	var expired []*Lock
+	for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
+		l := heap.Pop(&c.manual).(*Lock)
+		delete(c.locks, l.name)
+		expired = append(expired, l)
+		key := c.key(l.name)
+		c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+	}
+	return expired
+}
+
+// lockHeap orders manual-renewal locks by deadline, for the session's clock.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int { return len(h) }
+
+func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
+}
+
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.index = len(*h)
+	*h = append(*h, l)
+}
+
+func (h *lockHeap) Pop() any {
+	old := *h
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.index = -1
+	*h = old[:n-1]
+	return l
 }
