@@ -19,8 +19,9 @@ import (
 const MaxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
-// is granted or ctx ends; ctx governs the wait and every etcd call. Transient
-// etcd errors are retried, and a session lost while it waits is replaced.
+// is granted or ctx ends. ctx is its only bound: it waits for the holder and,
+// while etcd cannot be reached, for etcd; transient etcd errors are retried,
+// and a session lost while it waits is replaced.
 //
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
@@ -32,8 +33,9 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // once a *HeldError (ErrHeld) naming the holder, having written nothing. A
 // transient etcd error is returned, not retried, and a session lost during the
 // call is an error matching ErrSessionLost (the next call starts a new one).
-// etcd's overload answer ("too many requests") is retried within ctx: with no
-// deadline on ctx, TryAcquire waits as long as etcd stays overloaded.
+// Like every call but the waits, it gives up after the session TTL (or ctx's
+// earlier end) while etcd does not answer, with an error matching
+// context.DeadlineExceeded; etcd's overload answer is retried within that bound.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
 	return c.acquireObserved(ctx, []string{name}, opts, false, false)
 }
@@ -72,7 +74,11 @@ func (c *Client) acquireObserved(ctx context.Context, names []string, opts []Loc
 	}
 	r, err := c.newRequest(names, opts, wait, set)
 	var l *Lock
-	if err == nil {
+	if err == nil && !wait {
+		bctx, cancel := c.bounded(ctx)
+		l, err = c.acquire(bctx, r)
+		cancel()
+	} else if err == nil {
 		l, err = c.acquire(ctx, r)
 	}
 	if c.obs != nil || c.log != nil {
@@ -104,29 +110,6 @@ func (c *Client) newRequest(names []string, opts []LockOption, wait, set bool) (
 		r.keys[i] = c.key(n)
 	}
 	return r, nil
-}
-
-// checkSet returns names sorted in a new slice, or why they cannot form a set.
-func checkSet(names []string) ([]string, error) {
-	switch {
-	case len(names) == 0:
-		return nil, invalid("lock set: no names")
-	case len(names) > MaxSetSize:
-		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
-	}
-	for _, n := range names {
-		if err := checkName(n); err != nil {
-			return nil, err
-		}
-	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return nil, invalid("lock set: %q listed more than once", sorted[i])
-		}
-	}
-	return sorted, nil
 }
 
 // acquire is the one lock path: each attempt is one Txn that creates every key
@@ -169,19 +152,35 @@ func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
 	}
 }
 
-// txnCreate sends one attempt: every key put with val under lease if none exists.
+// txnCreate sends one attempt: every key put with val under lease if none
+// exists. The session's first grant also stores its session key (sessionKey),
+// by which Watch tells a release from an expiry.
 func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
 	cmps := make([]clientv3.Cmp, len(keys))
-	puts := make([]clientv3.Op, len(keys))
+	puts := make([]clientv3.Op, len(keys), len(keys)+1)
 	gets := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
 		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k)
 	}
-	return retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+	c.mu.Lock()
+	mark := c.marked != lease && len(keys) < MaxSetSize // a Txn takes at most MaxSetSize operations
+	c.mu.Unlock()
+	if mark {
+		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+	}
+	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
 	})
+	if mark && err == nil && resp.Succeeded {
+		c.mu.Lock()
+		if c.lease == lease {
+			c.marked = lease
+		}
+		c.mu.Unlock()
+	}
+	return resp, err
 }
 
 // blocked handles an attempt that found keys. It is done when an earlier
@@ -254,17 +253,6 @@ func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error 
 
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
 
-// label names a lock in errors: its name, or for a set its first names and size.
-func label(names []string, set bool) string {
-	switch {
-	case !set:
-		return fmt.Sprintf("%q", names[0])
-	case len(names) <= 3:
-		return fmt.Sprintf("set %q", names)
-	}
-	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
-}
-
 // forget queues deletes of the keys attempts with an unknown outcome may have
 // created, so that a lock nobody will use does not stay held for the session's
 // life; each delete is conditioned on the exact value the attempt wrote.
@@ -313,7 +301,9 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 	if l.manual {
 		l.deadline = sent.Add(l.dur)
 		heap.Push(&c.manual, l)
-		poke = poke || c.manual[0] == l
+		if c.manual[0] == l {
+			c.armLocked()
+		}
 	}
 	c.mu.Unlock()
 	for _, old := range olds {

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -46,12 +47,14 @@ type Client struct {
 	state     state
 	lease     clientv3.LeaseID
 	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
+	expiry    *time.Timer      // fires at the deadline: the session's own clock (expire)
 	ended     chan struct{}    // closed when the live session is lost
 	failures  int              // sessions lost or grants failed since a session was last renewed
 	notBefore time.Time        // no new session before this: the backoff after a loss
 	locks     map[string]*Lock // held locks by name
 	manual    lockHeap         // manual-renewal locks by deadline
 	pending   []pendingDelete  // deletes to retry until they reach etcd
+	marked    clientv3.LeaseID // the session lease whose key (sessionKey) etcd stored
 }
 
 // New returns a Client that takes locks through cli. It does no I/O: the
@@ -92,10 +95,12 @@ func (c *Client) ID() string { return c.id }
 
 func (c *Client) key(name string) string { return c.prefix + name }
 
-// Close releases every lock the Client holds by revoking its session lease (one
-// etcd write) and ends its goroutines; every held Lock ends with cause ErrClosed
-// and every later call returns ErrClosed. Close is idempotent. If etcd cannot be
-// reached within the TTL, Close returns that error; the lease expires by itself.
+// Close releases every lock the Client holds, deleting their keys in one Txn
+// conditioned on their tokens (watchers see them released), revokes its
+// session lease (a second etcd write) and ends its goroutines; every held Lock
+// ends with cause ErrClosed and every later call returns ErrClosed. Close is
+// idempotent. If etcd cannot be reached within the TTL, Close returns that
+// error; the lease expires by itself.
 func (c *Client) Close() error {
 	c.mu.Lock()
 	if c.state == closed {
@@ -104,11 +109,19 @@ func (c *Client) Close() error {
 	}
 	prev, lease := c.state, c.lease
 	c.state = closed
+	if prev == live {
+		c.expiry.Stop()
+	}
+	dels := c.pending
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
 
 	for _, l := range locks {
 		l.end(ErrClosed)
+		for _, n := range l.names {
+			key := c.key(n)
+			dels = append(dels, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+		}
 	}
 	close(c.stop)
 	c.loops.Wait()
@@ -118,10 +131,24 @@ func (c *Client) Close() error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 	defer cancel()
+	if len(dels) > 0 {
+		c.deleteBatch(ctx, uniqueKeys(dels), time.Now().Add(c.ttl)) // if it fails, the revoke deletes them
+	}
 	if _, err := c.cli.Revoke(ctx, lease); err != nil && !errors.Is(err, rpctypes.ErrLeaseNotFound) {
 		return fmt.Errorf("lockclient: close: revoke session lease (it expires within %v by itself): %w", c.ttl, err)
 	}
 	return nil
+}
+
+// uniqueKeys keeps the first delete of each key: etcd refuses a Txn that
+// names a key twice.
+func uniqueKeys(dels []pendingDelete) []pendingDelete {
+	seen := make(map[string]bool, len(dels))
+	return slices.DeleteFunc(dels, func(p pendingDelete) bool {
+		dup := seen[p.key]
+		seen[p.key] = true
+		return dup
+	})
 }
 
 // takeLocksLocked empties the client's lock registry and returns what it held.

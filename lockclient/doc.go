@@ -19,13 +19,19 @@
 //     context.Cause of its Context is ErrReleased, ErrClosed, or an error
 //     matching fence.ErrLost (and ErrSessionLost when the session lease ran
 //     out, ErrNotRenewed when a WithManualRenewal lock was not renewed). Loss
-//     is told conservatively: the Client's deadline is the send time of its
-//     last confirmed renewal plus the TTL, which passes before etcd's.
+//     is told conservatively, by the Client's own clock: its deadline is the
+//     send time of its last confirmed renewal plus the TTL, which passes
+//     before etcd's, and a timer ends the locks at it whatever the network
+//     does (a cut connection, a frozen etcd, a stalled stream).
 //   - The database is what fences. Hand the *Lock to fence.Exec or an adapter:
 //     a write whose token is lower than one already stored for the resource is
 //     refused. That, not the lease, stops a holder that woke after its lock
 //     passed on; the gap between etcd expiring a lease and a frozen process
 //     noticing is what fencing covers.
+//   - Every call that talks to etcd is bounded. Acquire, AcquireSet and Lead
+//     wait as long as their ctx lets them: it is their only bound. Every other
+//     call gives up after the session TTL (or ctx's earlier end) while etcd
+//     does not answer, with an error matching context.DeadlineExceeded.
 //   - A Client outlives a lost session: its next Acquire starts a new one after
 //     a jittered backoff. Only Close ends a Client.
 //

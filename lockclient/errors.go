@@ -4,15 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"math/rand/v2"
-	"time"
+	"slices"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/lockname"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
-	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/status"
 )
 
 // Errors returned by this package, to match with errors.Is; each typed error
@@ -106,82 +101,6 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
 }
 
-// transient reports whether err may go away by itself (no leader, leader
-// changed, a member unreachable), so that waiting callers retry instead of failing.
-// Such an error leaves a write's outcome unknown.
-func transient(ctx context.Context, err error) bool {
-	if err == nil || ctx.Err() != nil {
-		return false
-	}
-	var ee rpctypes.EtcdError
-	if errors.As(err, &ee) {
-		return ee.Code() == codes.Unavailable
-	}
-	code := status.Code(err)
-	return code == codes.Unavailable || code == codes.Internal
-}
-
-// maxOverloadPause bounds the pause between tries of an overloaded request.
-const maxOverloadPause = time.Second
-
-// retryOverload runs call until etcd does not refuse it as overloaded ("too
-// many requests", sent before proposing: nothing was written), ctx ends or the
-// Client closes; between tries it pauses a random while within a window that
-// doubles from retryDelay up to maxOverloadPause, and reports each retry.
-func retryOverload[T any](ctx context.Context, c *Client, op string, call func() (T, error)) (T, error) {
-	for n := 0; ; n++ {
-		v, err := call()
-		if err == nil || !errors.Is(err, rpctypes.ErrTooManyRequests) || ctx.Err() != nil {
-			return v, err
-		}
-		c.retried(op, err)
-		window := min(retryDelay<<min(n, 8), maxOverloadPause)
-		if err := c.sleep(ctx, window/2+rand.N(window/2)); err != nil {
-			return v, err
-		}
-	}
-}
-
-// denied explains etcd's permission error, which names no key: with auth
-// enabled, the user's role lacks readwrite on the Client's prefix. The result
-// still matches rpctypes.ErrPermissionDenied.
-func (c *Client) denied(err error) error {
-	if errors.Is(err, rpctypes.ErrPermissionDenied) {
-		return fmt.Errorf("etcd user may not read and write keys under %q (grant its role readwrite on that prefix): %w", c.prefix, err)
-	}
-	return err
-}
-
-// retryAcquire decides what a failed attempt means: nil to try again (at once
-// under a new session, or after a pause for a transient error while waiting),
-// or the error to return. A lease etcd no longer has ends the session at once.
-func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
-	switch {
-	case errors.Is(err, rpctypes.ErrLeaseNotFound):
-		c.loseLease(lease, "etcd no longer has the session lease")
-		if r.wait {
-			return nil
-		}
-		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
-	case transient(ctx, err) && r.wait:
-		return c.sleep(ctx, retryDelay)
-	}
-	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.denied(err))
-}
-
-// regrantBackoff is the first window of the jittered backoff before a new
-// session after a lost one, doubling per loss in a row up to half the TTL, so
-// that many Clients that lose their sessions together come back spread out.
-const regrantBackoff = 500 * time.Millisecond
-
-// backoffLocked pushes the next grant back by a random part of a window that
-// doubles with each loss in a row.
-func (c *Client) backoffLocked() {
-	c.failures++
-	window := min(c.ttl/2, regrantBackoff<<min(c.failures-1, 16))
-	c.notBefore = time.Now().Add(rand.N(window))
-}
-
 // endedErr is the error for an operation on an ended lock.
 func (l *Lock) endedErr() error {
 	cause := context.Cause(l.ctx)
@@ -204,4 +123,38 @@ func stateErr(s state) error {
 		return ErrClosed
 	}
 	return ErrSessionLost
+}
+
+// checkSet returns names sorted in a new slice, or why they cannot form a set.
+func checkSet(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, invalid("lock set: no names")
+	case len(names) > MaxSetSize:
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, invalid("lock set: %q listed more than once", sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+// label names a lock in errors: its name, or for a set its first names and size.
+func label(names []string, set bool) string {
+	switch {
+	case !set:
+		return fmt.Sprintf("%q", names[0])
+	case len(names) <= 3:
+		return fmt.Sprintf("set %q", names)
+	}
+	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
 }

@@ -37,7 +37,10 @@ func ExampleClient_Acquire() {
 	}
 	defer locks.Close()
 
-	ctx := context.Background()
+	// Acquire waits for the holder, and for etcd while it cannot be reached, as
+	// long as its ctx lets it: ctx is its only bound, so give it one.
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	lock, err := locks.Acquire(ctx, "account-42")
 	if err != nil {
 		log.Fatal(err)

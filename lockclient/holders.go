@@ -107,9 +107,11 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	if err := c.usable(); err != nil {
 		return Info{}, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.key(name))
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Info{}, &NotHeldError{Name: name}
@@ -122,7 +124,7 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 		info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
 	}
 	if err != nil {
-		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.denied(err))
+		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
 	}
 	return info, nil
 }
@@ -136,9 +138,11 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
+		return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
 	}
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
@@ -154,7 +158,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 			info.Set = sets[info.Token][:0] // filled in below, once the set is complete
 		}
 		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
-			return nil, fmt.Errorf("lockclient: list: %w", c.denied(err))
+			return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
 		}
 		infos = append(infos, info)
 	}
@@ -232,74 +236,11 @@ func (c *Client) NextToken(ctx context.Context) (fence.Token, error) {
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())
 	if err != nil {
-		return 0, fmt.Errorf("lockclient: read etcd's revision: %w", c.denied(err))
+		return 0, fmt.Errorf("lockclient: read etcd's revision: %w", c.explain(ctx, err))
 	}
 	return fence.Token(resp.Header.Revision + 1), nil
-}
-
-// EventType says what changed about a lock's holder.
-type EventType int
-
-// The changes Watch reports.
-const (
-	// EventTaken: the lock was granted; Holder is the new holder, with its
-	// token and its WithValue value.
-	EventTaken EventType = iota + 1
-	// EventReleased: the key was deleted while its holder's session lease
-	// lived (Release, a Lead's resign, fencectl release). Holder is the holder
-	// whose hold ended.
-	EventReleased
-	// EventExpired: the key was deleted with its holder's session lease, which
-	// expired or was revoked by Close (etcd reports both the same way). Holder
-	// is the holder whose hold ended.
-	EventExpired
-	// EventFree: nobody holds the name. Only the first event of Watch (Initial)
-	// when the lock is free.
-	EventFree
-)
-
-func (t EventType) String() string {
-	if t >= EventTaken && t <= EventFree {
-		return [...]string{"taken", "released", "expired", "free"}[t-EventTaken]
-	}
-	return fmt.Sprintf("EventType(%d)", int(t))
-}
-
-// Event is one change of a lock's holder, reported by Watch and WatchPrefix.
-type Event struct {
-	Type     EventType
-	Name     string
-	Holder   Info  // LeaseLeft is zero: a watch reads no lease times
-	Revision int64 // the etcd revision of the change, or of the read that found it
-	// Initial marks the events of the watch's first read: the holders at the
-	// start (or EventFree), not changes.
-	Initial bool
-	// Reread marks events of a reread after etcd compacted away the history
-	// since the last event: changes in between may be missing; these bring the
-	// watcher to what holds now.
-	Reread bool
-}
-
-// carries reads every key of l in one linearizable read and reports whether
-// each still carries l's token under l's session lease.
-func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
-	ops := make([]clientv3.Op, len(l.names))
-	for i, n := range l.names {
-		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
-	}
-	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).Then(ops...).Commit()
-	})
-	if err != nil {
-		return false, err
-	}
-	for _, r := range resp.Responses {
-		kvs := r.GetResponseRange().GetKvs()
-		if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
-			return false, nil
-		}
-	}
-	return true, nil
 }

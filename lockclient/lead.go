@@ -7,7 +7,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
-	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -50,21 +49,6 @@ func (c *Client) Lead(ctx context.Context, name string, fn func(term *Lock) erro
 func watchKey(o *lockOptions) error {
 	o.watch = true
 	return nil
-}
-
-// retryCampaign reports whether a failed campaign should be tried again, after
-// a pause that doubles up to a second; it logs the failure.
-func (c *Client) retryCampaign(ctx context.Context, name string, err error, backoff *time.Duration) bool {
-	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, fence.ErrInvalidArgument) ||
-		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) {
-		return false
-	}
-	c.campaignFailed(name, err)
-	if c.sleep(ctx, *backoff) != nil {
-		return false
-	}
-	*backoff = min(2**backoff, time.Second)
-	return true
 }
 
 // runTerm runs fn for term and ends the term; done reports that Lead ends,
@@ -175,37 +159,5 @@ func (c *Client) followKey(l *Lock) {
 	})
 	if err == nil {
 		c.keyGone(l.ctx, l)
-	}
-}
-
-// keyGone ends l as lost because its key is gone or carries another token.
-// When l's session lease ran out (its local deadline passed, or etcd no
-// longer has it) that is the cause, as for every lock of the session: a key
-// deleted by the lease's expiry was not deleted by someone else.
-func (c *Client) keyGone(ctx context.Context, l *Lock) {
-	if l.ctx.Err() != nil {
-		return // ended meanwhile (released, lost, closed)
-	}
-	c.mu.Lock()
-	st, lease, deadline := c.state, c.lease, c.deadline
-	c.mu.Unlock()
-	if st != live || lease != l.lease {
-		return // the session ended, and every lock of it with it
-	}
-	why := ""
-	if !time.Now().Before(deadline) {
-		why = "no renewal confirmed before the session deadline"
-	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
-		why = "etcd no longer has the session lease"
-	}
-	if why != "" {
-		c.loseLease(lease, why)
-		return
-	}
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if held {
-		l.lose(nil)
 	}
 }

@@ -167,10 +167,12 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return l.endedErr()
 	}
 	c := l.c
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	sent := time.Now()
 	held, err := c.carries(ctx, l)
 	if err != nil {
-		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.denied(err))
+		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
 	c.mu.Lock()
 	if c.locks[l.name] != l {
@@ -223,31 +225,6 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// lockHeap orders manual-renewal locks by deadline, for the session's goroutine.
-type lockHeap []*Lock
-
-func (h lockHeap) Len() int           { return len(h) }
-func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-func (h lockHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-func (h *lockHeap) Pop() any {
-	old := *h
-	n := len(old)
-	l := old[n-1]
-	old[n-1] = nil
-	l.index = -1
-	*h = old[:n-1]
-	return l
-}
-
 // Release releases the lock name if its key still carries token, for callers
 // that kept only the token: one Txn on the key's create revision.
 //
@@ -276,6 +253,8 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 // carries token. If some key does not, the keys that still do are deleted in
 // the background, and a *NotHeldError names the first key that does not.
 func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Token, set bool) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
 	cmps := make([]clientv3.Cmp, len(names))
 	dels := make([]clientv3.Op, len(names))
 	gets := make([]clientv3.Op, len(names))
@@ -289,7 +268,7 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
 	})
 	if err != nil {
-		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.denied(err))
+		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.explain(ctx, err))
 	}
 	if resp.Succeeded {
 		return nil
@@ -345,4 +324,26 @@ func (c *Client) dropLocked(l *Lock) {
 	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
 		heap.Remove(&c.manual, i)
 	}
+}
+
+// carries reads every key of l in one linearizable read and reports whether
+// each still carries l's token under l's session lease.
+func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
+	ops := make([]clientv3.Op, len(l.names))
+	for i, n := range l.names {
+		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
+	}
+	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	if err != nil {
+		return false, err
+	}
+	for _, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		if len(kvs) == 0 || fence.Token(kvs[0].CreateRevision) != l.token || clientv3.LeaseID(kvs[0].Lease) != l.lease {
+			return false, nil
+		}
+	}
+	return true, nil
 }

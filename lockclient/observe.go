@@ -32,7 +32,7 @@ type Observer interface {
 	// Session reports a change of the Client's session lease. err is nil when
 	// one was granted (the first, or a new one after a loss); it matches
 	// ErrSessionLost when the session was lost, and then locks is the number of
-	// locks that end with it (their Done channels close just after).
+	// locks that ended with it (their Done channels closed just before).
 	Session(locks int, err error)
 }
 

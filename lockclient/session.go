@@ -5,12 +5,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
+	"strconv"
 	"time"
 
 	"github.com/fencegate/fencegate/internal/grant"
-	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/connectivity"
 )
 
 // session returns the live session lease, granting one if there is none, once
@@ -53,6 +53,9 @@ func (c *Client) grant(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := c.connected(ctx); err != nil {
+		return fmt.Errorf("lockclient: grant session lease: no connection to etcd: %w", c.explain(ctx, err))
+	}
 	sent := time.Now()
 	resp, err := retryOverload(ctx, c, "grant", func() (*clientv3.LeaseGrantResponse, error) {
 		return c.cli.Grant(ctx, int64(c.ttl/time.Second))
@@ -63,7 +66,7 @@ func (c *Client) grant(ctx context.Context) error {
 			c.backoffLocked()
 			c.mu.Unlock()
 		}
-		return fmt.Errorf("lockclient: grant session lease: %w", c.denied(err))
+		return fmt.Errorf("lockclient: grant session lease: %w", c.explain(ctx, err))
 	}
 	c.mu.Lock()
 	if c.state != idle { // closed meanwhile
@@ -76,6 +79,7 @@ func (c *Client) grant(ctx context.Context) error {
 	c.state = live
 	c.lease = resp.ID
 	c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+	c.expiry = time.AfterFunc(time.Until(c.deadline), func() { c.expire(resp.ID) })
 	ended := make(chan struct{})
 	c.ended = ended
 	c.loops.Add(1)
@@ -83,6 +87,66 @@ func (c *Client) grant(ctx context.Context) error {
 	go c.loop(resp.ID, ended, sent)
 	c.sessionStarted(resp.ID)
 	return nil
+}
+
+// errEtcdClosed means the etcd client given to New was closed.
+var errEtcdClosed = errors.New("the etcd client was closed")
+
+// connected waits until the etcd client's connection is up, so that a grant's
+// send time, from which the session deadline counts, is not spent dialing.
+func (c *Client) connected(ctx context.Context) error {
+	conn := c.cli.ActiveConnection()
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		switch st {
+		case connectivity.Idle:
+			conn.Connect()
+		case connectivity.Shutdown:
+			return errEtcdClosed
+		}
+		if !conn.WaitForStateChange(ctx, st) {
+			return ctx.Err()
+		}
+	}
+	return nil
+}
+
+// expire is the session's clock, a timer of its own (c.expiry) that no etcd
+// call can hold back: at the session deadline, without a confirmed renewal,
+// the session is lost; at a manual-renewal lock's deadline, that lock is
+// (ErrNotRenewed) and its keys are queued for deletion.
+func (c *Client) expire(lease clientv3.LeaseID) {
+	c.mu.Lock()
+	if c.state != live || c.lease != lease {
+		c.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	expired := c.expireManualLocked(now)
+	past := !now.Before(c.deadline)
+	if !past {
+		c.armLocked()
+	}
+	c.mu.Unlock()
+	for _, l := range expired {
+		l.lose(ErrNotRenewed)
+	}
+	if len(expired) > 0 {
+		c.wake() // their deletes
+	}
+	if past {
+		c.loseLease(lease, "no renewal confirmed before the session deadline")
+	}
+}
+
+// armLocked sets the session's clock to the next deadline: the session's, or
+// a manual-renewal lock's if sooner. Deadlines that move later need no call:
+// the clock looks again when it fires.
+func (c *Client) armLocked() {
+	next := c.deadline
+	if len(c.manual) > 0 && c.manual[0].deadline.Before(next) {
+		next = c.manual[0].deadline
+	}
+	c.expiry.Reset(time.Until(next))
 }
 
 // loseLease ends session lease if it is still the Client's: every lock of it
@@ -96,14 +160,55 @@ func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
 	}
 	c.state = idle
 	c.lease = 0
+	c.expiry.Stop()
 	close(c.ended)
 	c.backoffLocked()
 	locks := c.takeLocksLocked()
 	c.mu.Unlock()
-	c.sessionLost(lease, why, len(locks))
 	for _, l := range locks {
 		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
 	}
+	c.sessionLost(lease, why, len(locks))
+}
+
+// keyGone ends l as lost because its key is gone or carries another token.
+// When l's session lease ran out (its local deadline passed, or etcd no
+// longer has it) that is the cause, as for every lock of the session: a key
+// deleted by the lease's expiry was not deleted by someone else.
+func (c *Client) keyGone(ctx context.Context, l *Lock) {
+	if l.ctx.Err() != nil {
+		return // ended meanwhile (released, lost, closed)
+	}
+	c.mu.Lock()
+	st, lease, deadline := c.state, c.lease, c.deadline
+	c.mu.Unlock()
+	if st != live || lease != l.lease {
+		return // the session ended, and every lock of it with it
+	}
+	why := ""
+	if !time.Now().Before(deadline) {
+		why = "no renewal confirmed before the session deadline"
+	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
+		why = "etcd no longer has the session lease"
+	}
+	if why != "" {
+		c.loseLease(lease, why)
+		return
+	}
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if held {
+		l.lose(nil)
+	}
+}
+
+// sessionKey is the key a session stores under its lease with its first
+// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
+// a revision where its session's key still exists was released, not expired.
+// The NUL byte keeps it out of every lock name.
+func sessionKey(prefix string, lease int64) string {
+	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
 }
 
 // expireManualLocked ends the manual-renewal locks whose deadline passed and
@@ -120,217 +225,31 @@ func (c *Client) expireManualLocked(now time.Time) []*Lock {
 	return expired
 }
 
-// pendingDelete is a conditional delete retried until etcd answers it: a
-// release lost in transit, an expired manual lock, an attempt of unknown outcome.
-type pendingDelete struct {
-	key string
-	cmp clientv3.Cmp
+// lockHeap orders manual-renewal locks by deadline, for the session's clock.
+type lockHeap []*Lock
+
+func (h lockHeap) Len() int { return len(h) }
+
+func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
+
+func (h lockHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].index = i
+	h[j].index = j
 }
 
-// maxDeletesPerTxn keeps a batch under etcd's default 128 operations per Txn.
-const maxDeletesPerTxn = 64
-
-func (c *Client) addPending(p pendingDelete) {
-	c.mu.Lock()
-	if c.state != live {
-		c.mu.Unlock()
-		return // no session: the lease its key was under is gone or going, and the key with it
-	}
-	c.pending = append(c.pending, p)
-	c.mu.Unlock()
-	c.wake()
+func (h *lockHeap) Push(x any) {
+	l := x.(*Lock)
+	l.index = len(*h)
+	*h = append(*h, l)
 }
 
-// deleteBatch sends the deletes, each conditioned on its own compare, as nested
-// Txns: one etcd write per batch however many locks expired together.
-func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline time.Time) error {
-	ctx, cancel := context.WithDeadline(ctx, deadline)
-	defer cancel()
-	for len(todo) > 0 {
-		n := min(len(todo), maxDeletesPerTxn)
-		ops := make([]clientv3.Op, n)
-		for i, p := range todo[:n] {
-			ops[i] = clientv3.OpTxn([]clientv3.Cmp{p.cmp}, []clientv3.Op{clientv3.OpDelete(p.key)}, nil)
-		}
-		if _, err := c.cli.Txn(ctx).Then(ops...).Commit(); err != nil {
-			return err
-		}
-		todo = todo[n:]
-	}
-	return nil
-}
-
-// sessionLoop is one session's goroutine: it renews the lease, declares the
-// session lost past its deadline, expires manual-renewal locks and retries
-// pending deletes. Answers and delete batches come from other goroutines, so a
-// slow etcd delays no deadline.
-type sessionLoop struct {
-	c          *Client
-	lease      clientv3.LeaseID
-	ended      <-chan struct{} // closed when the session is lost
-	ctx        context.Context // cancelled when the loop returns
-	ka         *keepalive.Stream
-	delc       chan error // a delete batch's result
-	deleting   bool
-	batch      int // pending deletes in flight
-	renew      *keepalive.Cadence
-	nextDelete time.Time
-}
-
-// loop runs the session lease granted by a request sent at granted.
-func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted time.Time) {
-	defer c.loops.Done()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	s := &sessionLoop{
-		c: c, lease: lease, ended: ended, ctx: ctx,
-		ka:    keepalive.New(ctx, c.cli.ActiveConnection(), lease, &c.loops, c.interval),
-		delc:  make(chan error, 1),
-		renew: keepalive.NewCadence(c.ttl, c.interval, c.idle, granted),
-	}
-	defer s.ka.Reset()
-	timer := time.NewTimer(time.Hour)
-	defer timer.Stop()
-	for {
-		wake, ok := s.step(time.Now())
-		if !ok {
-			return
-		}
-		timer.Reset(time.Until(wake))
-		if !s.wait(timer) {
-			return
-		}
-	}
-}
-
-// step does what is due at now and returns when to look again; false: the end.
-func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
-	c := s.c
-	c.mu.Lock()
-	if c.state != live || c.lease != s.lease {
-		c.mu.Unlock()
-		return now, false
-	}
-	deadline := c.deadline
-	if !now.Before(deadline) {
-		c.mu.Unlock()
-		c.loseLease(s.lease, "no renewal confirmed before the session deadline")
-		return now, false
-	}
-	expired := c.expireManualLocked(now)
-	var todo []pendingDelete
-	if !s.deleting && len(c.pending) > 0 && !now.Before(s.nextDelete) {
-		todo = slices.Clone(c.pending)
-		s.batch = len(todo)
-	}
-	busy := len(c.locks) > 0
-	wake := deadline
-	if len(c.manual) > 0 && c.manual[0].deadline.Before(wake) {
-		wake = c.manual[0].deadline
-	}
-	c.mu.Unlock()
-
-	for _, l := range expired {
-		l.lose(ErrNotRenewed)
-	}
-	if !now.Before(s.renew.Next(busy)) {
-		s.send(now, deadline)
-	}
-	if todo != nil {
-		s.deleting = true
-		c.loops.Add(1)
-		go func() {
-			defer c.loops.Done()
-			s.delc <- c.deleteBatch(s.ctx, todo, deadline)
-		}()
-	}
-	if next := s.renew.Next(busy); next.Before(wake) {
-		wake = next
-	}
-	if !s.deleting && todo == nil && !s.nextDelete.IsZero() && s.nextDelete.Before(wake) {
-		wake = s.nextDelete
-	}
-	return wake, true
-}
-
-// send sends a keepalive and records it, or, if none could be sent, a retry.
-func (s *sessionLoop) send(now, deadline time.Time) {
-	err := s.ka.Send(now)
-	if err != nil {
-		s.c.keptAlive(s.lease, 0, deadline, err)
-	}
-	if err != nil && !errors.Is(err, keepalive.ErrNoAnswer) {
-		s.renew.Failed(now) // not sent
-		return
-	}
-	s.renew.Sent(now)
-}
-
-// wait blocks until timer fires or something happens; false: the loop ends.
-func (s *sessionLoop) wait(timer *time.Timer) bool {
-	c := s.c
-	select {
-	case <-c.stop:
-		return false
-	case <-s.ended:
-		return false
-	case <-c.poke:
-	case <-timer.C:
-	case r := <-s.ka.Results():
-		return s.answered(r)
-	case err := <-s.delc:
-		s.deleting = false
-		if err != nil {
-			s.nextDelete = time.Now().Add(retryDelay)
-			break
-		}
-		s.nextDelete = time.Time{}
-		c.mu.Lock()
-		if len(c.pending) >= s.batch {
-			c.pending = append(c.pending[:0:0], c.pending[s.batch:]...)
-		}
-		c.mu.Unlock()
-	}
-	return true
-}
-
-// answered handles what the keepalive stream returned; false: session lost.
-func (s *sessionLoop) answered(r keepalive.Result) bool {
-	c := s.c
-	sent, ok := s.ka.Answer(r)
-	if !ok {
-		return true // from a stream given up, or an answer nothing waited for
-	}
-	now := time.Now()
-	var rtt time.Duration
-	if !sent.IsZero() {
-		rtt = now.Sub(sent)
-	}
-	switch {
-	case r.Err != nil:
-		c.mu.Lock()
-		deadline := c.deadline
-		c.mu.Unlock()
-		c.keptAlive(s.lease, rtt, deadline, r.Err)
-		s.renew.Failed(now)
-	case r.TTL <= 0:
-		// etcd no longer has the lease: it expired there.
-		c.loseLease(s.lease, "etcd no longer has the session lease")
-		return false
-	default:
-		c.mu.Lock()
-		if d := sent.Add(time.Duration(r.TTL) * time.Second); d.After(c.deadline) {
-			c.deadline = d
-		}
-		deadline := c.deadline
-		c.failures = 0 // a renewed session ends the backoff
-		c.mu.Unlock()
-		c.keptAlive(s.lease, rtt, deadline, nil)
-		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
-		if s.ka.Rehome(r) {
-			s.ka.Reset()
-			s.send(now, deadline) // on a new stream, which may land on the leader
-		}
-	}
-	return true
+func (h *lockHeap) Pop() any {
+	old := *h
+	n := len(old)
+	l := old[n-1]
+	old[n-1] = nil
+	l.index = -1
+	*h = old[:n-1]
+	return l
 }

@@ -53,7 +53,7 @@ func wantEvent(t *testing.T, ch <-chan lockclient.Event, typ lockclient.EventTyp
 }
 
 // watchers reads an etcd member's count of open watchers from its metrics.
-func watchers(t *testing.T, endpoint string) int {
+func watchers(t testing.TB, endpoint string) int {
 	t.Helper()
 	resp, err := http.Get(endpoint + "/metrics")
 	if err != nil {
@@ -75,7 +75,7 @@ func watchers(t *testing.T, endpoint string) int {
 }
 
 // waitWatchers waits until the member counts n watchers.
-func waitWatchers(t *testing.T, endpoint string, n int) {
+func waitWatchers(t testing.TB, endpoint string, n int) {
 	t.Helper()
 	for deadline := time.Now().Add(time.Minute); watchers(t, endpoint) != n; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
@@ -85,7 +85,7 @@ func waitWatchers(t *testing.T, endpoint string, n int) {
 }
 
 // TestClient_Watch_events follows one name through every kind of change: a
-// grant, a release, a Close (its lease revoked: expired), an operator's release
+// grant, a release, a Close (a release too), an operator's release
 // by token and a Lead's term with its value; on one etcd watch, writing nothing.
 func TestClient_Watch_events(t *testing.T) {
 	srv := locktest.Start(t)
@@ -120,8 +120,8 @@ func TestClient_Watch_events(t *testing.T) {
 	b := newClient(t, srv.Client(t))
 	lb := mustAcquire(t, b, "job")
 	wantEvent(t, ch, lockclient.EventTaken, lb.Token(), false)
-	b.Close() // revokes b's lease: etcd deletes its keys as on expiry
-	wantEvent(t, ch, lockclient.EventExpired, lb.Token(), false)
+	b.Close()
+	wantEvent(t, ch, lockclient.EventReleased, lb.Token(), false)
 
 	lc := mustAcquire(t, a, "job")
 	wantEvent(t, ch, lockclient.EventTaken, lc.Token(), false)
@@ -264,4 +264,48 @@ func TestClient_Watch_memberRestart(t *testing.T) {
 		t.Fatalf("extra event %+v", ev)
 	case <-time.After(200 * time.Millisecond):
 	}
+}
+
+// TestClient_Watch_releasedNotExpired watches 100 cycles of Acquire, Release
+// and Close, and 20 of Acquire and Close: every end is a release, though each
+// Close revokes the session lease right after, and the events are read only
+// after the last Close. A holder cut off from etcd is then watched as expired.
+func TestClient_Watch_releasedNotExpired(t *testing.T) {
+	srv := locktest.Start(t)
+	cli := srv.Client(t)
+	w := newClient(t, cli)
+	ch, err := w.Watch(t.Context(), "job")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantEvent(t, ch, lockclient.EventFree, 0, false)
+	var tokens []fence.Token
+	for i := range 120 {
+		c, err := lockclient.New(cli)
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustAcquire(t, c, "job")
+		tokens = append(tokens, l.Token())
+		if i < 100 {
+			if err := l.Release(t.Context()); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i, tok := range tokens {
+		wantEvent(t, ch, lockclient.EventTaken, tok, false)
+		if ev := nextEvent(t, ch); ev.Type != lockclient.EventReleased || ev.Holder.Token != tok {
+			t.Errorf("cycle %d: %v of token %d, want released %d", i, ev.Type, ev.Holder.Token, tok)
+		}
+	}
+	p := startCutProxy(t, srv.Endpoints()[0])
+	far := newClient(t, etcdClient(t, p.URL()), lockclient.WithTTL(testTTL))
+	l := mustAcquire(t, far, "job")
+	wantEvent(t, ch, lockclient.EventTaken, l.Token(), false)
+	p.Cut()
+	wantEvent(t, ch, lockclient.EventExpired, l.Token(), false)
 }

@@ -44,8 +44,8 @@ type Stream struct {
 	rehomes  int
 }
 
-// Result is one answer, or the error that ended stream gen. The first answer
-// on a stream also says which member serves it and which one leads.
+// Result is one answer, or the error that ended stream gen, or a hint after a
+// stream's first answer saying which member serves it and which one leads.
 type Result struct {
 	gen    int
 	TTL    int64 // the lease's TTL in seconds; <= 0: etcd no longer has it
@@ -53,6 +53,7 @@ type Result struct {
 	member uint64 // the member that answered; 0 after the first answer
 	leader uint64 // the leader's member ID; 0 unknown
 	term   uint64 // raft term of the answer
+	hint   bool   // only member, leader and term are set
 }
 
 // New returns lease's stream over conn, sending nothing before Send. Its
@@ -87,9 +88,18 @@ func (k *Stream) Send(now time.Time) error {
 	return nil
 }
 
+// errOpen means no stream could be opened within the bound.
+var errOpen = errors.New("keepalive: no stream opened within a renewal interval")
+
+// open opens a stream, giving up after k.timeout: while etcd cannot be reached
+// the loop must stay free to expire manual locks and try again.
 func (k *Stream) open() error {
 	ctx, cancel := context.WithCancel(clientv3.WithRequireLeader(k.ctx))
+	bound := time.AfterFunc(k.timeout, cancel)
 	st, err := pb.NewLeaseClient(k.conn).LeaseKeepAlive(ctx)
+	if !bound.Stop() && err == nil {
+		err = errOpen
+	}
 	if err != nil {
 		cancel()
 		return err
@@ -101,7 +111,9 @@ func (k *Stream) open() error {
 	return nil
 }
 
-// recv hands the stream's answers to the loop until the stream ends.
+// recv hands the stream's answers to the loop until the stream ends. The
+// first answer goes at once; which member leads is looked up beside it and
+// handed over after it (a hint), so no Status call delays a renewal.
 func (k *Stream) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen int) {
 	defer k.loops.Done()
 	for first := true; ; first = false {
@@ -109,21 +121,32 @@ func (k *Stream) recv(ctx context.Context, st pb.Lease_LeaseKeepAliveClient, gen
 		r := Result{gen: gen, Err: err}
 		if err == nil {
 			r.TTL = resp.TTL
-			if h := resp.GetHeader(); first && h != nil && resp.TTL > 0 {
-				r.member, r.term = h.MemberId, h.RaftTerm
-				r.leader = k.leaderFor(ctx, h.RaftTerm)
-			}
 		}
-		select {
-		case k.results <- r:
-		case <-ctx.Done():
+		if !k.deliver(ctx, r) || err != nil {
 			return
 		}
-		if err != nil {
-			return
+		if h := resp.GetHeader(); first && h != nil && resp.TTL > 0 {
+			k.loops.Add(1)
+			go func() {
+				defer k.loops.Done()
+				k.deliver(ctx, Result{gen: gen, hint: true, member: h.MemberId, term: h.RaftTerm, leader: k.leaderFor(ctx, h.RaftTerm)})
+			}()
 		}
 	}
 }
+
+func (k *Stream) deliver(ctx context.Context, r Result) bool {
+	select {
+	case k.results <- r:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// Hint reports whether r only says which member serves the stream and which
+// one leads, for Rehome; it answers no keepalive.
+func (r Result) Hint() bool { return r.hint }
 
 // Answer matches r with the send time of the keepalive it answers; false for
 // what no keepalive waits for (the end of a stream given up).
@@ -194,10 +217,10 @@ func (k *Stream) leaderFor(ctx context.Context, term uint64) uint64 {
 	return v.id
 }
 
-// Rehome reports whether the stream that gave r, the first answer on it,
-// should be replaced (Reset, then Send) by one that may land on the leader.
+// Rehome reports whether the stream that gave hint r should be replaced
+// (Reset, then Send) by one that may land on the leader.
 func (k *Stream) Rehome(r Result) bool {
-	if r.leader == 0 || r.member == r.leader || len(k.sent) > 0 {
+	if r.gen != k.gen || k.stream == nil || r.leader == 0 || r.member == r.leader || len(k.sent) > 0 {
 		return false
 	}
 	if r.term > k.homeTerm {
