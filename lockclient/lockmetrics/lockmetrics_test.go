@@ -148,7 +148,8 @@ fencegate_locks_held 0
 func TestMetrics_sessionLost(t *testing.T) {
 	cl := locktest.StartCluster(t, 1)
 	m, reg := newMetrics(t)
-	c, err := lockclient.New(cl.Client(t), lockclient.WithTTL(2*time.Second), lockclient.WithObserver(m))
+	obs := sessionReports{Metrics: m, lost: make(chan struct{}, 1)}
+	c, err := lockclient.New(cl.Client(t), lockclient.WithTTL(2*time.Second), lockclient.WithObserver(obs))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,6 +160,7 @@ func TestMetrics_sessionLost(t *testing.T) {
 	}
 	cl.Stop(0)
 	<-l.Done()
+	<-obs.lost // the session's loss is reported just after its locks end
 	want := `
 # HELP fencegate_lock_losses_total Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else).
 # TYPE fencegate_lock_losses_total counter
@@ -248,6 +250,23 @@ func TestNew_badInput(t *testing.T) {
 	for _, svc := range []string{"billing", "ledger"} {
 		if _, err := lockmetrics.New(prometheus.WrapRegistererWith(prometheus.Labels{"service": svc}, labelled)); err != nil {
 			t.Errorf("Metrics with service=%s: %v", svc, err)
+		}
+	}
+}
+
+// sessionReports passes every report on to Metrics and tells the test when a
+// session loss has been reported.
+type sessionReports struct {
+	*lockmetrics.Metrics
+	lost chan struct{}
+}
+
+func (o sessionReports) Session(locks int, err error) {
+	o.Metrics.Session(locks, err)
+	if err != nil {
+		select {
+		case o.lost <- struct{}{}:
+		default:
 		}
 	}
 }
