@@ -19,6 +19,8 @@ func TestResources(t *testing.T) {
 		{"set sorted", setGrant{fence.NewGrant("b", 3), []string{"c", "a", "b"}}, []string{"a", "b", "c"}},
 		{"set repeats once", setGrant{fence.NewGrant("a", 3), []string{"b", "a", "b", "a"}}, []string{"a", "b"}},
 		{"set of one", setGrant{fence.NewGrant("a", 3), []string{"a"}}, []string{"a"}},
+		{"nil", nil, nil},
+		{"typed nil", (*lostGrant)(nil), nil},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -113,9 +113,12 @@ func CheckLost(g Grant) error {
 
 // Resources returns the resources g fences, sorted and each once: a Set's Resources,
 // else g's Resource alone. Adapters raise their marks in this order, so two fenced
-// writes on overlapping sets take them in the same order. Check g with CheckGrant
-// first.
+// writes on overlapping sets take them in the same order. A nil grant (or an
+// interface holding a nil pointer) has none. Check g with CheckGrant first.
 func Resources(g Grant) []string {
+	if typednil.Is(g) {
+		return nil
+	}
 	set, ok := g.(Set)
 	if !ok {
 		return []string{g.Resource()}
