@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -21,11 +20,13 @@ import (
 )
 
 // Points the kit reaches for a job: Granted after Worker.Acquire took a lock,
-// AboutToWrite and Wrote before and after Worker.Write's write, Finished when the
-// worker's process has ended (for Until and When of another worker).
+// AboutToWrite and Wrote before and after Worker.Write's write, InStore inside a
+// Store's fenced transaction once the grant's own check has passed, Finished when
+// the worker's process has ended (for Until and When of another worker).
 const (
 	Granted      = "granted"
 	AboutToWrite = "about to write"
+	InStore      = "in store"
 	Wrote        = "wrote"
 	Finished     = "finished"
 )
@@ -191,26 +192,4 @@ func work(t *testing.T, cfg Config, name, addr string) error {
 		exit.Fenced = errors.Is(jerr, fence.ErrStale) || errors.Is(jerr, fence.ErrLost)
 	}
 	return w.call(exit)
-}
-
-// Store wraps s so that every fenced transaction through it is recorded as
-// Worker.Write would, its value the grant's token in decimal: the job's own code
-// runs unchanged on the returned Store. Config.Read must then return, for each
-// resource, the token its stored data was last written with (a token column the
-// job writes; not fence_tokens, which a write without a grant leaves alone).
-func Store[Tx any](w *Worker, s fence.Store[Tx]) fence.Store[Tx] {
-	return recorded[Tx]{w: w, s: s}
-}
-
-type recorded[Tx any] struct {
-	w *Worker
-	s fence.Store[Tx]
-}
-
-func (r recorded[Tx]) Fenced(ctx context.Context, g fence.Grant, fn func(Tx) error) error {
-	if g == nil {
-		return r.s.Fenced(ctx, g, fn)
-	}
-	value := strconv.FormatInt(int64(g.Token()), 10)
-	return r.w.Write(ctx, g, value, func(ctx context.Context) error { return r.s.Fenced(ctx, g, fn) })
 }
