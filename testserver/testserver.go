@@ -92,7 +92,8 @@ func NewInstance(name, prefix, runAs string) (*Instance, error) {
 // Start starts cmd as in.Cred in its own process group. The server runs as a child
 // of the test binary rather than daemonised, so on Linux the kernel kills it
 // (Pdeathsig) if the test binary dies without cleaning up; elsewhere a killed test
-// binary leaves it running. An Instance starts one process.
+// binary leaves it running. An Instance runs one process at a time: Start again
+// only after Crash.
 func (in *Instance) Start(cmd *exec.Cmd) error {
 	if in.cmd != nil {
 		return fmt.Errorf("start %s: already started", in.name)
@@ -186,6 +187,28 @@ func descendants(pid int) []int {
 		}
 	}
 	return out
+}
+
+// Crash kills the started process and every process it forked (SIGKILL), as the
+// machine's crash would end them, waits for the started one to exit, and keeps the
+// directory: Start may start the server again on its data. A process that has
+// already exited is only forgotten. It returns an error if none was started.
+func (in *Instance) Crash() error {
+	if in.cmd == nil {
+		return fmt.Errorf("crash %s: not started", in.name)
+	}
+	select {
+	case <-in.exited:
+		in.cmd = nil
+		return nil
+	default:
+	}
+	if err := in.SignalAll(syscall.SIGKILL); err != nil {
+		return fmt.Errorf("crash %s: %w", in.name, err)
+	}
+	<-in.exited
+	in.cmd = nil
+	return nil
 }
 
 // Exited is closed when the started process has exited; before Start it is nil,

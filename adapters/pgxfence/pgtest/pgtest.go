@@ -16,6 +16,11 @@
 //
 // Where no server can be had, DSN skips the test with the reason; when the
 // environment variable CI is set it fails the test instead, so CI never skips.
+//
+// A server the Server started can be crashed (Crash: every postgres process
+// killed) and restarted on its data (Restart), for tests of what a crash of the
+// database does to a job. Its DSNs ask for synchronous_commit=on, so every commit
+// acknowledged before Crash is there after Restart.
 package pgtest
 
 import (
@@ -52,6 +57,9 @@ type Server struct {
 	base  *url.URL // admin URL; the path names the database
 	admin *pgx.Conn
 	inst  *testserver.Instance // the server this Server started; nil: none
+	bin   string               // its binaries' directory
+	port  int
+	down  bool // crashed and not yet restarted
 	seq   int
 }
 
@@ -93,6 +101,9 @@ func (s *Server) database() (string, string, error) {
 	if s.err != nil {
 		return "", "", s.err
 	}
+	if s.down {
+		return "", "", errors.New("the server has crashed (Crash) and was not restarted (Restart)")
+	}
 	s.seq++
 	name := testserver.DBName(s.seq)
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -102,6 +113,11 @@ func (s *Server) database() (string, string, error) {
 	}
 	u := *s.base
 	u.Path = "/" + name
+	if s.inst != nil {
+		q := u.Query()
+		q.Set("synchronous_commit", "on") // an acknowledged commit survives Crash
+		u.RawQuery = q.Encode()
+	}
 	return u.String(), name, nil
 }
 
@@ -193,35 +209,17 @@ func (s *Server) launch(port int) (*url.URL, error) {
 	if s.inst, err = testserver.NewInstance("postgres", "fgpg", "postgres"); err != nil {
 		return nil, err
 	}
+	s.bin = bin
 	dir, cred := s.inst.Dir, s.inst.Cred
-	data := filepath.Join(dir, "data")
-	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", data, "-U", "postgres",
+	initdb := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres",
 		"-A", "trust", "-E", "UTF8", "--locale=C", "--no-sync")
 	initdb.SysProcAttr = &syscall.SysProcAttr{Credential: cred}
 	initdb.Dir = dir
 	if out, err := initdb.CombinedOutput(); err != nil {
 		return nil, fmt.Errorf("initdb: %w\n%s", err, testserver.Tail(string(out)))
 	}
-	logFile, err := os.Create(filepath.Join(dir, "postgres.log"))
-	if err != nil {
-		return nil, err
-	}
-	defer logFile.Close()
-	if cred != nil {
-		_ = logFile.Chown(int(cred.Uid), int(cred.Gid))
-	}
-	// postgres runs as a child of the test binary rather than daemonised by pg_ctl, so
-	// it dies with the test binary.
-	cmd := exec.Command(filepath.Join(bin, "postgres"), "-D", data,
-		"-p", strconv.Itoa(port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
-		"-c", "cluster_name="+filepath.Base(dir), // to tell it from a server that took its port
-		// A throwaway server needs no durability; benchmarks then measure the
-		// statements rather than the disk (the same for every variant in a run).
-		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
-		"-c", "max_connections=300")
-	cmd.Dir = dir
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	if err := s.inst.Start(cmd); err != nil {
+	s.port = port
+	if err := s.startPostgres(); err != nil {
 		return nil, err
 	}
 	return &url.URL{
@@ -231,6 +229,32 @@ func (s *Server) launch(port int) (*url.URL, error) {
 		Path:     "/postgres",
 		RawQuery: "sslmode=disable",
 	}, nil
+}
+
+// startPostgres starts postgres on the cluster in s.inst.Dir, on s.port.
+func (s *Server) startPostgres() error {
+	dir, cred := s.inst.Dir, s.inst.Cred
+	logFile, err := os.OpenFile(filepath.Join(dir, "postgres.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer logFile.Close()
+	if cred != nil {
+		_ = logFile.Chown(int(cred.Uid), int(cred.Gid))
+	}
+	// postgres runs as a child of the test binary rather than daemonised by pg_ctl, so
+	// it dies with the test binary.
+	cmd := exec.Command(filepath.Join(s.bin, "postgres"), "-D", filepath.Join(dir, "data"),
+		"-p", strconv.Itoa(s.port), "-k", dir, "-c", "listen_addresses=127.0.0.1",
+		"-c", "cluster_name="+filepath.Base(dir), // to tell it from a server that took its port
+		// A throwaway server needs no durability against the machine's crash; benchmarks
+		// then measure the statements rather than the disk (the same for every variant
+		// in a run). DSN asks for synchronous_commit=on, which survives Crash.
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
+		"-c", "max_connections=300")
+	cmd.Dir = dir
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	return s.inst.Start(cmd)
 }
 
 // Close stops the server if this Server started it and removes its directory.

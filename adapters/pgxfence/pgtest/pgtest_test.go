@@ -1,6 +1,7 @@
 package pgtest_test
 
 import (
+	"errors"
 	"net/url"
 	"os"
 	"testing"
@@ -96,5 +97,66 @@ func TestServer_DSN_skipsWithoutServer(t *testing.T) {
 	})
 	if !skipped {
 		t.Fatal("DSN did not skip without a server")
+	}
+}
+
+// TestServer_Crash_restart crashes the server between two commits: the
+// acknowledged one is there after Restart, the open transaction is not, and a
+// Server that started nothing refuses both with ErrNotStarted.
+func TestServer_Crash_restart(t *testing.T) {
+	if os.Getenv(pgtest.EnvDSN) != "" {
+		t.Skip("the server is " + pgtest.EnvDSN + "'s, which pgtest does not crash")
+	}
+	ctx := t.Context()
+	srv := pgtest.New()
+	t.Cleanup(func() { srv.Close() })
+	if err := srv.Crash(); !errors.Is(err, pgtest.ErrNotStarted) {
+		t.Fatalf("Crash before any DSN = %v; want ErrNotStarted", err)
+	}
+	if err := srv.Restart(ctx); !errors.Is(err, pgtest.ErrNotStarted) {
+		t.Fatalf("Restart before any DSN = %v; want ErrNotStarted", err)
+	}
+	dsn := srv.DSN(t)
+	if u, _ := url.Parse(dsn); u.Query().Get("synchronous_commit") != "on" {
+		t.Fatalf("DSN %q does not ask for synchronous_commit=on", dsn)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, "CREATE TABLE kept (id int); INSERT INTO kept VALUES (1)"); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, "INSERT INTO kept VALUES (2)"); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Crash(); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Crash(); err == nil {
+		t.Fatal("Crash of a crashed server returned nil")
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("a commit sent to a crashed server succeeded")
+	}
+	if err := srv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := srv.Restart(ctx); err == nil {
+		t.Fatal("Restart of a running server returned nil")
+	}
+	again, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer again.Close(ctx)
+	var ids []int32
+	rows, _ := again.Query(ctx, "SELECT id FROM kept ORDER BY id")
+	if ids, err = pgx.CollectRows(rows, pgx.RowTo[int32]); err != nil || len(ids) != 1 || ids[0] != 1 {
+		t.Fatalf("after the crash the table holds %v (%v); want the acknowledged row 1 alone", ids, err)
 	}
 }
