@@ -19,7 +19,8 @@
 //
 // A server the Server started can be crashed (Crash: every postgres process
 // killed) and restarted on its data (Restart), for tests of what a crash of the
-// database does to a job. Its DSNs ask for synchronous_commit=on, so every commit
+// database does to a job. Its databases set synchronous_commit=on (ALTER
+// DATABASE, not a DSN parameter, which PgBouncer refuses), so every commit
 // acknowledged before Crash is there after Restart.
 package pgtest
 
@@ -111,13 +112,13 @@ func (s *Server) database() (string, string, error) {
 	if _, err := s.admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()); err != nil {
 		return "", "", fmt.Errorf("create database %s: %w", name, err)
 	}
+	if s.inst != nil { // an acknowledged commit survives Crash
+		if _, err := s.admin.Exec(ctx, "ALTER DATABASE "+pgx.Identifier{name}.Sanitize()+" SET synchronous_commit = on"); err != nil {
+			return "", "", fmt.Errorf("set synchronous_commit on %s: %w", name, err)
+		}
+	}
 	u := *s.base
 	u.Path = "/" + name
-	if s.inst != nil {
-		q := u.Query()
-		q.Set("synchronous_commit", "on") // an acknowledged commit survives Crash
-		u.RawQuery = q.Encode()
-	}
 	return u.String(), name, nil
 }
 
@@ -249,7 +250,7 @@ func (s *Server) startPostgres() error {
 		"-c", "cluster_name="+filepath.Base(dir), // to tell it from a server that took its port
 		// A throwaway server needs no durability against the machine's crash; benchmarks
 		// then measure the statements rather than the disk (the same for every variant
-		// in a run). DSN asks for synchronous_commit=on, which survives Crash.
+		// in a run). Each database sets synchronous_commit=on, which survives Crash.
 		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off",
 		"-c", "max_connections=300")
 	cmd.Dir = dir
