@@ -84,7 +84,6 @@ func (r *run) claimLocked(worker, point string) chan struct{} {
 
 // step runs step i: waits for its When point, acts, and schedules its undo.
 func (r *run) step(i int, s *Step) error {
-	p := r.procs[s.worker]
 	if s.when != nil {
 		wp := r.procs[s.when.worker]
 		var release chan struct{}
@@ -111,70 +110,29 @@ func (r *run) step(i int, s *Step) error {
 			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
 		}
 	}
-	return r.act(i, s, p)
-}
-
-func (r *run) act(i int, s *Step, p *proc) error {
-	if s.verb == "Start" {
-		if p.started {
-			return fmt.Errorf("scenario: step %d %s: worker %s is already started", i+1, s, p.name)
-		}
-		return r.startWorker(p)
+	undo, err := s.fault.act(r, s)
+	if err != nil {
+		return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case !p.started:
-		return fmt.Errorf("scenario: step %d %s: worker %s is not started: add scenario.Start(%q) before it", i+1, s, p.name, p.name)
-	case p.exited:
-		return fmt.Errorf("scenario: step %d %s: worker %s has already finished, so it cannot be faulted: act on it at a point it reaches (When)", i+1, s, p.name)
+	if undo != nil {
+		r.undo.Add(1)
+		go r.until(s, undo)
 	}
-	var undo func()
-	switch s.verb {
-	case "Kill":
-		if err := p.h.Kill(); err != nil {
-			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
-		}
-		r.eventLocked(p.name, "killed")
-		return nil
-	case "Freeze":
-		if err := p.h.Freeze(); err != nil {
-			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
-		}
-		r.eventLocked(p.name, "frozen")
-		undo = func() { p.h.Thaw(); r.eventLocked(p.name, "thawed") }
-	case "CutOff":
-		p.proxy.setCut(true)
-		r.eventLocked(p.name, "cut off from etcd")
-		undo = func() { p.proxy.setCut(false); r.eventLocked(p.name, "reconnected to etcd") }
-	case "Slow":
-		p.proxy.setDelay(s.delay)
-		r.eventLocked(p.name, "etcd traffic slowed by %v", s.delay)
-		undo = func() { p.proxy.setDelay(0); r.eventLocked(p.name, "etcd traffic at full speed") }
-	}
-	r.undo.Add(1)
-	go r.until(s, p, undo)
 	return nil
 }
 
-// until waits for s's Until point (or its default) and undoes the fault.
-func (r *run) until(s *Step, p *proc, undo func()) {
+// until waits for s's Until point (or its fault's default end) and undoes the
+// fault.
+func (r *run) until(s *Step, undo func()) {
 	defer r.undo.Done()
-	switch {
-	case s.until != nil:
+	if s.until != nil {
 		up := r.procs[s.until.worker]
 		base := r.reachedNow(up, s.until.name)
 		r.waitFor(func() bool { return up.reached[s.until.name] > base || up.exited })
-	case s.verb == "Slow":
-		r.waitFor(func() bool { return p.exited })
-	default:
-		r.waitLocksGone(p)
+	} else {
+		s.fault.end(r)
 	}
-	r.mu.Lock()
-	if !p.exited {
-		undo()
-	}
-	r.mu.Unlock()
+	undo()
 }
 
 func (r *run) reachedNow(p *proc, point string) int {

@@ -37,11 +37,18 @@ type run struct {
 	hist    History
 }
 
+// etcdProxies calls f on each of p's proxies to etcd.
+func (p *proc) etcdProxies(f func(*proxy)) {
+	for _, pr := range p.etcd {
+		f(pr)
+	}
+}
+
 // proc is one worker process.
 type proc struct {
 	name    string
 	h       Handle
-	proxy   *proxy
+	etcd    []*proxy // one per etcd member
 	out     syncBuffer
 	reached map[string]int
 	held    map[string]int // locks granted: resource -> token
@@ -83,9 +90,7 @@ func (r *run) close() {
 			p.h.Thaw()
 			p.h.Kill()
 		}
-		if p.proxy != nil {
-			p.proxy.close()
-		}
+		p.etcdProxies((*proxy).close)
 	}
 }
 
@@ -140,7 +145,7 @@ func (r *run) startWorker(p *proc) error {
 	env := []string{workerEnv + "=" + p.name + " " + r.ln.Addr().String()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p.proxy = pr
+	p.etcd = []*proxy{pr}
 	h, err := r.cfg.Launcher.Launch(r.t, p.name, args, env, &p.out)
 	if err != nil {
 		return err
@@ -203,7 +208,7 @@ func (r *run) serve(c net.Conn) {
 	p.hello = true
 	defer close(p.served)
 	r.mu.Unlock()
-	if enc.Encode(msg{Kind: "config", Endpoint: p.proxy.url(), Prefix: prefix, TTL: r.cfg.TTL, Data: r.data}) != nil {
+	if enc.Encode(msg{Kind: "config", Endpoint: p.etcd[0].url(), Prefix: prefix, TTL: r.cfg.TTL, Data: r.data}) != nil {
 		return
 	}
 	for {

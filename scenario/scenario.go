@@ -137,7 +137,7 @@ func validate(cfg Config, steps []*Step) error {
 		known[w] = true
 	}
 	for i, s := range steps {
-		if err := s.check(i, known); err != nil {
+		if err := s.check(i, cfg, known); err != nil {
 			return err
 		}
 	}
@@ -158,7 +158,7 @@ func validName(s string) bool {
 
 func hasStart(steps []*Step) bool {
 	for _, s := range steps {
-		if s.verb == "Start" {
+		if _, ok := s.fault.(start); ok {
 			return true
 		}
 	}
