@@ -32,6 +32,8 @@ func (r *run) handle(p *proc, m msg) {
 			}
 			return
 		}
+	case "route":
+		p.routed = true
 	case "begin":
 		seq := r.eventLocked(p.name, "write %q token %d value %q begins", m.Resource, m.Token, m.Value)
 		p.write = &WriteRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Value: m.Value, Begin: seq}
@@ -152,7 +154,9 @@ func (r *run) waitLocksGone(p *proc) {
 		r.mu.Unlock()
 		gone := true
 		for res, tok := range held {
-			resp, err := r.etcd.Get(context.Background(), prefix+res)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := r.etcd.Get(ctx, prefix+res)
+			cancel()
 			if err != nil || len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == int64(tok) {
 				gone = false
 			}
@@ -182,6 +186,15 @@ func (r *run) finish() *History {
 		}
 	}
 	r.undo.Wait()
+	for _, w := range r.cfg.Workers {
+		p := r.procs[w]
+		r.mu.Lock()
+		unrouted := p.cut && !p.routed
+		r.mu.Unlock()
+		if unrouted {
+			r.fail(fmt.Errorf("scenario: CutOffStore(%q) cut nothing: worker %s never connected through its proxy to the store: build its DSN with Worker.StoreDSN", w, w))
+		}
+	}
 	final, err := r.cfg.Read(r.t.Context(), r.data)
 	if err != nil {
 		r.fail(fmt.Errorf("scenario: Config.Read: %w", err))
