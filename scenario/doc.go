@@ -1,7 +1,7 @@
 // Package scenario runs a user's fenced job as several real worker processes
 // against a real etcd and the user's own store, applies faults on a timeline
-// (freeze a worker past its lease, kill it, cut it off from etcd, slow it), and
-// checks the history of its writes against the store's final state.
+// (freeze a worker past its lease, kill it, cut it off from etcd or the store,
+// slow it; kill etcd's leader or a member, crash the database), and checks the history of its writes against the store's final state.
 //
 // The test binary is the worker: Run starts it again for each worker, and the
 // re-executed binary runs only the calling test, where Run runs the job instead of
@@ -14,13 +14,59 @@
 // workers too.
 //
 // Faults are steps. A step acts at once, a time After the previous one, or when a
-// worker reaches a point: one the
-// job names with Worker.Reach, or one the kit reaches for it (Granted after
-// Worker.Acquire, AboutToWrite and Wrote around Worker.Write, Finished when the
-// process ends). A worker that reaches a point a step waits for stops there until
-// the step has acted, so "freeze a at its write" freezes it exactly there, not after
-// a sleep. Freeze and CutOff last until their Until point, or by default until
-// etcd has expired the worker's locks.
+// worker reaches a point: one the job names with Worker.Reach, or one the kit
+// reaches for it (Granted after Worker.Acquire, AboutToWrite and Wrote around
+// Worker.Write, InStore inside a fenced transaction of Store once the grant's
+// check has passed, Finished when the process ends). A worker that reaches a point
+// a step waits for stops there until the step has acted, so "freeze a in its
+// write" freezes it exactly there, not after a sleep. A fault that lasts is undone
+// at its Until point or at its default end:
+//
+//	Start(w)            start w's process (all start at once without Start steps)
+//	Freeze(w)           SIGSTOP; by default until etcd has expired w's locks
+//	Kill(w)             SIGKILL
+//	CutOff(w)           w's etcd connections cut; by default until its locks expired
+//	Slow(w, d)          w's etcd traffic delayed d each way; by default until w ends
+//	CutOffStore(w)      w's store connections cut; by default one lease (TTL) or w's end
+//	KillEtcdLeader()    the leader member killed; back once another is leader
+//	CrashEtcd(i)        member i killed; back once the others have a leader
+//	CrashStore()        Config.StoreServer killed; back before the step returns
+//
+// The kit starts what it breaks: Config.EtcdMembers real etcd members (1, 3 or 5,
+// through locktest; every worker reaches each through a proxy of its own, which
+// CutOff and Slow act on) and Config.StoreServer, the server Config.Setup takes its
+// DSN from (a *pgtest.Server: pgtest.New() in the test package, closed after
+// Main). CutOffStore needs the worker to reach that server through its own proxy:
+// build the DSN in the job with Worker.StoreDSN. A fault on a server the run did
+// not start (no StoreServer, a member the cluster has not, Config.EtcdEndpoints'
+// etcd), on one already down, or on a worker that has finished or does not exist
+// fails the test saying what to do.
+//
+// What the faults cost, with the default lease (Config.TTL 2 s), measured from the
+// fault to the next holder's grant (two workers, one lock, the holder releasing as
+// soon as it can; 2 to 3 runs on two shared cores):
+//
+//	Freeze, Kill, CutOff        2.0-2.5 s (a lease and the lock client's check)
+//	Slow(w, 50ms), (w, 300ms)   w's own acquire takes 0.5-0.6 s, 3-14 s
+//	KillEtcdLeader, 3 members   7.2-7.5 s: the holder's release fails in the
+//	                            election, and the new leader renews every lease
+//	KillEtcdLeader, 1 member    1.1 s (etcd down while it restarts)
+//	CrashEtcd of a follower     60-140 ms (once 7.3 s on a loaded machine)
+//	CrashStore                  the store down 0.4-0.6 s
+//
+// Events (History.Events, and the timelines a failure prints) are one line per
+// thing that happened, in order, each with its sequence number, its time since
+// the run began and its worker: "started (pid N)", "granted "res" token N",
+// "about to write", "write "res" token N value "v" begins", the write's outcome
+// ("acknowledged", "refused stale: ...", "refused lost: ...", "commit unknown:
+// ..."), "wrote", "reached "<point>"" for every other point (InStore and each of
+// Worker.Reach's), "job returned "<error>"", "finished" or "ended: <status>"; the
+// faults' "frozen"/"thawed", "killed", "cut off from etcd"/"reconnected to etcd",
+// "etcd traffic slowed by d"/"etcd traffic at full speed", "cut off from the
+// store"/"reconnected to the store". The servers have timelines of their own,
+// under the worker names "etcd" ("member i (leader) killed", "member j is
+// leader", "member i restarted (down d)") and "store" ("crashed", "restarted
+// (down d)"), so no worker may be called etcd or store.
 //
 // Workers record their writes with Worker.Write, or without touching the job's
 // code by handing it Store(w, store): every fenced transaction through it is
