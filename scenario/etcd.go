@@ -36,8 +36,10 @@ func startEtcd(t *testing.T, cfg Config) (*locktest.Cluster, *clientv3.Client, [
 }
 
 // crashMember kills member i, noting role ("leader" or "") in the event, and
-// returns the undo that restarts it.
-func (r *run) crashMember(i int, role string) (func(), error) {
+// returns the undo that restarts it. A crash that would leave no majority until
+// an Until point is refused: no worker could take or release a lock meanwhile,
+// so the point might never come.
+func (r *run) crashMember(i int, role string, s *Step) (func(), error) {
 	r.mu.Lock()
 	if r.down[i] {
 		r.mu.Unlock()
@@ -45,6 +47,12 @@ func (r *run) crashMember(i int, role string) (func(), error) {
 	}
 	r.down[i] = true
 	r.mu.Unlock()
+	if s.until != nil && !r.majorityUp() {
+		r.mu.Lock()
+		r.down[i] = false
+		r.mu.Unlock()
+		return nil, fmt.Errorf("it would leave etcd without a majority until %s, and no worker can take or release a lock meanwhile: leave out Until (the member restarts once the others have a leader), or set Config.EtcdMembers to 3 or 5", s.until)
+	}
 	r.cluster.Stop(i)
 	at := time.Now()
 	if role != "" {

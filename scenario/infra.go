@@ -31,6 +31,8 @@ const restartTimeout = 2 * time.Minute
 // (SIGKILL, no leadership transfer); the others elect a new one if a majority
 // remains. The member restarts on its data at its Until point or, by default,
 // once a new leader is elected (at once when none can be: a one-member cluster).
+// Until is refused where the crash leaves no majority: no worker could take or
+// release a lock before the point.
 func KillEtcdLeader() *Step { return &Step{fault: killEtcdLeader{}} }
 
 // CrashEtcd kills etcd member i (0 to Config.EtcdMembers-1, leader or not) and
@@ -65,12 +67,12 @@ func (f killEtcdLeader) check(cfg Config, _ map[string]bool, _ *Step) string {
 	return checkEtcd(cfg, "KillEtcdLeader")
 }
 
-func (killEtcdLeader) act(r *run, _ *Step) (func(), error) {
+func (killEtcdLeader) act(r *run, s *Step) (func(), error) {
 	i := r.waitLeader()
 	if i < 0 {
 		return nil, fmt.Errorf("etcd has no leader to kill: a majority of its members is down (end an earlier crash with Until first)")
 	}
-	return r.crashMember(i, "leader")
+	return r.crashMember(i, "leader", s)
 }
 
 func (killEtcdLeader) end(r *run) { r.waitNewLeader() }
@@ -89,7 +91,7 @@ func (f crashEtcd) check(cfg Config, _ map[string]bool, _ *Step) string {
 	return ""
 }
 
-func (f crashEtcd) act(r *run, _ *Step) (func(), error) { return r.crashMember(f.member, "") }
+func (f crashEtcd) act(r *run, s *Step) (func(), error) { return r.crashMember(f.member, "", s) }
 
 func (crashEtcd) end(r *run) { r.waitNewLeader() }
 
