@@ -48,7 +48,10 @@ func CrashStore() *Step { return &Step{fault: crashStore{}} }
 // CutOffStore cuts the worker's connections to Config.StoreServer, closing every
 // open one and leaving new ones unanswered, until its Until point or, by default,
 // for one lease (Config.TTL) or until the worker finishes. The worker must reach
-// the store through its own proxy: build its DSN with Worker.StoreDSN.
+// the store through its own proxy: build its DSN with Worker.StoreDSN. A new
+// connection waits as across a partition, holding the worker's lock: bound the
+// job's store calls (a context deadline, connect_timeout) when another worker's
+// Until point needs that lock.
 func CutOffStore(worker string) *Step { return &Step{fault: cutOffStore{worker}} }
 
 // checkEtcd says why the run's etcd cannot be broken, or "".
