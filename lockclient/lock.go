@@ -231,7 +231,7 @@ func (l *Lock) Release(ctx context.Context) error {
 // Errors: a *NotHeldError when the key is gone or carries another token;
 // fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
 func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
-	if err := checkName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return err
 	}
 	if token <= 0 {
