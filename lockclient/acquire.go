@@ -308,6 +308,7 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		}
 	}
 	c.mu.Unlock()
+	c.armMaxHold(l, sent)
 	for _, old := range olds {
 		old.lose(nil)
 	}

@@ -30,6 +30,7 @@ type Lock struct {
 	manual  bool
 	watch   bool          // watches its key (a term of Lead)
 	dur     time.Duration // lease duration of a manual-renewal lock
+	maxHold time.Duration // WithMaxHold; 0: none
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	granted time.Time   // when the grant was registered, for hold times
@@ -58,7 +59,7 @@ var (
 func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: r.names[0], names: r.names, set: r.set, token: token, lease: lease,
-		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, ctx: ctx, cancel: cancel, index: -1}
+		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, maxHold: r.lo.maxHold, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()
 	}
