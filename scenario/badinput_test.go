@@ -25,6 +25,23 @@ func noopConfig() scenario.Config {
 	}
 }
 
+// storeConfig is noopConfig with the shared PostgreSQL as its StoreServer.
+func storeConfig() scenario.Config {
+	c := noopConfig()
+	c.StoreServer = postgres
+	c.Setup = func(t *testing.T) string { return postgres.DSN(t) }
+	return c
+}
+
+// with returns noopConfig changed by f.
+func with(f func(c *scenario.Config)) func() scenario.Config {
+	return func() scenario.Config {
+		c := noopConfig()
+		f(&c)
+		return c
+	}
+}
+
 var badInputCases = map[string]struct {
 	cfg   func() scenario.Config
 	steps []*scenario.Step
@@ -48,6 +65,29 @@ var badInputCases = map[string]struct {
 		c.Job = func(context.Context, *scenario.Worker) error { return errors.New("no database at that DSN") }
 		return c
 	}, nil, "scenario: worker a: the job failed: no database at that DSN"},
+	"crashStoreNoServer": {noopConfig, []*scenario.Step{scenario.CrashStore()},
+		"step 1 CrashStore(): Config.StoreServer is nil, so the kit has no store server to crash: set it"},
+	"cutOffStoreNoServer": {noopConfig, []*scenario.Step{scenario.CutOffStore("a")},
+		`step 1 CutOffStore("a"): Config.StoreServer is nil, so the kit runs no proxy to the store to cut`},
+	"crashEtcdNoMember": {with(func(c *scenario.Config) { c.EtcdMembers = 3 }), []*scenario.Step{scenario.CrashEtcd(5)},
+		"step 1 CrashEtcd(5): the run's etcd has 3 member(s), numbered 0 to 2"},
+	"killLeaderExternal": {with(func(c *scenario.Config) { c.EtcdEndpoints = []string{"http://127.0.0.1:2379"} }), []*scenario.Step{scenario.KillEtcdLeader()},
+		"KillEtcdLeader: Config.EtcdEndpoints names an etcd the kit did not start, so it cannot crash its members"},
+	"etcdMembersEven": {with(func(c *scenario.Config) { c.EtcdMembers = 4 }), nil,
+		"Config.EtcdMembers 4: give 1, 3 or 5"},
+	"serverName": {with(func(c *scenario.Config) { c.Workers = []string{"a", "etcd"} }), nil,
+		`Config.Workers: "etcd" names the timeline of a server`},
+	"crashEtcdTwice": {noopConfig, []*scenario.Step{scenario.Start("a"), scenario.CrashEtcd(0).When("a", "ready").Until("b", scenario.Finished), scenario.CrashEtcd(0)},
+		"step 3 CrashEtcd(0): etcd member 0 is down already"},
+	"cutOffStoreUnknown": {storeConfig, []*scenario.Step{scenario.CutOffStore("c")},
+		`step 1 CutOffStore("c"): no worker "c" in Config.Workers`},
+	"cutOffStoreFinished": {storeConfig, []*scenario.Step{scenario.Start("a"), scenario.Start("b").When("a", scenario.Finished), scenario.CutOffStore("a")},
+		`step 3 CutOffStore("a"): worker a has already finished, so it cannot be faulted`},
+	"cutOffStoreUnrouted": {storeConfig, []*scenario.Step{scenario.CutOffStore("a").When("a", "ready")},
+		`CutOffStore("a") cut nothing: worker a never connected through its proxy to the store: build its DSN with Worker.StoreDSN`},
+	"storeDSNNoServer": {with(func(c *scenario.Config) {
+		c.Job = func(ctx context.Context, w *scenario.Worker) error { _, err := w.StoreDSN(w.Data()); return err }
+	}), nil, "the job failed: fence: invalid argument: scenario: StoreDSN: Config.StoreServer is nil"},
 }
 
 func TestBadInputCases(t *testing.T) {

@@ -32,6 +32,8 @@ func (r *run) handle(p *proc, m msg) {
 			}
 			return
 		}
+	case "route":
+		p.routed = true
 	case "begin":
 		seq := r.eventLocked(p.name, "write %q token %d value %q begins", m.Resource, m.Token, m.Value)
 		p.write = &WriteRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Value: m.Value, Begin: seq}
@@ -84,7 +86,6 @@ func (r *run) claimLocked(worker, point string) chan struct{} {
 
 // step runs step i: waits for its When point, acts, and schedules its undo.
 func (r *run) step(i int, s *Step) error {
-	p := r.procs[s.worker]
 	if s.when != nil {
 		wp := r.procs[s.when.worker]
 		var release chan struct{}
@@ -111,70 +112,29 @@ func (r *run) step(i int, s *Step) error {
 			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
 		}
 	}
-	return r.act(i, s, p)
-}
-
-func (r *run) act(i int, s *Step, p *proc) error {
-	if s.verb == "Start" {
-		if p.started {
-			return fmt.Errorf("scenario: step %d %s: worker %s is already started", i+1, s, p.name)
-		}
-		return r.startWorker(p)
+	undo, err := s.fault.act(r, s)
+	if err != nil {
+		return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	switch {
-	case !p.started:
-		return fmt.Errorf("scenario: step %d %s: worker %s is not started: add scenario.Start(%q) before it", i+1, s, p.name, p.name)
-	case p.exited:
-		return fmt.Errorf("scenario: step %d %s: worker %s has already finished, so it cannot be faulted: act on it at a point it reaches (When)", i+1, s, p.name)
+	if undo != nil {
+		r.undo.Add(1)
+		go r.until(s, undo)
 	}
-	var undo func()
-	switch s.verb {
-	case "Kill":
-		if err := p.h.Kill(); err != nil {
-			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
-		}
-		r.eventLocked(p.name, "killed")
-		return nil
-	case "Freeze":
-		if err := p.h.Freeze(); err != nil {
-			return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
-		}
-		r.eventLocked(p.name, "frozen")
-		undo = func() { p.h.Thaw(); r.eventLocked(p.name, "thawed") }
-	case "CutOff":
-		p.proxy.setCut(true)
-		r.eventLocked(p.name, "cut off from etcd")
-		undo = func() { p.proxy.setCut(false); r.eventLocked(p.name, "reconnected to etcd") }
-	case "Slow":
-		p.proxy.setDelay(s.delay)
-		r.eventLocked(p.name, "etcd traffic slowed by %v", s.delay)
-		undo = func() { p.proxy.setDelay(0); r.eventLocked(p.name, "etcd traffic at full speed") }
-	}
-	r.undo.Add(1)
-	go r.until(s, p, undo)
 	return nil
 }
 
-// until waits for s's Until point (or its default) and undoes the fault.
-func (r *run) until(s *Step, p *proc, undo func()) {
+// until waits for s's Until point (or its fault's default end) and undoes the
+// fault.
+func (r *run) until(s *Step, undo func()) {
 	defer r.undo.Done()
-	switch {
-	case s.until != nil:
+	if s.until != nil {
 		up := r.procs[s.until.worker]
 		base := r.reachedNow(up, s.until.name)
 		r.waitFor(func() bool { return up.reached[s.until.name] > base || up.exited })
-	case s.verb == "Slow":
-		r.waitFor(func() bool { return p.exited })
-	default:
-		r.waitLocksGone(p)
+	} else {
+		s.fault.end(r)
 	}
-	r.mu.Lock()
-	if !p.exited {
-		undo()
-	}
-	r.mu.Unlock()
+	undo()
 }
 
 func (r *run) reachedNow(p *proc, point string) int {
@@ -194,7 +154,9 @@ func (r *run) waitLocksGone(p *proc) {
 		r.mu.Unlock()
 		gone := true
 		for res, tok := range held {
-			resp, err := r.etcd.Get(context.Background(), prefix+res)
+			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+			resp, err := r.etcd.Get(ctx, prefix+res)
+			cancel()
 			if err != nil || len(resp.Kvs) > 0 && resp.Kvs[0].CreateRevision == int64(tok) {
 				gone = false
 			}
@@ -224,6 +186,15 @@ func (r *run) finish() *History {
 		}
 	}
 	r.undo.Wait()
+	for _, w := range r.cfg.Workers {
+		p := r.procs[w]
+		r.mu.Lock()
+		unrouted := p.cut && !p.routed
+		r.mu.Unlock()
+		if unrouted {
+			r.fail(fmt.Errorf("scenario: CutOffStore(%q) cut nothing: worker %s never connected through its proxy to the store: build its DSN with Worker.StoreDSN", w, w))
+		}
+	}
 	final, err := r.cfg.Read(r.t.Context(), r.data)
 	if err != nil {
 		r.fail(fmt.Errorf("scenario: Config.Read: %w", err))

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -19,29 +20,42 @@ const prefix = "/fencegate/scenario/"
 
 // run is one scenario in the test process.
 type run struct {
-	t       *testing.T
-	cfg     Config
-	etcd    *clientv3.Client
-	target  string
-	ln      net.Listener
-	data    string
-	start   time.Time
-	undo    sync.WaitGroup
-	closed  chan struct{}
-	mu      sync.Mutex
-	changed chan struct{} // closed and replaced on every change
-	seq     int
-	procs   map[string]*proc
-	pending []*Step                 // the steps not yet done
-	claims  map[*Step]chan struct{} // a held reach per step whose When it met
-	hist    History
+	t         *testing.T
+	cfg       Config
+	cluster   *locktest.Cluster // nil for Config.EtcdEndpoints
+	etcd      *clientv3.Client
+	endpoints []string
+	down      map[int]bool // etcd members crashed and not yet restarted
+	storeDown bool
+	ln        net.Listener
+	data      string
+	start     time.Time
+	undo      sync.WaitGroup
+	closed    chan struct{}
+	mu        sync.Mutex
+	changed   chan struct{} // closed and replaced on every change
+	seq       int
+	procs     map[string]*proc
+	pending   []*Step                 // the steps not yet done
+	claims    map[*Step]chan struct{} // a held reach per step whose When it met
+	hist      History
+}
+
+// etcdProxies calls f on each of p's proxies to etcd.
+func (p *proc) etcdProxies(f func(*proxy)) {
+	for _, pr := range p.etcd {
+		f(pr)
+	}
 }
 
 // proc is one worker process.
 type proc struct {
 	name    string
 	h       Handle
-	proxy   *proxy
+	etcd    []*proxy // one per etcd member
+	store   *proxy   // to Config.StoreServer, or nil
+	routed  bool     // the worker asked for Worker.StoreDSN
+	cut     bool     // a CutOffStore acted on it
 	out     syncBuffer
 	reached map[string]int
 	held    map[string]int // locks granted: resource -> token
@@ -53,12 +67,17 @@ type proc struct {
 	write   *WriteRecord  // the write in progress
 }
 
-func newRun(t *testing.T, cfg Config, etcd *locktest.Cluster) (*run, error) {
+func newRun(t *testing.T, cfg Config) (*run, error) {
+	t.Helper()
+	cluster, cli, eps, err := startEtcd(t, cfg)
+	if err != nil {
+		return nil, err
+	}
 	ln, err := net.Listen("tcp", net.JoinHostPort(cfg.Launcher.Host(), "0"))
 	if err != nil {
 		return nil, err
 	}
-	r := &run{t: t, cfg: cfg, etcd: etcd.Client(t), target: etcd.Endpoints()[0], ln: ln, start: time.Now(),
+	r := &run{t: t, cfg: cfg, cluster: cluster, etcd: cli, endpoints: eps, down: map[int]bool{}, ln: ln, start: time.Now(),
 		closed: make(chan struct{}), changed: make(chan struct{}), procs: map[string]*proc{}, claims: map[*Step]chan struct{}{}}
 	for _, w := range cfg.Workers {
 		r.procs[w] = &proc{name: w, reached: map[string]int{}, held: map[string]int{}, served: make(chan struct{})}
@@ -83,10 +102,12 @@ func (r *run) close() {
 			p.h.Thaw()
 			p.h.Kill()
 		}
-		if p.proxy != nil {
-			p.proxy.close()
+		p.etcdProxies((*proxy).close)
+		if p.store != nil {
+			p.store.close()
 		}
 	}
+	r.undo.Wait() // a crashed server restarts, for the next test
 }
 
 // fail ends the test with err and the timelines so far.
@@ -102,6 +123,13 @@ func (r *run) fail(err error) {
 	}
 	r.mu.Unlock()
 	r.t.Fatalf("%v\nworkers' timelines:\n%s%s", err, tl, out.String())
+}
+
+// event records an event of worker (or server) w.
+func (r *run) event(w, format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.eventLocked(w, format, args...)
 }
 
 // eventLocked records an event of worker w and wakes every waiter.
@@ -132,7 +160,7 @@ func (r *run) waitFor(cond func() bool) bool {
 }
 
 func (r *run) startWorker(p *proc) error {
-	pr, err := newProxy(r.cfg.Launcher.Host(), r.target)
+	prs, store, err := r.proxies()
 	if err != nil {
 		return err
 	}
@@ -140,7 +168,7 @@ func (r *run) startWorker(p *proc) error {
 	env := []string{workerEnv + "=" + p.name + " " + r.ln.Addr().String()}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	p.proxy = pr
+	p.etcd, p.store = prs, store
 	h, err := r.cfg.Launcher.Launch(r.t, p.name, args, env, &p.out)
 	if err != nil {
 		return err
@@ -150,6 +178,35 @@ func (r *run) startWorker(p *proc) error {
 	r.eventLocked(p.name, "started (%s)", h)
 	go r.wait(p)
 	return nil
+}
+
+// proxies starts a worker's proxies: one to each etcd member, one to the store
+// server if the run has one.
+func (r *run) proxies() (etcd []*proxy, store *proxy, err error) {
+	host := r.cfg.Launcher.Host()
+	defer func() {
+		if err != nil {
+			for _, pr := range etcd {
+				pr.close()
+			}
+		}
+	}()
+	for _, ep := range r.endpoints {
+		pr, err := newProxy(host, ep)
+		if err != nil {
+			return etcd, nil, err
+		}
+		etcd = append(etcd, pr)
+	}
+	if r.cfg.StoreServer == nil {
+		return etcd, nil, nil
+	}
+	addr, err := r.cfg.StoreServer.Addr()
+	if err != nil {
+		return etcd, nil, fmt.Errorf("Config.StoreServer.Addr: %w: Config.Setup must take the workers' DSN from this server", err)
+	}
+	store, err = newProxy(host, addr)
+	return etcd, store, err
 }
 
 // wait records the end of p's process, once its control connection is drained.
@@ -203,7 +260,7 @@ func (r *run) serve(c net.Conn) {
 	p.hello = true
 	defer close(p.served)
 	r.mu.Unlock()
-	if enc.Encode(msg{Kind: "config", Endpoint: p.proxy.url(), Prefix: prefix, TTL: r.cfg.TTL, Data: r.data}) != nil {
+	if enc.Encode(r.config(p)) != nil {
 		return
 	}
 	for {
@@ -216,4 +273,17 @@ func (r *run) serve(c net.Conn) {
 			return
 		}
 	}
+}
+
+// config is what worker p is told once it says hello.
+func (r *run) config(p *proc) msg {
+	m := msg{Kind: "config", Prefix: prefix, TTL: r.cfg.TTL, Data: r.data}
+	for _, pr := range p.etcd {
+		m.Endpoints = append(m.Endpoints, pr.url())
+	}
+	if p.store != nil {
+		m.StoreAddr, _ = r.cfg.StoreServer.Addr()
+		m.StoreProxy = strings.TrimPrefix(p.store.url(), "http://")
+	}
+	return m
 }

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 // Config is a scenario: its workers, their job, and how to read the final state.
@@ -32,6 +31,17 @@ type Config struct {
 	TTL time.Duration
 	// Launcher starts the workers (default: child processes of the test).
 	Launcher Launcher
+	// EtcdMembers is the size of the etcd cluster the kit starts for the run: 1
+	// (the default), 3 or 5 real etcd processes (locktest), whose members
+	// CrashEtcd and KillEtcdLeader break.
+	EtcdMembers int
+	// EtcdEndpoints, if set, is an etcd the test runs itself (plain, no TLS): the
+	// kit starts none, and cannot crash its members.
+	EtcdEndpoints []string
+	// StoreServer is the database server Setup takes the workers' DSN from, for
+	// CrashStore and CutOffStore (a *pgtest.Server is one). Nil: the kit breaks
+	// no store.
+	StoreServer StoreServer
 }
 
 // Main runs the package's tests and then each of after (stop shared servers
@@ -90,8 +100,7 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 	if cfg.Launcher == nil {
 		cfg.Launcher = processes{}
 	}
-	etcd := locktest.Start(t)
-	r, err := newRun(t, cfg, etcd)
+	r, err := newRun(t, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,6 +135,12 @@ func validate(cfg Config, steps []*Step) error {
 	case len(cfg.Workers) == 0:
 		return fmt.Errorf("scenario: Config.Workers is empty: name at least one worker")
 	}
+	switch {
+	case cfg.EtcdMembers != 0 && cfg.EtcdMembers != 1 && cfg.EtcdMembers != 3 && cfg.EtcdMembers != 5:
+		return fmt.Errorf("scenario: Config.EtcdMembers %d: give 1, 3 or 5 (an even count survives no more crashes than one member fewer)", cfg.EtcdMembers)
+	case cfg.EtcdMembers != 0 && len(cfg.EtcdEndpoints) > 0:
+		return fmt.Errorf("scenario: Config.EtcdMembers and Config.EtcdEndpoints both say which etcd to use: give one")
+	}
 	if cfg.TTL != 0 && (cfg.TTL < lockclient.MinTTL || cfg.TTL%time.Second != 0) {
 		return fmt.Errorf("scenario: Config.TTL %v: a whole number of seconds, at least %v", cfg.TTL, lockclient.MinTTL)
 	}
@@ -134,10 +149,13 @@ func validate(cfg Config, steps []*Step) error {
 		if !validName(w) || known[w] {
 			return fmt.Errorf("scenario: Config.Workers: %q is empty, repeated or not letters, digits, '-' and '_'", w)
 		}
+		if w == etcdTimeline || w == storeTimeline {
+			return fmt.Errorf("scenario: Config.Workers: %q names the timeline of a server in Events: call the worker something else", w)
+		}
 		known[w] = true
 	}
 	for i, s := range steps {
-		if err := s.check(i, known); err != nil {
+		if err := s.check(i, cfg, known); err != nil {
 			return err
 		}
 	}
@@ -158,7 +176,7 @@ func validName(s string) bool {
 
 func hasStart(steps []*Step) bool {
 	for _, s := range steps {
-		if s.verb == "Start" {
+		if _, ok := s.fault.(start); ok {
 			return true
 		}
 	}

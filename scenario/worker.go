@@ -39,24 +39,28 @@ const (
 
 // msg is one message between a worker and the run, a JSON object per line.
 type msg struct {
-	Kind     string        `json:"kind"` // hello, config, reach, begin, end, exit, go
-	Worker   string        `json:"worker,omitempty"`
-	Point    string        `json:"point,omitempty"`
-	Resource string        `json:"resource,omitempty"`
-	Token    fence.Token   `json:"token,omitempty"`
-	Value    string        `json:"value,omitempty"`
-	Outcome  Outcome       `json:"outcome,omitempty"`
-	Err      string        `json:"err,omitempty"`
-	Fenced   bool          `json:"fenced,omitempty"` // exit: the job's error is fence.ErrStale or ErrLost
-	Endpoint string        `json:"endpoint,omitempty"`
-	Prefix   string        `json:"prefix,omitempty"`
-	TTL      time.Duration `json:"ttl,omitempty"`
-	Data     string        `json:"data,omitempty"`
+	Kind       string        `json:"kind"` // hello, config, reach, begin, end, exit, go
+	Worker     string        `json:"worker,omitempty"`
+	Point      string        `json:"point,omitempty"`
+	Resource   string        `json:"resource,omitempty"`
+	Token      fence.Token   `json:"token,omitempty"`
+	Value      string        `json:"value,omitempty"`
+	Outcome    Outcome       `json:"outcome,omitempty"`
+	Err        string        `json:"err,omitempty"`
+	Fenced     bool          `json:"fenced,omitempty"` // exit: the job's error is fence.ErrStale or ErrLost
+	Endpoints  []string      `json:"endpoints,omitempty"`
+	StoreAddr  string        `json:"store_addr,omitempty"`  // Config.StoreServer's
+	StoreProxy string        `json:"store_proxy,omitempty"` // the worker's proxy to it
+	Prefix     string        `json:"prefix,omitempty"`
+	TTL        time.Duration `json:"ttl,omitempty"`
+	Data       string        `json:"data,omitempty"`
 }
 
 // Worker is a job's handle on the run, in the worker process.
 type Worker struct {
 	name, data string
+	storeAddr  string
+	storeProxy string
 	client     *lockclient.Client
 	mu         sync.Mutex
 	enc        *json.Encoder
@@ -72,6 +76,23 @@ func (w *Worker) Data() string { return w.data }
 // Client is the worker's lock client, on the run's etcd through the worker's own
 // proxy (the one CutOff and Slow act on).
 func (w *Worker) Client() *lockclient.Client { return w.client }
+
+// StoreDSN returns dsn with the address of Config.StoreServer (as in the DSN
+// its DSN method gives) replaced by the worker's own proxy to it, the
+// connections CutOffStore cuts. Its error wraps fence.ErrInvalidArgument when the
+// run has no StoreServer or dsn does not hold its address; or is the run's.
+func (w *Worker) StoreDSN(dsn string) (string, error) {
+	switch {
+	case w.storeProxy == "":
+		return "", fmt.Errorf("%w: scenario: StoreDSN: Config.StoreServer is nil: set it to the server Config.Setup takes the DSN from", fence.ErrInvalidArgument)
+	case !strings.Contains(dsn, w.storeAddr):
+		return "", fmt.Errorf("%w: scenario: StoreDSN: the DSN does not hold Config.StoreServer's address %s: give the one Config.Setup took from it", fence.ErrInvalidArgument, w.storeAddr)
+	}
+	if err := w.call(msg{Kind: "route"}); err != nil {
+		return "", err
+	}
+	return strings.Replace(dsn, w.storeAddr, w.storeProxy, 1), nil
+}
 
 // Acquire takes a lock as Client().Acquire does, records the grant in the history
 // and reaches Granted. Its errors are Acquire's, or the run's control connection's.
@@ -174,8 +195,8 @@ func work(t *testing.T, cfg Config, name, addr string) error {
 	if err := w.dec.Decode(&c); err != nil {
 		return err
 	}
-	w.data = c.Data
-	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{c.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	w.data, w.storeAddr, w.storeProxy = c.Data, c.StoreAddr, c.StoreProxy
+	cli, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return err
 	}
