@@ -226,8 +226,8 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// Release releases the lock name if its key still carries token, for callers
-// that kept only the token: one Txn on the key's create revision.
+// Release releases the lock (or permit slot) name if its key still carries
+// token, for callers that kept only the token: one Txn on its create revision.
 //
 // Errors: a *NotHeldError when the key is gone or carries another token;
 // fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.

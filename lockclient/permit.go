@@ -31,8 +31,8 @@ func (c *Client) AcquirePermit(ctx context.Context, name string, n int, opts ...
 }
 
 // TryAcquirePermit is AcquirePermit without the wait: when n permits are held
-// it returns at once a *HeldError (ErrHeld) naming the holder of slot 0 below n
-// it found, having written nothing. Its other errors are TryAcquire's.
+// it returns at once a *HeldError (ErrHeld) naming slot 0 and its holder,
+// having written nothing. Its other errors are TryAcquire's.
 func (c *Client) TryAcquirePermit(ctx context.Context, name string, n int, opts ...LockOption) (*Lock, error) {
 	return c.permitObserved(ctx, name, n, opts, false)
 }
@@ -174,10 +174,8 @@ func (c *Client) txnPermit(ctx context.Context, p *permitReq, key string, lease 
 // lost), a *HeldError for a try, a lock's name, or a failed wait.
 func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown *[]tried) (l *Lock, slot int, marked, done bool, err error) {
 	mk := resp.Responses[0].GetResponseRange().GetKvs()
-	if len(mk) == 0 {
-		return nil, 0, false, false, nil // not a semaphore yet: mark it with the next attempt
-	}
-	if string(mk[0].Value) != semaphoreMark {
+	marked = len(mk) > 0 // if not, the next attempt marks it (first use, or the mark was deleted)
+	if marked && !isMark(mk[0].Value) {
 		return nil, 0, true, true, invalid("AcquirePermit(%q): %q is held as a lock, not a semaphore", p.name, p.name)
 	}
 	taken := make([]*mvccpb.KeyValue, p.n)
@@ -193,7 +191,7 @@ func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3
 			*unknown = nil
 			info := decodeInfo(c.nameOf(kv), kv)
 			l, err := c.register(c.newLock(p.request(i, c), info.Token, lease), info.AcquiredAt)
-			return l, 0, true, true, err
+			return l, 0, marked, true, err
 		}
 		if clientv3.LeaseID(kv.Lease) != lease && bytes.HasPrefix(kv.Value, c.valuePrefix) {
 			orphans = append(orphans, kv)
@@ -201,21 +199,21 @@ func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3
 		taken[i] = kv
 	}
 	if len(orphans) > 0 && c.dropOrphans(ctx, orphans) == nil {
-		return nil, slices.Index(taken, orphans[0]), true, false, nil
+		return nil, slices.Index(taken, orphans[0]), marked, false, nil
 	}
 	if free := slices.Index(taken, nil); free >= 0 {
-		return nil, free, true, false, nil
+		return nil, free, marked, false, nil
 	}
 	if !p.wait {
 		info := decodeInfo(c.nameOf(taken[0]), taken[0])
-		return nil, 0, true, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+		return nil, 0, marked, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
 	}
 	c.waiting(ctx, c.nameOf(taken[0]), taken[0])
 	if err := c.waitSlotFreed(ctx, p, resp.Header.Revision); err != nil {
 		c.forgetTried(*unknown)
-		return nil, 0, true, true, err
+		return nil, 0, marked, true, err
 	}
-	return nil, 0, true, false, nil
+	return nil, 0, marked, false, nil
 }
 
 // waitSlotFreed waits until a slot of p below n is deleted after rev; a

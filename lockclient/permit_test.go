@@ -267,3 +267,26 @@ func TestClient_AcquirePermit_changingN(t *testing.T) {
 		t.Fatal("the holder of slot 3 lost it to a smaller n")
 	}
 }
+
+// TestClient_AcquirePermit_markDeleted: with the semaphore's mark deleted (by
+// hand) while a permit is held, the next call marks the name again and counts
+// the held slots as before.
+func TestClient_AcquirePermit_markDeleted(t *testing.T) {
+	srv := locktest.Start(t)
+	cli := srv.Client(t)
+	c := newClient(t, cli)
+	held := mustPermit(t, c, "imports", 1)
+	if _, err := cli.Delete(t.Context(), lockclient.DefaultPrefix+"imports"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.TryAcquirePermit(t.Context(), "imports", 1); !errors.Is(err, lockclient.ErrHeld) {
+		t.Fatalf("TryAcquirePermit with the mark gone and slot 0 held = %v, want ErrHeld", err)
+	}
+	p, err := c.TryAcquirePermit(t.Context(), "imports", 2)
+	if err != nil || p.Resource() != "imports/0001" || held.Resource() != "imports/0000" {
+		t.Fatalf("TryAcquirePermit(n=2) = %v, %v; want slot 1", p, err)
+	}
+	if _, err := c.TryAcquire(t.Context(), "imports"); !errors.Is(err, fence.ErrInvalidArgument) {
+		t.Fatalf("TryAcquire of the re-marked semaphore = %v, want fence.ErrInvalidArgument", err)
+	}
+}

@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Watch reports every change of the holder of lock name, in etcd's order, on
+// Watch reports every change of the holder of lock (or slot) name, in order, on
 // the returned channel until ctx ends or the Client closes: first the state
 // (Initial: EventTaken or EventFree), then each grant and each end of a hold.
 // It resumes without a gap or a repeat; after a compaction it rereads the
