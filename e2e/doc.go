@@ -3,7 +3,8 @@
 // Package e2e is fencegate's end-to-end fault suite: a 3-member etcd cluster,
 // PostgreSQL 15 (or MariaDB 10.11) and billing workers (examples/billing) run as
 // Docker containers, and the tests freeze, kill and cut them off while the workers
-// do fenced read-modify-write jobs. A history checker then holds the database to
+// do fenced read-modify-write jobs. The scenario kit's history checker
+// (scenario.History.Check; history.go makes the history) then holds the database to
 // what the workers logged: no acknowledged write lost, committed tokens per account
 // never going down, no token granted to two holders. The same runs with fencing
 // turned off must break those guarantees, and the checker must say so.
@@ -36,7 +37,7 @@
 //
 // Run it with ./scripts/e2e, or
 //
-//	go test -tags e2e -count=1 -v ./e2e/...
+//	cd e2e && go test -tags e2e -count=1 -v ./...
 //
 // No image registry is used. The images are built locally on first use and tagged
 // with a hash of their inputs, so later runs find them in seconds and a changed input

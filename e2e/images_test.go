@@ -7,7 +7,7 @@ import "testing"
 // TestImages builds the suite's images (or finds them, by the hash of their inputs)
 // and checks that each can be found by the exact tag the suite runs: dockertest
 // would try to pull any other, and there is no registry. On its own,
-// `go test -tags e2e -run TestImages ./e2e` is the image-building command.
+// `(cd e2e && go test -tags e2e -run TestImages .)` is the image-building command.
 func TestImages(t *testing.T) {
 	pool, im := suite(t)
 	for _, ref := range []string{im.Etcd, im.Postgres, im.Worker} {

@@ -193,6 +193,8 @@ func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResp
 		kvs := rr.GetResponseRange().GetKvs()
 		switch {
 		case len(kvs) == 0:
+		case isMark(kvs[0].Value): // checked by the Txn: the key etcd compared
+			return nil, true, semaphoreErr("Acquire", c.nameOf(kvs[0]))
 		case clientv3.LeaseID(kvs[0].Lease) != lease && bytes.HasPrefix(kvs[0].Value, c.valuePrefix):
 			orphans = append(orphans, kvs[0])
 		case clientv3.LeaseID(kvs[0].Lease) == lease && slices.ContainsFunc(unknown, func(v []byte) bool { return string(v) == string(kvs[0].Value) }):
@@ -306,6 +308,7 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		}
 	}
 	c.mu.Unlock()
+	c.armMaxHold(l, sent)
 	for _, old := range olds {
 		old.lose(nil)
 	}

@@ -281,10 +281,11 @@ func buildOptions(opts []Option) (options, error) {
 type LockOption func(*lockOptions) error
 
 type lockOptions struct {
-	manual bool
-	lease  time.Duration
-	value  []byte // stored with the key (WithValue)
-	watch  bool   // the lock watches its key (a term of Lead)
+	manual  bool
+	lease   time.Duration
+	value   []byte        // stored with the key (WithValue)
+	watch   bool          // the lock watches its key (a term of Lead)
+	maxHold time.Duration // WithMaxHold; 0: none
 }
 
 // MaxValueSize is the largest value WithValue accepts: with its base64 form,
@@ -333,5 +334,5 @@ func buildLockOptions(sessionTTL time.Duration, opts []LockOption) (lockOptions,
 	if o.manual && o.lease == 0 {
 		o.lease = sessionTTL
 	}
-	return o, nil
+	return o, checkMaxHold(o, sessionTTL)
 }

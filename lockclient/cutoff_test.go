@@ -4,12 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // TestLock_Done_cutOff cuts a holder off from etcd, 20 times: its Done closes,
@@ -23,10 +25,10 @@ func TestLock_Done_cutOff(t *testing.T) {
 		wg.Go(func() {
 			name := fmt.Sprintf("cut-%d", w)
 			p := startCutProxy(t, srv.Endpoints()[0])
-			a := newClient(t, etcdClient(t, p.URL()), lockclient.WithTTL(testTTL))
+			a := newClient(t, etcdClient(t, "http://"+p.Addr()), lockclient.WithTTL(testTTL))
 			b := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 			for run := range runs {
-				p.Mend()
+				p.Heal()
 				la, err := a.Acquire(t.Context(), name)
 				if err != nil {
 					t.Errorf("%s run %d: Acquire: %v", name, run, err)
@@ -60,7 +62,7 @@ func TestLock_Done_cutOff(t *testing.T) {
 func TestClient_unreachable(t *testing.T) {
 	srv := locktest.Start(t)
 	p := startCutProxy(t, srv.Endpoints()[0])
-	cli := etcdClient(t, p.URL())
+	cli := etcdClient(t, "http://"+p.Addr())
 	c := newClient(t, cli, lockclient.WithTTL(testTTL))
 	l := mustAcquire(t, c, "held")
 	p.Cut()
@@ -95,4 +97,16 @@ func TestClient_unreachable(t *testing.T) {
 			}
 		})
 	}
+}
+
+// startCutProxy starts a proxy to the etcd member at endpoint (a URL), closed at
+// the test's end: Cut partitions a client that dials it from the member, Heal mends.
+func startCutProxy(t testing.TB, endpoint string) *delayproxy.Proxy {
+	t.Helper()
+	p, err := delayproxy.Start(strings.TrimPrefix(endpoint, "http://"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }

@@ -40,6 +40,18 @@
 // List read it once. NextToken is the operator's fence: above every token
 // granted so far.
 //
+// Semaphores: AcquirePermit(ctx, name, n) grants one of n permits, each a
+// *Lock on a slot name/NNNN (the first free slot below n) with its own token.
+// The first permit marks name as a semaphore in etcd (a key without a lease):
+// from then on Acquire refuses name and AcquirePermit refuses a lock's name,
+// both with fence.ErrInvalidArgument. n is per call, not stored: a call with n
+// counts and takes only slots below n, and holders of higher slots (taken with
+// a larger n) keep them until they release; so at most the largest n in use
+// hold at once. A permit fences its slot: its Resource is the slot name, whose
+// tokens only go up, so the store refuses a frozen holder's writes once its
+// slot has passed on, while the other n-1 holders write on. Data that all
+// holders share needs a fence of its own (per row, or a lock).
+//
 // Restoring etcd from a backup rewinds revisions: new tokens fall below the
 // stored ones and every fenced write is refused with fence.ErrStale (safe, not
 // silent). Restore with etcdutl snapshot restore --bump-revision N

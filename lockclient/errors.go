@@ -31,6 +31,9 @@ var (
 	ErrNotRenewed = errors.New("lockclient: lock not renewed within its lease")
 	// ErrReleased is the cause of a Lock's context after Release.
 	ErrReleased = errors.New("lockclient: lock released")
+	// ErrMaxHold means a lock taken WithMaxHold reached its max hold: the cause
+	// of its Lock's context matches it and fence.ErrLost.
+	ErrMaxHold = errors.New("lockclient: lock held for its max hold")
 )
 
 // HeldError is returned by TryAcquire when another holder (possibly in this same

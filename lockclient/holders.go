@@ -31,6 +31,9 @@ type Info struct {
 	// Value is what the holder stored with the lock (Lead's WithValue, such as
 	// the leader's address); nil when it stored none.
 	Value []byte
+	// Semaphore is, for a permit (AcquirePermit), the semaphore's name; Name is
+	// then the permit's slot name ("jobs/0002"). "" for a lock.
+	Semaphore string
 }
 
 // holderValue is what a lock key stores. Seq makes every acquire attempt's value
@@ -91,6 +94,7 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 		ClientID:   v.ClientID,
 		AcquiredAt: v.AcquiredAt,
 		Value:      v.Value,
+		Semaphore:  semaphoreOf(name),
 	}
 }
 
@@ -101,7 +105,7 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 // Errors: a *NotHeldError (Current 0) when nobody holds it;
 // fence.ErrInvalidArgument for a bad name; ErrClosed; etcd's error.
 func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
-	if err := checkName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return Info{}, err
 	}
 	if err := c.usable(); err != nil {
@@ -116,6 +120,9 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	if len(resp.Kvs) == 0 {
 		return Info{}, &NotHeldError{Name: name}
 	}
+	if isMark(resp.Kvs[0].Value) {
+		return Info{}, semaphoreErr("Holder", name)
+	}
 	info := decodeInfo(name, resp.Kvs[0])
 	if inSet(resp.Kvs[0]) {
 		info.Set, err = c.setNames(ctx, info.Token)
@@ -129,28 +136,38 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	return info, nil
 }
 
-// List returns every held lock under the Client's prefix, by name, with one etcd
-// read for the keys and one lease lookup per distinct holder session; the names
-// of a set carry the set's names in Info.Set. ctx governs all of them.
+// List returns every held lock and permit under the Client's prefix, by name,
+// with one etcd read for the keys and one lease lookup per distinct holder
+// session; the names of a set carry the set's names in Info.Set, a permit its
+// semaphore's in Info.Semaphore. ctx governs all of them.
 //
 // Errors: ErrClosed; etcd's error.
 func (c *Client) List(ctx context.Context) ([]Info, error) {
+	infos, err := c.list(ctx, c.prefix)
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: list: %w", err)
+	}
+	return infos, nil
+}
+
+// list is List of the keys under from.
+func (c *Client) list(ctx context.Context, from string) ([]Info, error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
+	resp, err := c.cli.Get(ctx, from, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
 	if err != nil {
-		return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
+		return nil, c.explain(ctx, err)
 	}
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
 	sets := make(map[fence.Token][]string) // a set's names: its keys share a create revision
 	for _, kv := range resp.Kvs {
 		name := strings.TrimPrefix(string(kv.Key), c.prefix)
-		if checkName(name) != nil {
-			continue // not a lock key of this package (a deeper path under the prefix)
+		if checkLockName(name) != nil || isMark(kv.Value) {
+			continue // not a held lock's key (a deeper path, a semaphore's mark)
 		}
 		info := decodeInfo(name, kv)
 		if inSet(kv) {
@@ -158,7 +175,7 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 			info.Set = sets[info.Token][:0] // filled in below, once the set is complete
 		}
 		if info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(kv.Lease), cache); err != nil {
-			return nil, fmt.Errorf("lockclient: list: %w", c.explain(ctx, err))
+			return nil, c.explain(ctx, err)
 		}
 		infos = append(infos, info)
 	}

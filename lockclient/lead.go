@@ -118,7 +118,7 @@ func termCause(term *Lock, resigned, returned bool, fnErr error) string {
 	case errors.Is(cause, ErrClosed):
 		return causeClosed
 	case errors.Is(cause, fence.ErrLost):
-		return endLabel(cause) // lease_expired, not_renewed, key_deleted
+		return endLabel(cause) // lease_expired, not_renewed, key_deleted, max_hold
 	case resigned:
 		return causeResigned
 	case !returned:

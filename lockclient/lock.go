@@ -30,6 +30,7 @@ type Lock struct {
 	manual  bool
 	watch   bool          // watches its key (a term of Lead)
 	dur     time.Duration // lease duration of a manual-renewal lock
+	maxHold time.Duration // WithMaxHold; 0: none
 	ctx     context.Context
 	cancel  context.CancelCauseFunc
 	granted time.Time   // when the grant was registered, for hold times
@@ -58,7 +59,7 @@ var (
 func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
 	l := &Lock{c: c, name: r.names[0], names: r.names, set: r.set, token: token, lease: lease,
-		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, ctx: ctx, cancel: cancel, index: -1}
+		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, maxHold: r.lo.maxHold, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()
 	}
@@ -225,13 +226,13 @@ func (l *Lock) Release(ctx context.Context) error {
 	return err
 }
 
-// Release releases the lock name if its key still carries token, for callers
-// that kept only the token: one Txn on the key's create revision.
+// Release releases the lock (or permit slot) name if its key still carries
+// token, for callers that kept only the token: one Txn on its create revision.
 //
 // Errors: a *NotHeldError when the key is gone or carries another token;
 // fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
 func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
-	if err := checkName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return err
 	}
 	if token <= 0 {

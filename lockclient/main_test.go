@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -67,9 +68,13 @@ func runHolder(spec string) int {
 		}
 		time.Sleep(testTTL * 9 / 10)
 	}
-	// A comma-separated name is a set (AcquireSet).
+	// A comma-separated name is a set (AcquireSet); "permit:NAME:N" a permit.
 	var l *lockclient.Lock
-	if strings.Contains(name, ",") {
+	if sem, ok := strings.CutPrefix(name, "permit:"); ok {
+		sem, n, _ := strings.Cut(sem, ":")
+		k, _ := strconv.Atoi(n)
+		l, err = c.AcquirePermit(ctx, sem, k)
+	} else if strings.Contains(name, ",") {
 		l, err = c.AcquireSet(ctx, strings.Split(name, ","))
 	} else {
 		l, err = c.Acquire(ctx, name)

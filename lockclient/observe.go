@@ -131,6 +131,8 @@ func endLabel(cause error) string {
 		return "lease_expired"
 	case errors.Is(cause, ErrNotRenewed):
 		return "not_renewed"
+	case errors.Is(cause, ErrMaxHold):
+		return "max_hold"
 	}
 	return "key_deleted"
 }

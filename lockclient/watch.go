@@ -13,7 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Watch reports every change of the holder of lock name, in etcd's order, on
+// Watch reports every change of the holder of lock (or slot) name, in order, on
 // the returned channel until ctx ends or the Client closes: first the state
 // (Initial: EventTaken or EventFree), then each grant and each end of a hold.
 // It resumes without a gap or a repeat; after a compaction it rereads the
@@ -22,17 +22,18 @@ import (
 //
 // Errors, before any I/O: fence.ErrInvalidArgument for a bad name; ErrClosed.
 func (c *Client) Watch(ctx context.Context, name string) (<-chan Event, error) {
-	if err := checkName(name); err != nil {
+	if err := checkLockName(name); err != nil {
 		return nil, err
 	}
 	return c.startWatch(ctx, name, false)
 }
 
-// WatchPrefix is Watch for every lock whose name starts with prefix ("": every
-// lock), on one etcd watch; its Initial events are the held locks only.
+// WatchPrefix is Watch for every lock and permit whose name starts with prefix
+// ("": every one; "jobs/": the permits of semaphore jobs), on one etcd watch;
+// its Initial events are the held ones only.
 func (c *Client) WatchPrefix(ctx context.Context, prefix string) (<-chan Event, error) {
 	if prefix != "" {
-		if err := checkName(prefix); err != nil {
+		if err := checkName(strings.TrimSuffix(prefix, "/")); err != nil {
 			return nil, err
 		}
 	}
@@ -88,8 +89,8 @@ func (w *watcher) run(ctx context.Context) {
 // apply reports one etcd event; false when ctx ended first.
 func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
 	name, ok := w.nameOf(ev.Kv.Key)
-	if !ok {
-		return true
+	if !ok || isMark(ev.Kv.Value) || (ev.PrevKv != nil && isMark(ev.PrevKv.Value)) {
+		return true // not a lock's key, or a semaphore's mark: no holder
 	}
 	old := w.held[name]
 	if ev.Type == mvccpb.PUT {
@@ -190,7 +191,7 @@ func (w *watcher) read(ctx context.Context) error {
 	initial, rev := w.rev == 0, resp.Header.Revision
 	now := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
 	for _, kv := range resp.Kvs {
-		if name, ok := w.nameOf(kv.Key); ok {
+		if name, ok := w.nameOf(kv.Key); ok && !isMark(kv.Value) {
 			now[name] = kv
 		}
 	}
@@ -235,7 +236,7 @@ func (w *watcher) emit(ctx context.Context, ev Event) bool {
 // this package (a deeper path under the prefix).
 func (w *watcher) nameOf(key []byte) (string, bool) {
 	n := strings.TrimPrefix(string(key), w.c.prefix)
-	return n, checkName(n) == nil
+	return n, checkLockName(n) == nil
 }
 
 // EventType says what changed about a lock's holder.

@@ -196,7 +196,7 @@ func TestClient_WatchPrefix(t *testing.T) {
 func TestClient_Watch_compacted(t *testing.T) {
 	srv := locktest.Start(t)
 	p := startCutProxy(t, srv.Endpoints()[0])
-	w := newClient(t, etcdClient(t, p.URL()))
+	w := newClient(t, etcdClient(t, "http://"+p.Addr()))
 	ch, err := w.Watch(t.Context(), "job")
 	if err != nil {
 		t.Fatal(err)
@@ -215,7 +215,7 @@ func TestClient_Watch_compacted(t *testing.T) {
 	if _, err := cli.Compact(t.Context(), revision(t, cli)); err != nil {
 		t.Fatal(err)
 	}
-	p.Mend()
+	p.Heal()
 	ev := wantEvent(t, ch, lockclient.EventReleased, l1.Token(), true)
 	if ev.Revision < int64(l3.Token()) {
 		t.Fatalf("reread at revision %d, before the last grant %d", ev.Revision, l3.Token())
@@ -303,7 +303,7 @@ func TestClient_Watch_releasedNotExpired(t *testing.T) {
 		}
 	}
 	p := startCutProxy(t, srv.Endpoints()[0])
-	far := newClient(t, etcdClient(t, p.URL()), lockclient.WithTTL(testTTL))
+	far := newClient(t, etcdClient(t, "http://"+p.Addr()), lockclient.WithTTL(testTTL))
 	l := mustAcquire(t, far, "job")
 	wantEvent(t, ch, lockclient.EventTaken, l.Token(), false)
 	p.Cut()

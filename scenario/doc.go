@@ -78,8 +78,18 @@
 // highest acknowledged one (so no acknowledged write was lost unless a higher token
 // overwrote it); a write refused as stale never landed. A write whose outcome is
 // unknown (the worker killed in it, fence.ErrCommitUnknown, any other error) may
-// or may not have landed. A failure names the resource, the tokens and every
-// worker's timeline.
+// or may not have landed; one reported rolled back never landed.
+//
+// A harness that reads the store's own account back (History.Commits, Kept,
+// Crashes; the e2e suite does) gets these rules too, per resource: no token was
+// committed twice, and committed tokens go up in commit order; every acknowledged
+// write is committed as written (worker and value), no refused or rolled-back write
+// is, and a commit-unknown one that landed landed as written; every acknowledged or
+// landed write is kept by the final state, which keeps tokens in order and none that
+// was not committed (a commit it does not keep is a lost update); and a worker has
+// at most one commit with no recorded write per crash (killed between its COMMIT and
+// its record). A failure names the resource, the tokens and every worker's
+// timeline.
 //
 // The package is a module of its own, so a program that imports fencegate's
 // lockclient and adapters pays nothing for it.

@@ -20,6 +20,7 @@ const (
 	RefusedStale  Outcome = "refused stale"  // fence.ErrStale: it must not be
 	RefusedLost   Outcome = "refused lost"   // fence.ErrLost: the lock was lost first, nothing written
 	CommitUnknown Outcome = "commit unknown" // fence.ErrCommitUnknown, another error, or the worker died in it
+	RolledBack    Outcome = "rolled back"    // failed, and the store rolled it back: it must not be in the store
 )
 
 // WriteRecord is one write a worker made through Worker.Write. Begin and End are
@@ -49,11 +50,19 @@ type Event struct {
 }
 
 // History is what a run recorded and the store's final state (Config.Read's answer).
+// Commits, Kept and Crashes are the store's own account, for a harness that reads it
+// back (the kit's runs leave them nil, and Check then skips their rules): the writes
+// it committed, in order; per resource, the tokens of the writes its final state
+// still holds, in order (a read-modify-write appends its token to what it read); and
+// per worker, how many times it crashed.
 type History struct {
-	Writes []WriteRecord
-	Grants []GrantRecord
-	Events []Event
-	Final  map[string]string
+	Writes  []WriteRecord
+	Grants  []GrantRecord
+	Events  []Event
+	Final   map[string]string
+	Commits []CommitRecord
+	Kept    map[string][]fence.Token
+	Crashes map[string]int
 }
 
 // ViolationError is History.Check's failure: each broken rule, and the workers'
@@ -76,15 +85,19 @@ func (e *ViolationError) Error() string {
 
 func (e *ViolationError) Unwrap() error { return ErrViolation }
 
-// Check returns nil when the history keeps the rules in the package doc, and a
-// *ViolationError naming each broken one otherwise.
+// Check returns nil when the history keeps the rules in the package doc (those of
+// Commits, Kept and Crashes only when they are set), and a *ViolationError naming
+// each broken one otherwise.
 func (h *History) Check() error {
 	var out []string
 	for _, res := range h.resources() {
 		out = append(out, h.checkGrants(res)...)
 		out = append(out, h.checkOrder(res)...)
 		out = append(out, h.checkFinal(res)...)
+		out = append(out, h.checkCommits(res)...)
+		out = append(out, h.checkKept(res)...)
 	}
+	out = append(out, h.checkUnrecorded()...)
 	if len(out) == 0 {
 		return nil
 	}
@@ -99,6 +112,10 @@ func (h *History) resources() []string {
 	for _, g := range h.Grants {
 		rs = append(rs, g.Resource)
 	}
+	for _, c := range h.Commits {
+		rs = append(rs, c.Resource)
+	}
+	rs = slices.AppendSeq(rs, maps.Keys(h.Kept))
 	slices.Sort(rs)
 	return slices.Compact(rs)
 }
@@ -139,11 +156,12 @@ func (h *History) checkOrder(res string) []string {
 func (h *History) checkFinal(res string) []string {
 	acks := h.writes(res, func(w WriteRecord) bool { return w.Outcome == Acknowledged })
 	final, ok := h.Final[res]
-	makers := h.writes(res, func(w WriteRecord) bool {
-		return ok && w.Value == final && w.Outcome != RefusedStale && w.Outcome != RefusedLost
-	})
+	var makers []WriteRecord
+	if ok {
+		makers = h.landed(res, final)
+	}
 	refused := h.writes(res, func(w WriteRecord) bool {
-		return ok && w.Value == final && (w.Outcome == RefusedStale || w.Outcome == RefusedLost)
+		return ok && w.Value == final && (w.Outcome == RefusedStale || w.Outcome == RefusedLost || w.Outcome == RolledBack)
 	})
 	if len(makers) == 0 && len(refused) > 0 {
 		r := refused[0]

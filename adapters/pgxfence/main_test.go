@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(idleChildEnv) != "" {
 		os.Exit(idleChild())
 	}
+	if os.Getenv(permitChildEnv) != "" {
+		os.Exit(permitChild())
+	}
 	code := m.Run()
 	if err := bouncer.Close(); err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -27,8 +27,8 @@ import (
 )
 
 // childEnv, when set, makes the test binary run as the first lock holder of the
-// GC-pause timeline (runChild) instead of running tests. Its value is "fenced" or
-// "plain", the etcd endpoints, the Redis address, the resource and the key.
+// GC-pause timeline (runChild) instead of running tests. Its value is "fenced",
+// "plain" or "permit" (fenced, holding a permit of 2), the etcd endpoints, the Redis address, the resource and the key.
 const childEnv = "REDISFENCE_TEST_CHILD"
 
 // pauseTTL is holder 1's session lease: how long it keeps the lock once frozen.
@@ -181,7 +181,12 @@ func child(spec string) error {
 		return err
 	}
 	defer locks.Close()
-	lock, err := locks.Acquire(ctx, res)
+	var lock *lockclient.Lock
+	if mode == "permit" { // one of 2 permits of semaphore res: its first slot
+		lock, err = locks.AcquirePermit(ctx, res, 2)
+	} else {
+		lock, err = locks.Acquire(ctx, res)
+	}
 	if err != nil {
 		return err
 	}

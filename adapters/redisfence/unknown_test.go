@@ -6,7 +6,6 @@ import (
 	"errors"
 	"io"
 	"net"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -14,84 +13,47 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
-// cutter is a TCP proxy in front of a real server that, once armed, loses the
-// reply to the next script call (EVALSHA) after the call has reached the server:
-// it closes the client's connection when the reply arrives (cut), or holds the
-// reply back (hold).
+// cutter is a proxy in front of a real server that, once armed, loses the reply to
+// the next script call (EVALSHA) after the call has reached the server: it closes
+// the client's connection when the reply arrives (cut), or holds the reply back
+// (hold).
 type cutter struct {
-	ln      net.Listener
-	target  string
+	*delayproxy.Proxy
 	mode    atomic.Value // armed: "", "cut" or "hold"
 	pending atomic.Value // what to do with the next reply
-	wg      sync.WaitGroup
 }
 
 func startCutter(t *testing.T, target string) *cutter {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	c := &cutter{}
+	c.mode.Store("")
+	c.pending.Store("")
+	p, err := delayproxy.New(target, delayproxy.Inspect(c.inspect))
 	if err != nil {
 		t.Fatal(err)
 	}
-	c := &cutter{ln: ln, target: target}
-	c.mode.Store("")
-	c.pending.Store("")
-	c.wg.Go(c.accept)
-	t.Cleanup(func() { ln.Close(); c.wg.Wait() })
+	c.Proxy = p
+	t.Cleanup(func() { _ = p.Close() })
 	return c
 }
 
-func (c *cutter) accept() {
-	for {
-		cl, err := c.ln.Accept()
-		if err != nil {
-			return
-		}
-		srv, err := net.Dial("tcp", c.target)
-		if err != nil {
-			cl.Close()
-			continue
-		}
-		c.wg.Go(func() { c.requests(srv, cl); srv.Close() })
-		c.wg.Go(func() { c.replies(cl, srv); cl.Close() })
-	}
-}
-
-func (c *cutter) requests(srv, cl net.Conn) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := cl.Read(buf)
-		if err != nil {
-			return
-		}
-		if bytes.Contains(buf[:n], []byte("evalsha")) {
+func (c *cutter) inspect(up bool, data []byte) delayproxy.Action {
+	if up {
+		if bytes.Contains(data, []byte("evalsha")) {
 			c.pending.Store(c.mode.Swap(""))
 		}
-		if _, err := srv.Write(buf[:n]); err != nil {
-			return
-		}
+		return delayproxy.Forward
 	}
-}
-
-func (c *cutter) replies(cl, srv net.Conn) {
-	buf := make([]byte, 64<<10)
-	for {
-		n, err := srv.Read(buf)
-		if err != nil {
-			return
-		}
-		switch c.pending.Swap("") {
-		case "cut":
-			return
-		case "hold":
-			io.Copy(io.Discard, srv) // never relayed; ends when the connection does
-			return
-		}
-		if _, err := cl.Write(buf[:n]); err != nil {
-			return
-		}
+	switch c.pending.Swap("") {
+	case "cut":
+		return delayproxy.Sever
+	case "hold":
+		return delayproxy.Hold // never relayed; ends when the connection does
 	}
+	return delayproxy.Forward
 }
 
 // TestStore_commitUnknown checks that a write whose script reached the server but
@@ -105,7 +67,7 @@ func TestStore_commitUnknown(t *testing.T) {
 	proxy := startCutter(t, opts.Addr)
 	// go-redis resends a command whose connection broke, up to MaxRetries; the read
 	// timeout is what a held reply runs into.
-	opts.Addr, opts.PoolSize, opts.MaxRetries, opts.ReadTimeout = proxy.ln.Addr().String(), 1, 3, 300*time.Millisecond
+	opts.Addr, opts.PoolSize, opts.MaxRetries, opts.ReadTimeout = proxy.Addr(), 1, 3, 300*time.Millisecond
 	e := envOn(t, raw, redis.NewClient(opts))
 	ctx := t.Context()
 	res := e.res("r")

@@ -24,12 +24,12 @@ type command struct {
 // commands returns fencectl's commands in the order its usage lists them.
 func commands() []*command {
 	return []*command{
-		{name: "list", short: "held locks: name, token, holder, lease time left",
+		{name: "list", short: "held locks and permits: name, token, holder, lease time left",
 			about:   "Print every held lock under -prefix: name, token, holder and lease time left.\nWith -dsn, also each lock's stored mark, token - mark, and the state\n(unwritten, written, fenced).",
 			example: "fencectl list -dsn postgres://app@db.internal/app",
 			flags:   etcdFlags | dsnFlag | jsonFlag, run: cmdList},
-		{name: "show", args: "NAME", short: "one lock",
-			about:   "Print the lock NAME as list does.",
+		{name: "show", args: "NAME | SEMAPHORE/*", short: "one lock, or a semaphore's permits",
+			about:   "Print the lock (or permit slot) NAME as list does; SEMAPHORE/* (or the\nsemaphore's name) prints every permit held of it, one slot a line.",
 			example: "fencectl show invoice-42",
 			flags:   etcdFlags | dsnFlag | jsonFlag, nargs: 1, run: cmdShow},
 		{name: "release", args: "NAME TOKEN", short: "release NAME only if it still carries TOKEN",
@@ -57,7 +57,8 @@ func commands() []*command {
 		{name: "watch", args: "[-exact] NAME | 'PREFIX*'", short: "print every change of NAME's holder until interrupted",
 			about: "Print the holder of NAME, then every grant and end of a hold (released,\n" +
 				"expired) until interrupted; 'PREFIX*' watches every lock whose name starts\n" +
-				"with PREFIX. -exact watches the one lock named NAME, a trailing * included\n" +
+				"with PREFIX, 'SEMAPHORE/*' every permit of a semaphore. -exact watches the\n" +
+				"one lock named NAME, a trailing * included\n" +
 				"(fencectl watch -exact 'report-*' watches the lock named report-*).",
 			example: "fencectl watch 'nightly-*'",
 			flags:   etcdFlags | jsonFlag | exactFlag, nargs: 1, long: true, run: cmdWatch},

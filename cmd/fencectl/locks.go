@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -59,10 +60,11 @@ type lockJSON struct {
 	PID              int         `json:"pid"`
 	AcquiredAt       time.Time   `json:"acquired_at"`
 	LeaseLeftSeconds float64     `json:"lease_left_seconds"`
-	Set              []string    `json:"set,omitempty"`   // the names taken with it (AcquireSet)
-	Mark             *int64      `json:"mark,omitempty"`  // -dsn: the stored high-water token, 0 for none
-	Diff             *int64      `json:"diff,omitempty"`  // -dsn: token - mark
-	State            string      `json:"state,omitempty"` // -dsn: unwritten, written or fenced
+	Set              []string    `json:"set,omitempty"`       // the names taken with it (AcquireSet)
+	Semaphore        string      `json:"semaphore,omitempty"` // a permit's semaphore (AcquirePermit)
+	Mark             *int64      `json:"mark,omitempty"`      // -dsn: the stored high-water token, 0 for none
+	Diff             *int64      `json:"diff,omitempty"`      // -dsn: token - mark
+	State            string      `json:"state,omitempty"`     // -dsn: unwritten, written or fenced
 }
 
 // fenceState says what a holder's token against the stored mark means: its
@@ -85,7 +87,7 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		list := make([]lockJSON, len(infos))
 		for i, in := range infos {
 			list[i] = lockJSON{Name: in.Name, Token: in.Token, ClientID: in.ClientID, Host: in.Host, PID: in.PID,
-				AcquiredAt: in.AcquiredAt, LeaseLeftSeconds: in.LeaseLeft.Seconds(), Set: in.Set}
+				AcquiredAt: in.AcquiredAt, LeaseLeftSeconds: in.LeaseLeft.Seconds(), Set: in.Set, Semaphore: in.Semaphore}
 			if marks != nil {
 				m, d := int64(marks[in.Name]), int64(in.Token-marks[in.Name])
 				list[i].Mark, list[i].Diff, list[i].State = &m, &d, fenceState(in.Token, marks[in.Name])
@@ -96,7 +98,7 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		return enc.Encode(list)
 	}
 	tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
-	fmt.Fprint(tw, "NAME\tTOKEN\tHOLDER\tHOST\tPID\tACQUIRED\tLEASE LEFT\tSET")
+	fmt.Fprint(tw, "NAME\tTOKEN\tHOLDER\tHOST\tPID\tACQUIRED\tLEASE LEFT\tSET\tSEMAPHORE")
 	if marks != nil {
 		fmt.Fprint(tw, "\tMARK\tDIFF\tSTATE")
 	}
@@ -106,9 +108,13 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		if in.Set != nil {
 			set = strings.Join(in.Set, ",")
 		}
+		sem := "-"
+		if in.Semaphore != "" {
+			sem = in.Semaphore
+		}
 		// Names hold no control characters (checkLockName), so they print as they are.
-		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\t%s", in.Name,
-			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft, set)
+		fmt.Fprintf(tw, "%s\t%d\t%s\t%s\t%d\t%s\t%v\t%s\t%s", in.Name,
+			in.Token, in.ClientID, in.Host, in.PID, in.AcquiredAt.UTC().Format(time.RFC3339), in.LeaseLeft, set, sem)
 		if marks != nil {
 			m := marks[in.Name]
 			fmt.Fprintf(tw, "\t%d\t%+d\t%s", m, in.Token-m, fenceState(in.Token, m))
@@ -159,28 +165,45 @@ func cmdList(ctx context.Context, cfg *config, _ []string, out io.Writer) error 
 	return printLocks(out, cfg.json, infos, marks)
 }
 
+// cmdShow prints one lock or permit, or with NAME/* (or the name of a
+// semaphore) every permit held of semaphore NAME.
 func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) error {
-	name := args[0]
-	if err := checkLockName(name); err != nil {
-		return usageError(err.Error())
+	name, sem := args[0], false
+	if s, ok := strings.CutSuffix(name, "/*"); ok {
+		name, sem = s, true
+	}
+	if err := checkLockName(name); err != nil || (sem && lockname.Check(name) != nil) {
+		return usageError(cmp.Or(err, lockname.Check(name)).Error())
 	}
 	lc, done, err := cfg.locks()
 	if err != nil {
 		return err
 	}
 	defer done()
-	info, err := lc.Holder(ctx, name)
+	var infos []lockclient.Info
+	if !sem {
+		var info lockclient.Info
+		info, err = lc.Holder(ctx, name)
+		infos = []lockclient.Info{info}
+		sem = errors.Is(err, fence.ErrInvalidArgument) // a semaphore's name: show its permits
+	}
+	if sem {
+		infos, err = lc.Permits(ctx, name)
+		if err == nil && len(infos) == 0 {
+			return fmt.Errorf("no permit of %q held under %q", name, cfg.prefix)
+		}
+	}
 	if errors.Is(err, lockclient.ErrNotHeld) {
 		return fmt.Errorf("unknown lock %q: nobody holds it under %q", name, cfg.prefix)
 	}
 	if err != nil {
 		return cfg.etcdErr(err)
 	}
-	marks, err := cfg.marks(ctx, []lockclient.Info{info})
+	marks, err := cfg.marks(ctx, infos)
 	if err != nil {
 		return err
 	}
-	return printLocks(out, cfg.json, []lockclient.Info{info}, marks)
+	return printLocks(out, cfg.json, infos, marks)
 }
 
 func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) error {
@@ -212,6 +235,6 @@ func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) 
 	return nil
 }
 
-// checkLockName reports why name cannot name a lock, or nil: lockclient's rule. It
-// lets fencectl refuse a bad name before any I/O.
-func checkLockName(name string) error { return lockname.Check(name) }
+// checkLockName reports why name cannot name a lock or a permit's slot, or nil:
+// lockclient's rule. It lets fencectl refuse a bad name before any I/O.
+func checkLockName(name string) error { return lockname.CheckLockOrSlot(name) }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -37,7 +38,8 @@ func cmdWatch(ctx context.Context, cfg *config, args []string, out io.Writer) er
 		name, prefix = name[:n-1], true
 	}
 	if name != "" || !prefix {
-		if err := checkLockName(name); err != nil {
+		// NAME/* watches the permits of semaphore NAME.
+		if err := checkLockName(strings.TrimSuffix(name, "/")); err != nil {
 			return usageError(err.Error())
 		}
 	}

@@ -27,7 +27,7 @@ func newLeaderMetrics(ns string) *leaderMetrics {
 		begun: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "leader_terms_begun_total",
 			Help: "Terms of Lead begun, by name."}, []string{"name"}),
 		ended: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "leader_terms_ended_total",
-			Help: "Terms of Lead ended, by name and cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed."}, []string{"name", "cause"}),
+			Help: "Terms of Lead ended, by name and cause: resigned, returned, failed, panicked, lease_expired, not_renewed, key_deleted, max_hold, closed."}, []string{"name", "cause"}),
 	}
 }
 

@@ -48,7 +48,7 @@ fencegate_leader{name="scheduler"} 0
 # HELP fencegate_leader_terms_begun_total Terms of Lead begun, by name.
 # TYPE fencegate_leader_terms_begun_total counter
 fencegate_leader_terms_begun_total{name="scheduler"} 1
-# HELP fencegate_leader_terms_ended_total Terms of Lead ended, by name and cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed.
+# HELP fencegate_leader_terms_ended_total Terms of Lead ended, by name and cause: resigned, returned, failed, panicked, lease_expired, not_renewed, key_deleted, max_hold, closed.
 # TYPE fencegate_leader_terms_ended_total counter
 fencegate_leader_terms_ended_total{cause="returned",name="scheduler"} 1
 `

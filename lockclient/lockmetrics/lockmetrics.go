@@ -19,7 +19,7 @@
 //	fencegate_lock_wait_seconds                 histogram: time a granted Acquire/TryAcquire took (mostly the wait for the holder)
 //	fencegate_lock_hold_seconds                 histogram: time from grant to release, close or loss
 //	fencegate_locks_held                        gauge: locks held now
-//	fencegate_lock_losses_total{cause}          counter: locks lost by cause: lease_expired, not_renewed, key_deleted
+//	fencegate_lock_losses_total{cause}          counter: locks lost by cause: lease_expired, not_renewed, key_deleted, max_hold
 //	fencegate_session_keepalive_seconds         histogram: round trip of confirmed session lease renewals
 //	fencegate_session_keepalive_failures_total  counter: session lease renewals that failed
 //	fencegate_sessions_started_total            counter: session leases granted (a Client's first, and each after a lost one)
@@ -27,7 +27,7 @@
 //	fencegate_fenced_writes_total{adapter,result} counter: fenced writes by adapter (pgxfence, sqlfence) and result: accepted, stale, lost, error
 //	fencegate_leader{name}                      gauge: 1 while this process holds a term of Lead for name (is-leader), else 0
 //	fencegate_leader_terms_begun_total{name}    counter: terms of Lead begun
-//	fencegate_leader_terms_ended_total{name,cause} counter: terms ended by cause: resigned, returned, failed, panicked, lease_expired, key_deleted, closed
+//	fencegate_leader_terms_ended_total{name,cause} counter: terms ended by cause: resigned, returned, failed, panicked, lease_expired, not_renewed, key_deleted, max_hold, closed
 //	fencegate_etcd_retries_total{op}            counter: requests an overloaded etcd refused before acting, sent again (acquire, release, renew, grant)
 //
 // Lock names are not labels: they are unbounded. The names given to Lead are
@@ -61,6 +61,7 @@ type Metrics struct {
 	leaseExpired prometheus.Counter // losses{cause="lease_expired"}
 	notRenewed   prometheus.Counter // losses{cause="not_renewed"}
 	keyDeleted   prometheus.Counter // losses{cause="key_deleted"}
+	maxHold      prometheus.Counter // losses{cause="max_hold"}
 	keepalive    prometheus.Histogram
 	kaFailures   prometheus.Counter
 	started      prometheus.Counter
@@ -141,7 +142,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 		held: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "locks_held",
 			Help: "Locks held now."}),
 		losses: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "lock_losses_total",
-			Help: "Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else)."}, []string{"cause"}),
+			Help: "Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else), max_hold (WithMaxHold reached)."}, []string{"cause"}),
 		keepalive: prometheus.NewHistogram(prometheus.HistogramOpts{Namespace: ns, Name: "session_keepalive_seconds", Buckets: c.keepBuckets,
 			Help: "Round trip of confirmed session lease renewals."}),
 		kaFailures: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "session_keepalive_failures_total",
@@ -161,6 +162,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 	m.leaseExpired = m.losses.WithLabelValues("lease_expired")
 	m.notRenewed = m.losses.WithLabelValues("not_renewed")
 	m.keyDeleted = m.losses.WithLabelValues("key_deleted")
+	m.maxHold = m.losses.WithLabelValues("max_hold")
 	m.lead = newLeaderMetrics(ns)
 	for _, col := range append([]prometheus.Collector{m.acquisitions, m.wait, m.hold, m.held, m.losses, m.keepalive, m.kaFailures, m.started, m.lost, m.writes, m.retries}, m.lead.collectors()...) {
 		if err := reg.Register(col); err != nil {
@@ -187,7 +189,8 @@ func (m *Metrics) Acquired(_ string, wait time.Duration, err error) {
 
 // Ended implements lockclient.Observer. A cause matching fence.ErrLost counts
 // a loss: "lease_expired" if it matches lockclient.ErrSessionLost,
-// "not_renewed" if lockclient.ErrNotRenewed, "key_deleted" otherwise.
+// "not_renewed" if lockclient.ErrNotRenewed, "max_hold" if lockclient.ErrMaxHold,
+// "key_deleted" otherwise.
 func (m *Metrics) Ended(_ string, _ fence.Token, held time.Duration, cause error) {
 	m.held.Dec()
 	m.hold.Observe(held.Seconds())
@@ -197,6 +200,8 @@ func (m *Metrics) Ended(_ string, _ fence.Token, held time.Duration, cause error
 		m.leaseExpired.Inc()
 	case errors.Is(cause, lockclient.ErrNotRenewed):
 		m.notRenewed.Inc()
+	case errors.Is(cause, lockclient.ErrMaxHold):
+		m.maxHold.Inc()
 	default:
 		m.keyDeleted.Inc()
 	}

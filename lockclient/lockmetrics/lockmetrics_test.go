@@ -117,10 +117,11 @@ func TestMetrics_lockclient(t *testing.T) {
 fencegate_lock_acquisitions_total{result="error"} 1
 fencegate_lock_acquisitions_total{result="granted"} 2
 fencegate_lock_acquisitions_total{result="held_by_other"} 1
-# HELP fencegate_lock_losses_total Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else).
+# HELP fencegate_lock_losses_total Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else), max_hold (WithMaxHold reached).
 # TYPE fencegate_lock_losses_total counter
 fencegate_lock_losses_total{cause="key_deleted"} 0
 fencegate_lock_losses_total{cause="lease_expired"} 0
+fencegate_lock_losses_total{cause="max_hold"} 0
 fencegate_lock_losses_total{cause="not_renewed"} 1
 # HELP fencegate_locks_held Locks held now.
 # TYPE fencegate_locks_held gauge
@@ -162,10 +163,11 @@ func TestMetrics_sessionLost(t *testing.T) {
 	<-l.Done()
 	<-obs.lost // the session's loss is reported just after its locks end
 	want := `
-# HELP fencegate_lock_losses_total Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else).
+# HELP fencegate_lock_losses_total Locks lost by cause: lease_expired (session lease ran out), not_renewed (manual renewal missed), key_deleted (key deleted by someone else), max_hold (WithMaxHold reached).
 # TYPE fencegate_lock_losses_total counter
 fencegate_lock_losses_total{cause="key_deleted"} 0
 fencegate_lock_losses_total{cause="lease_expired"} 1
+fencegate_lock_losses_total{cause="max_hold"} 0
 fencegate_lock_losses_total{cause="not_renewed"} 0
 # HELP fencegate_locks_held Locks held now.
 # TYPE fencegate_locks_held gauge

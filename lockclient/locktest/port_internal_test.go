@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strconv"
 	"testing"
+
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // TestStartCluster_portTaken takes one of the ports the members are given first
@@ -64,16 +66,17 @@ func takePort(t *testing.T, i int, other string) *int {
 	startOnFreePorts = func(n int, start func([]int) error) error {
 		return orig(n, func(ports []int) error {
 			if *tries++; *tries == 1 {
-				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])))
+				target := ""
+				if other != "" {
+					u, _ := url.Parse(other)
+					target = u.Host
+				}
+				l, err := take(net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])), target)
 				if err != nil {
 					t.Errorf("take port %d: %v", ports[i], err)
 					return err
 				}
 				t.Cleanup(func() { l.Close() })
-				if other != "" {
-					u, _ := url.Parse(other)
-					go forward(l, u.Host)
-				}
 			}
 			return start(ports)
 		})
@@ -81,22 +84,11 @@ func takePort(t *testing.T, i int, other string) *int {
 	return tries
 }
 
-// forward copies every connection l accepts to and from target until l is closed.
-func forward(l net.Listener, target string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			go io.Copy(d, c)
-			io.Copy(c, d)
-		}()
+// take takes addr as another process can: with a listener that never answers or,
+// when target is set, a proxy forwarding every connection to target.
+func take(addr, target string) (io.Closer, error) {
+	if target == "" {
+		return net.Listen("tcp", addr)
 	}
+	return delayproxy.New(target, delayproxy.ListenOn(addr))
 }

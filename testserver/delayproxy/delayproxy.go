@@ -1,8 +1,10 @@
-// Package delayproxy is a TCP proxy on loopback that delays every chunk of bytes by a
+// Package delayproxy is a TCP proxy for tests: it delays every chunk of bytes by a
 // fixed one-way delay in each direction, for benchmarks that must show what round
-// trips cost across a network (loopback hides them). It does not limit throughput:
-// each chunk read is queued with its arrival time and written, in order, once the
-// delay has passed, so many chunks can be in flight at once.
+// trips cost across a network (loopback hides them), and it breaks the network on
+// demand: Cut and Heal for a partition, Pause and Resume for a link that stalls, and
+// an Inspect hook that loses a chosen reply. It does not limit throughput: each
+// chunk read is queued with its arrival time and written, in order, once the delay
+// has passed, so many chunks can be in flight at once.
 //
 // The delay is kept to tens of microseconds: one goroutine locked to its own OS
 // thread delivers every chunk of a Proxy, sleeping with nanosleep. A timer of the Go
@@ -21,15 +23,25 @@ import (
 	"time"
 )
 
+// The package's errors.
+var (
+	// ErrInvalidArgument is wrapped by New and Start for bad input: an empty target
+	// or listen address, a negative delay, a nil hook.
+	ErrInvalidArgument = errors.New("delayproxy: invalid argument")
+)
+
 // Proxy forwards connections accepted on Addr to a target address.
 type Proxy struct {
-	ln     net.Listener
-	target string
-	delay  atomic.Int64 // one-way, in nanoseconds
-	q      chan chunk   // every direction's chunks, in arrival order
+	ln      net.Listener
+	target  string
+	inspect func(up bool, data []byte) Action
+	delay   atomic.Int64 // one-way, in nanoseconds
+	q       chan chunk   // every direction's chunks, in arrival order
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
+	cut     bool          // new connections are held, unanswered
+	paused  chan struct{} // non-nil while paused; closed by Resume
 	closed  bool
 	readers sync.WaitGroup // accept and the readers: they send on q
 	done    chan struct{}  // closed when the delivering goroutine ends
@@ -46,21 +58,30 @@ type chunk struct {
 
 // Start listens on 127.0.0.1 (a free port) and forwards every connection to target,
 // delaying each direction by oneWay. A round trip through it costs 2 x oneWay more
-// than a direct one.
+// than a direct one. It is New(target, OneWay(oneWay)).
 func Start(target string, oneWay time.Duration) (*Proxy, error) {
-	if target == "" {
-		return nil, errors.New("delayproxy: empty target address")
+	return New(target, OneWay(oneWay))
+}
+
+// New listens (on a free port of 127.0.0.1 unless ListenOn says otherwise) and
+// forwards every connection to target, host:port. Bad input returns an error
+// wrapping ErrInvalidArgument before anything listens; a failed listen returns the
+// listener's error.
+func New(target string, opts ...Option) (*Proxy, error) {
+	cfg := config{listen: "127.0.0.1:0"}
+	for _, o := range opts {
+		o(&cfg)
 	}
-	if oneWay < 0 {
-		return nil, fmt.Errorf("delayproxy: negative delay %v", oneWay)
+	if err := cfg.validate(target); err != nil {
+		return nil, err
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := net.Listen("tcp", cfg.listen)
 	if err != nil {
 		return nil, fmt.Errorf("delayproxy: listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: target, q: make(chan chunk, 1<<16),
+	p := &Proxy{ln: ln, target: target, inspect: cfg.inspect, q: make(chan chunk, 1<<16),
 		conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
-	p.delay.Store(int64(oneWay))
+	p.delay.Store(int64(cfg.oneWay))
 	go p.deliver()
 	p.readers.Go(p.accept)
 	return p, nil
@@ -79,14 +100,18 @@ func (p *Proxy) Addr() string { return p.ln.Addr().String() }
 // Port is the proxy's listening port.
 func (p *Proxy) Port() int { return p.ln.Addr().(*net.TCPAddr).Port }
 
-// Close stops accepting, closes every proxied connection and waits for the proxy's
-// goroutines to end.
+// Close stops accepting, resets every proxied connection (what is queued or held is
+// dropped, not delivered) and waits for the proxy's goroutines to end. A second
+// Close does nothing and returns nil.
 func (p *Proxy) Close() error {
 	p.mu.Lock()
-	p.closed = true
-	for c := range p.conns {
-		_ = c.Close()
+	if p.closed {
+		p.mu.Unlock()
+		return nil
 	}
+	p.closed = true
+	p.dropLocked()
+	p.resumeLocked() // the readers blocked on a full queue must drain
 	p.mu.Unlock()
 	err := p.ln.Close()
 	p.readers.Wait()
@@ -106,11 +131,22 @@ func (p *Proxy) track(c net.Conn) bool {
 	return true
 }
 
+func (p *Proxy) untrack(cs ...net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range cs {
+		delete(p.conns, c)
+	}
+}
+
 func (p *Proxy) accept() {
 	for {
 		in, err := p.ln.Accept()
 		if err != nil {
 			return
+		}
+		if p.hold(in) {
+			continue
 		}
 		out, err := net.Dial("tcp", p.target)
 		if err != nil {
@@ -127,17 +163,29 @@ func (p *Proxy) accept() {
 				_ = tc.SetNoDelay(true)
 			}
 		}
-		p.readers.Go(func() { p.read(out, in) })
-		p.readers.Go(func() { p.read(in, out) })
+		p.readers.Go(func() { p.read(out, in, true) })
+		p.readers.Go(func() { p.read(in, out, false) })
 	}
 }
 
-// read queues what src sends, for dst, each chunk stamped with its due time.
-func (p *Proxy) read(dst, src net.Conn) {
+// read queues what src sends, for dst, each chunk stamped with its due time; up
+// tells the Inspect hook the direction (client to target).
+func (p *Proxy) read(dst, src net.Conn, up bool) {
 	buf := make([]byte, 32<<10)
+	held := false
 	for {
 		n, err := src.Read(buf)
-		if n > 0 {
+		if n > 0 && !held {
+			switch p.verdict(up, buf[:n]) {
+			case Hold:
+				held = true
+				continue
+			case Sever:
+				_ = src.Close()
+				_ = dst.Close()
+				p.untrack(src, dst)
+				return
+			}
 			// Copied out at its own size: most reads are a few hundred bytes.
 			p.q <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), dst: dst, src: src, data: append([]byte(nil), buf[:n]...)}
 		}
@@ -149,7 +197,8 @@ func (p *Proxy) read(dst, src net.Conn) {
 }
 
 // deliver writes every chunk when it is due, in arrival order (with one delay for
-// all, arrival order is due order), on an OS thread of its own.
+// all, arrival order is due order), on an OS thread of its own; while the proxy is
+// paused it waits.
 func (p *Proxy) deliver() {
 	runtime.LockOSThread()
 	fineTimerSlack()
@@ -157,9 +206,12 @@ func (p *Proxy) deliver() {
 	broken := map[net.Conn]bool{}
 	for c := range p.q {
 		waitUntil(c.due)
+		p.waitResumed()
 		if c.eof {
 			_ = c.dst.Close()
 			_ = c.src.Close()
+			p.untrack(c.dst, c.src)
+			delete(broken, c.dst)
 			continue
 		}
 		if broken[c.dst] {

@@ -2,6 +2,7 @@ package delayproxy_test
 
 import (
 	"bufio"
+	"errors"
 	"io"
 	"net"
 	"testing"
@@ -64,12 +65,29 @@ func TestProxy_roundTripDelayed(t *testing.T) {
 	}
 }
 
-func TestStart_badInput(t *testing.T) {
-	if _, err := delayproxy.Start("", time.Millisecond); err == nil {
-		t.Fatal("empty target: no error")
+func TestNew_badInput(t *testing.T) {
+	tests := []struct {
+		name   string
+		target string
+		opts   []delayproxy.Option
+	}{
+		{"empty target", "", nil},
+		{"negative delay", "127.0.0.1:1", []delayproxy.Option{delayproxy.OneWay(-time.Millisecond)}},
+		{"empty listen address", "127.0.0.1:1", []delayproxy.Option{delayproxy.ListenOn("")}},
+		{"listen address without a port", "127.0.0.1:1", []delayproxy.Option{delayproxy.ListenOn("127.0.0.1")}},
 	}
-	if _, err := delayproxy.Start("127.0.0.1:1", -time.Millisecond); err == nil {
-		t.Fatal("negative delay: no error")
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if p, err := delayproxy.New(tt.target, tt.opts...); !errors.Is(err, delayproxy.ErrInvalidArgument) {
+				if p != nil {
+					_ = p.Close()
+				}
+				t.Fatalf("New = %v; want ErrInvalidArgument", err)
+			}
+		})
+	}
+	if _, err := delayproxy.Start("127.0.0.1:1", -time.Millisecond); !errors.Is(err, delayproxy.ErrInvalidArgument) {
+		t.Fatalf("Start with a negative delay = %v; want ErrInvalidArgument", err)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/fencegate/fencegate/testserver"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // TestStart_portTaken takes a port a server is given first before redis-server
@@ -80,15 +81,16 @@ func takePort(t *testing.T, i int, other redis.UniversalClient) *int {
 	startOnFreePorts = func(n int, start func([]int) error) error {
 		return orig(n, func(ports []int) error {
 			if *tries++; *tries == 1 {
-				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])))
+				target := ""
+				if other != nil {
+					target = other.(*redis.Client).Options().Addr
+				}
+				l, err := take(net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[i])), target)
 				if err != nil {
 					t.Errorf("take port %d: %v", ports[i], err)
 					return err
 				}
 				t.Cleanup(func() { l.Close() })
-				if other != nil {
-					go forward(l, other.(*redis.Client).Options().Addr)
-				}
 			}
 			return start(ports)
 		})
@@ -96,22 +98,11 @@ func takePort(t *testing.T, i int, other redis.UniversalClient) *int {
 	return tries
 }
 
-// forward copies every connection l accepts to and from target until l is closed.
-func forward(l net.Listener, target string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			go io.Copy(d, c)
-			io.Copy(c, d)
-		}()
+// take takes addr as another process can: with a listener that never answers or,
+// when target is set, a proxy forwarding every connection to target.
+func take(addr, target string) (io.Closer, error) {
+	if target == "" {
+		return net.Listen("tcp", addr)
 	}
+	return delayproxy.New(target, delayproxy.ListenOn(addr))
 }

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/service/s3"
+
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // TestStart_portTaken takes the port the server is given first before versitygw
@@ -50,15 +52,13 @@ func takeFirstPort(t *testing.T, other string) *int {
 	startOnFreePorts = func(n int, start func([]int) error) error {
 		return orig(n, func(ports []int) error {
 			if *tries++; *tries == 1 {
-				l, err := net.Listen("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])))
+				target := other
+				l, err := take(net.JoinHostPort("127.0.0.1", strconv.Itoa(ports[0])), target)
 				if err != nil {
 					t.Errorf("take port %d: %v", ports[0], err)
 					return err
 				}
 				t.Cleanup(func() { l.Close() })
-				if other != "" {
-					go forward(l, other)
-				}
 			}
 			return start(ports)
 		})
@@ -66,22 +66,11 @@ func takeFirstPort(t *testing.T, other string) *int {
 	return tries
 }
 
-// forward copies every connection l accepts to and from target until l is closed.
-func forward(l net.Listener, target string) {
-	for {
-		c, err := l.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			d, err := net.Dial("tcp", target)
-			if err != nil {
-				return
-			}
-			defer d.Close()
-			go io.Copy(d, c)
-			io.Copy(c, d)
-		}()
+// take takes addr as another process can: with a listener that never answers or,
+// when target is set, a proxy forwarding every connection to target.
+func take(addr, target string) (io.Closer, error) {
+	if target == "" {
+		return net.Listen("tcp", addr)
 	}
+	return delayproxy.New(target, delayproxy.ListenOn(addr))
 }

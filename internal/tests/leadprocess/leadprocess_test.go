@@ -19,6 +19,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 	"github.com/fencegate/fencegate/migrations"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // election runs candidate processes for one lock name and keeps what they
@@ -35,7 +36,7 @@ type election struct {
 type candidate struct {
 	id     int
 	cmd    *exec.Cmd
-	cuts   []*cutProxy // its own way to each etcd member, to cut it off
+	cuts   []*delayproxy.Proxy // its own way to each etcd member, to cut it off
 	mu     sync.Mutex
 	lines  []string
 	closed chan struct{} // its output ended
@@ -72,7 +73,7 @@ func (e *election) start(endpoints []string) *candidate {
 	for _, ep := range endpoints {
 		cp := startCutProxy(t, ep)
 		p.cuts = append(p.cuts, cp)
-		eps = append(eps, cp.URL())
+		eps = append(eps, "http://"+cp.Addr())
 	}
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = append(os.Environ(), candidateEnv+"="+strings.Join(eps, ",")+"|"+e.db+"|"+e.name)
@@ -146,7 +147,7 @@ func (p *candidate) cut() time.Time {
 
 func (p *candidate) mend() {
 	for _, c := range p.cuts {
-		c.Mend()
+		c.Heal()
 	}
 }
 
@@ -420,4 +421,16 @@ func BenchmarkLead_takeoverEtcdLeaderLoss(b *testing.B) {
 		}
 		report(b, "takeover", ds)
 	}
+}
+
+// startCutProxy starts a proxy to the etcd member at endpoint (a URL), closed at
+// the test's end: Cut partitions a candidate from the member, Heal mends.
+func startCutProxy(t testing.TB, endpoint string) *delayproxy.Proxy {
+	t.Helper()
+	p, err := delayproxy.Start(strings.TrimPrefix(endpoint, "http://"), 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	return p
 }

@@ -33,6 +33,7 @@ import (
 
 	"github.com/fencegate/fencegate/adapters/pgxfence/pgtest"
 	"github.com/fencegate/fencegate/testserver"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // Mode is how the primary waits for the standby on COMMIT.
@@ -53,7 +54,7 @@ const StandbyName = "standby"
 type Pair struct {
 	Primary, Standby *Node
 	bin              string
-	proxy            *proxy // the standby's way to the primary
+	proxy            *delayproxy.Proxy // the standby's way to the primary
 }
 
 // Node is one PostgreSQL server of a Pair.
@@ -68,10 +69,10 @@ func (n *Node) DSN() string { return n.dsn }
 
 // HoldReplication stops the WAL flowing to the standby (held, not lost) until
 // ResumeReplication: a Sync primary's COMMITs wait, an Async one's run ahead.
-func (p *Pair) HoldReplication() { p.proxy.hold(true) }
+func (p *Pair) HoldReplication() { p.proxy.Pause() }
 
 // ResumeReplication delivers what was held and lets the WAL flow again.
-func (p *Pair) ResumeReplication() { p.proxy.hold(false) }
+func (p *Pair) ResumeReplication() { p.proxy.Resume() }
 
 // Start starts a primary and a standby streaming from it in mode, and waits until the
 // standby streams (and, for Sync, is the synchronous one).
@@ -97,11 +98,11 @@ func start(t testing.TB, mode Mode) (*Pair, error) {
 	if p.Primary, err = p.launch(t, "primary", sync, p.initdb); err != nil {
 		return nil, err
 	}
-	if p.proxy, err = startProxy(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Primary.port))); err != nil {
+	if p.proxy, err = delayproxy.Start(net.JoinHostPort("127.0.0.1", strconv.Itoa(p.Primary.port)), 0); err != nil {
 		return nil, err
 	}
-	t.Cleanup(p.proxy.close)
-	conninfo := fmt.Sprintf("primary_conninfo=host=127.0.0.1 port=%d user=postgres application_name=%s", p.proxy.port(), StandbyName)
+	t.Cleanup(func() { _ = p.proxy.Close() })
+	conninfo := fmt.Sprintf("primary_conninfo=host=127.0.0.1 port=%d user=postgres application_name=%s", p.proxy.Port(), StandbyName)
 	if p.Standby, err = p.launch(t, StandbyName, []string{"-c", conninfo}, p.basebackup); err != nil {
 		return nil, err
 	}
@@ -253,7 +254,7 @@ func (p *Pair) WaitReplayed(t testing.TB) {
 // is dropped, not delivered.
 func (p *Pair) KillPrimary(t testing.TB) {
 	t.Helper()
-	p.proxy.close()
+	_ = p.proxy.Close()
 	if err := p.Primary.inst.SignalAll(syscall.SIGKILL); err != nil {
 		t.Fatalf("pgrepltest: kill primary: %v", err)
 	}

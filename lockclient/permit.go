@@ -1,0 +1,253 @@
+package lockclient
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/lockname"
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// MaxPermits is the largest n AcquirePermit accepts: a slot's index is four
+// decimal digits, and one Txn reads every slot of a semaphore.
+const MaxPermits = lockname.MaxSlots
+
+// AcquirePermit takes one of n permits of the semaphore name, waiting while n
+// are held, until it is granted or ctx ends. A permit is a *Lock on a slot
+// name/NNNN (the first free slot below n) with its own token, on the same
+// session, lease and loss signals as Acquire's; waiting writes nothing. See
+// the package doc (Semaphores) for what a permit fences and what n means.
+//
+// Errors: those of Acquire; fence.ErrInvalidArgument also for n < 1 or above
+// MaxPermits (before any I/O) and when name is a lock, not a semaphore.
+func (c *Client) AcquirePermit(ctx context.Context, name string, n int, opts ...LockOption) (*Lock, error) {
+	return c.permitObserved(ctx, name, n, opts, true)
+}
+
+// TryAcquirePermit is AcquirePermit without the wait: when n permits are held
+// it returns at once a *HeldError (ErrHeld) naming slot 0 and its holder,
+// having written nothing. Its other errors are TryAcquire's.
+func (c *Client) TryAcquirePermit(ctx context.Context, name string, n int, opts ...LockOption) (*Lock, error) {
+	return c.permitObserved(ctx, name, n, opts, false)
+}
+
+// permitReq is one AcquirePermit call.
+type permitReq struct {
+	name  string
+	n     int
+	mark  string // the name's own key: the semaphore mark
+	slots string // the slots' key prefix
+	wait  bool
+	lo    lockOptions
+}
+
+// tried is one attempt whose outcome is unknown: the slot key and the value it wrote.
+type tried struct{ key, val string }
+
+func (c *Client) permitObserved(ctx context.Context, name string, n int, opts []LockOption, wait bool) (*Lock, error) {
+	var start time.Time
+	if c.obs != nil || c.log != nil {
+		start = time.Now()
+	}
+	p, err := c.newPermitReq(name, n, opts, wait)
+	var l *Lock
+	if err == nil && !wait {
+		bctx, cancel := c.bounded(ctx)
+		l, err = c.acquirePermit(bctx, p)
+		cancel()
+	} else if err == nil {
+		l, err = c.acquirePermit(ctx, p)
+	}
+	if c.obs != nil || c.log != nil {
+		c.acquired(ctx, name, start, l, err, wait)
+	}
+	return l, err
+}
+
+func (c *Client) newPermitReq(name string, n int, opts []LockOption, wait bool) (*permitReq, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	if err := fence.CheckResource(slotName(name, 0)); err != nil {
+		return nil, invalid("semaphore %q: name too long for its slot names", name)
+	}
+	if n < 1 || n > MaxPermits {
+		return nil, invalid("semaphore %q: %d permits, want 1 to %d", name, n, MaxPermits)
+	}
+	lo, err := buildLockOptions(c.ttl, opts)
+	if err != nil {
+		return nil, err
+	}
+	return &permitReq{name: name, n: n, mark: c.key(name), slots: c.key(name) + "/", wait: wait, lo: lo}, nil
+}
+
+// request is the lock request of slot i.
+func (p *permitReq) request(i int, c *Client) *request {
+	s := slotName(p.name, i)
+	return &request{names: []string{s}, keys: []string{c.key(s)}, wait: p.wait, lo: p.lo}
+}
+
+// acquirePermit is the permit path, Acquire's with a slot chosen per attempt:
+// each attempt is one Txn that puts the chosen slot under the session lease if
+// it is free and the name is a semaphore (marking it so on first use), else
+// reads the mark and every slot; the next attempt takes the first free slot
+// below n, or waits for a slot's delete when there is none.
+func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error) {
+	var lease clientv3.LeaseID
+	var unknown []tried
+	slot, marked := 0, true // most calls find the semaphore already marked
+	for {
+		cur, err := c.session(ctx)
+		if err != nil {
+			c.forgetTried(unknown)
+			return nil, err
+		}
+		if cur != lease {
+			lease, unknown = cur, nil
+		}
+		r := p.request(slot, c)
+		sent := time.Now()
+		val := c.encode(sent, r)
+		resp, err := c.txnPermit(ctx, p, r.keys[0], lease, val, marked)
+		if err != nil {
+			unknown = append(unknown, tried{r.keys[0], string(val)})
+			if err := c.retryAcquire(ctx, err, r, lease); err != nil {
+				c.forgetTried(unknown)
+				return nil, err
+			}
+			continue
+		}
+		if resp.Succeeded {
+			l, err := c.register(c.newLock(r, fence.Token(resp.Header.Revision), lease), sent)
+			if p.wait && errors.Is(err, ErrSessionLost) {
+				continue
+			}
+			return l, err
+		}
+		var l *Lock
+		var done bool
+		l, slot, marked, done, err = c.permitBlocked(ctx, p, resp, lease, &unknown)
+		if done {
+			return l, err
+		}
+	}
+}
+
+// txnPermit sends one attempt: put key under lease if it is free and the mark
+// says semaphore (marked) or is absent (put with it, without a lease); else
+// read the mark and the slots. Like txnCreate, it stores the session key once.
+func (c *Client) txnPermit(ctx context.Context, p *permitReq, key string, lease clientv3.LeaseID, val []byte, marked bool) (*clientv3.TxnResponse, error) {
+	markCmp := clientv3.Compare(clientv3.Value(p.mark), "=", semaphoreMark)
+	puts := []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease))}
+	if !marked {
+		markCmp = clientv3.Compare(clientv3.CreateRevision(p.mark), "=", 0)
+		puts = append(puts, clientv3.OpPut(p.mark, semaphoreMark))
+	}
+	c.mu.Lock()
+	mark := c.marked != lease
+	c.mu.Unlock()
+	if mark {
+		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+	}
+	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), markCmp).
+			Then(puts...).Else(clientv3.OpGet(p.mark), clientv3.OpGet(p.slots, clientv3.WithPrefix())).Commit()
+	})
+	if mark && err == nil && resp.Succeeded {
+		c.mu.Lock()
+		if c.lease == lease {
+			c.marked = lease
+		}
+		c.mu.Unlock()
+	}
+	return resp, err
+}
+
+// permitBlocked reads a refused attempt: the slot and mark state for the next
+// one, or done with a permit an earlier attempt of this call took (its answer
+// lost), a *HeldError for a try, a lock's name, or a failed wait.
+func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown *[]tried) (l *Lock, slot int, marked, done bool, err error) {
+	mk := resp.Responses[0].GetResponseRange().GetKvs()
+	marked = len(mk) > 0 // if not, the next attempt marks it (first use, or the mark was deleted)
+	if marked && !isMark(mk[0].Value) {
+		return nil, 0, true, true, invalid("AcquirePermit(%q): %q is held as a lock, not a semaphore", p.name, p.name)
+	}
+	taken := make([]*mvccpb.KeyValue, p.n)
+	var orphans []*mvccpb.KeyValue
+	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+		i, ok := slotIndex(c.nameOf(kv), p.name)
+		if !ok || i >= p.n {
+			continue // a slot of a caller with a larger n: not ours to count
+		}
+		if clientv3.LeaseID(kv.Lease) == lease && slices.ContainsFunc(*unknown, func(t tried) bool { return t.val == string(kv.Value) }) {
+			// An earlier attempt whose answer was lost took this slot.
+			c.forgetTried(slices.DeleteFunc(*unknown, func(t tried) bool { return t.val == string(kv.Value) }))
+			*unknown = nil
+			info := decodeInfo(c.nameOf(kv), kv)
+			l, err := c.register(c.newLock(p.request(i, c), info.Token, lease), info.AcquiredAt)
+			return l, 0, marked, true, err
+		}
+		if clientv3.LeaseID(kv.Lease) != lease && bytes.HasPrefix(kv.Value, c.valuePrefix) {
+			orphans = append(orphans, kv)
+		}
+		taken[i] = kv
+	}
+	if len(orphans) > 0 && c.dropOrphans(ctx, orphans) == nil {
+		return nil, slices.Index(taken, orphans[0]), marked, false, nil
+	}
+	if free := slices.Index(taken, nil); free >= 0 {
+		return nil, free, marked, false, nil
+	}
+	if !p.wait {
+		info := decodeInfo(c.nameOf(taken[0]), taken[0])
+		return nil, 0, marked, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+	}
+	c.waiting(ctx, c.nameOf(taken[0]), taken[0])
+	if err := c.waitSlotFreed(ctx, p, resp.Header.Revision); err != nil {
+		c.forgetTried(*unknown)
+		return nil, 0, marked, true, err
+	}
+	return nil, 0, marked, false, nil
+}
+
+// waitSlotFreed waits until a slot of p below n is deleted after rev; a
+// compacted history ends the wait, and the next Txn tells what is true.
+func (c *Client) waitSlotFreed(ctx context.Context, p *permitReq, rev int64) error {
+	return c.wait(ctx, watchSpec{
+		key: p.slots, prefix: true, deletes: true, rev: rev + 1,
+		event: func(ev *clientv3.Event) bool {
+			i, ok := slotIndex(c.nameOf(ev.Kv), p.name)
+			return ev.Type == mvccpb.DELETE && ok && i < p.n
+		},
+		reread: func(context.Context) (int64, bool, error) { return 0, true, nil },
+	})
+}
+
+// forgetTried queues deletes of the slots attempts with an unknown outcome may
+// have taken, each conditioned on the exact value the attempt wrote.
+func (c *Client) forgetTried(ts []tried) {
+	for _, t := range ts {
+		c.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
+	}
+}
+
+// Permits returns the holders of the semaphore name's permits, by slot, as
+// List reports them (Info.Semaphore is name); none when no permit is held.
+//
+// Errors: fence.ErrInvalidArgument for a bad name; ErrClosed; etcd's error.
+func (c *Client) Permits(ctx context.Context, name string) ([]Info, error) {
+	if err := checkName(name); err != nil {
+		return nil, err
+	}
+	infos, err := c.list(ctx, c.key(name)+"/")
+	if err != nil {
+		return nil, fmt.Errorf("lockclient: permits of %q: %w", name, err)
+	}
+	return infos, nil
+}
