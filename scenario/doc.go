@@ -1,7 +1,8 @@
 // Package scenario runs a user's fenced job as several real worker processes
 // against a real etcd and the user's own store, applies faults on a timeline
 // (freeze a worker past its lease, kill it, cut it off from etcd or the store,
-// slow it; kill etcd's leader or a member, crash the database), and checks the history of its writes against the store's final state.
+// slow it; kill etcd's leader or a member, crash the database), and checks the
+// history of its writes against the store's final state.
 //
 // The test binary is the worker: Run starts it again for each worker, and the
 // re-executed binary runs only the calling test, where Run runs the job instead of
