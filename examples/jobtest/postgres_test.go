@@ -44,10 +44,8 @@ func TestInvoice_gcPause_postgres(t *testing.T) {
 				return err
 			}
 			defer l.Release(context.WithoutCancel(ctx))
-			body := w.Name() + "'s invoice"
-			return w.Write(ctx, l, body, func(ctx context.Context) error {
-				return jobtest.WriteInvoicePG(ctx, store, l, "account-42", body)
-			})
+			// scenario.Store records each fenced transaction and reaches InStore in it.
+			return jobtest.WriteInvoicePG(ctx, scenario.Store(w, store), l, "account-42", w.Name()+"'s invoice")
 		},
 		Read: func(ctx context.Context, dsn string) (map[string]string, error) {
 			db, err := sql.Open("pgx", dsn)
@@ -55,7 +53,7 @@ func TestInvoice_gcPause_postgres(t *testing.T) {
 				return nil, err
 			}
 			defer db.Close()
-			return jobtest.Invoices(ctx, db)
+			return jobtest.Tokens(ctx, db)
 		},
 	}, gcPause()...)
 }

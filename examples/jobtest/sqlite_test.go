@@ -41,10 +41,7 @@ func TestInvoice_gcPause_sqlite(t *testing.T) {
 				return err
 			}
 			defer l.Release(context.WithoutCancel(ctx))
-			body := w.Name() + "'s invoice"
-			return w.Write(ctx, l, body, func(ctx context.Context) error {
-				return jobtest.WriteInvoiceSQL(ctx, store, l, "account-42", body)
-			})
+			return jobtest.WriteInvoiceSQL(ctx, scenario.Store(w, store), l, "account-42", w.Name()+"'s invoice")
 		},
 		Read: readSQLite,
 	}, gcPause()...)
@@ -56,5 +53,5 @@ func readSQLite(ctx context.Context, path string) (map[string]string, error) {
 		return nil, err
 	}
 	defer db.Close()
-	return jobtest.Invoices(ctx, db)
+	return jobtest.Tokens(ctx, db)
 }

@@ -11,9 +11,10 @@ import (
 	"github.com/fencegate/fencegate/scenario"
 )
 
-// TestInvoice_gcPause_unfenced is the same timeline with the write that presents no
-// grant: the kit's verdict must catch a's stale invoice landing over b's. (With
-// scenario.Run instead of Record, this test fails and prints the verdict.)
+// TestInvoice_gcPause_unfenced is the same timeline on a store that does not fence,
+// with a job that checks its lock's context before writing: a passed that check
+// before it froze, so the kit's verdict must catch its stale invoice landing over
+// b's. (With scenario.Run instead of Record, this test fails and prints the verdict.)
 func TestInvoice_gcPause_unfenced(t *testing.T) {
 	h := scenario.Record(t, scenario.Config{
 		Workers: []string{"a", "b"},
@@ -40,10 +41,10 @@ func TestInvoice_gcPause_unfenced(t *testing.T) {
 				return err
 			}
 			defer l.Release(context.WithoutCancel(ctx))
-			body := w.Name() + "'s invoice"
-			return w.Write(ctx, l, body, func(ctx context.Context) error {
-				return jobtest.WriteInvoiceUnfenced(ctx, db, "account-42", body)
-			})
+			if err := l.Context().Err(); err != nil {
+				return err // the check a job without fencing relies on
+			}
+			return jobtest.WriteInvoiceSQL(ctx, scenario.Store(w, jobtest.Unfenced{DB: db}), l, "account-42", w.Name()+"'s invoice")
 		},
 		Read: readSQLite,
 	}, gcPause()...)
