@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"time"
 
@@ -45,6 +46,7 @@ type permitReq struct {
 	slots string // the slots' key prefix
 	wait  bool
 	lo    lockOptions
+	reads int // refused attempts so far
 }
 
 // tried is one attempt whose outcome is unknown: the slot key and the value it wrote.
@@ -93,11 +95,11 @@ func (p *permitReq) request(i int, c *Client) *request {
 	return &request{names: []string{s}, keys: []string{c.key(s)}, wait: p.wait, lo: p.lo}
 }
 
-// acquirePermit is the permit path, Acquire's with a slot chosen per attempt:
-// each attempt is one Txn that puts the chosen slot under the session lease if
-// it is free and the name is a semaphore (marking it so on first use), else
-// reads the mark and every slot; the next attempt takes the first free slot
-// below n, or waits for a slot's delete when there is none.
+// acquirePermit is the permit path, Acquire's with slots: each attempt is one
+// Txn that, if the name is a semaphore, puts the first free slot of a run of
+// slots under the session lease (nested Txns, one per slot), else reads the
+// mark and every slot; the first use marks the name, on one slot. With no
+// free slot below n it waits for a slot's delete.
 func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error) {
 	var lease clientv3.LeaseID
 	var unknown []tried
@@ -114,17 +116,19 @@ func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error)
 		r := p.request(slot, c)
 		sent := time.Now()
 		val := c.encode(sent, r)
-		resp, err := c.txnPermit(ctx, p, r.keys[0], lease, val, marked)
+		out, keys, err := c.txnPermit(ctx, p, slot, lease, val, marked)
 		if err != nil {
-			unknown = append(unknown, tried{r.keys[0], string(val)})
+			for _, k := range keys {
+				unknown = append(unknown, tried{k, string(val)})
+			}
 			if err := c.retryAcquire(ctx, err, r, lease); err != nil {
 				c.forgetTried(unknown)
 				return nil, err
 			}
 			continue
 		}
-		if resp.Succeeded {
-			l, err := c.register(c.newLock(r, fence.Token(resp.Header.Revision), lease), sent)
+		if out.granted {
+			l, err := c.register(c.newLock(p.request(out.slot, c), fence.Token(out.rev), lease), sent)
 			if p.wait && errors.Is(err, ErrSessionLost) {
 				continue
 			}
@@ -132,55 +136,103 @@ func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error)
 		}
 		var l *Lock
 		var done bool
-		l, slot, marked, done, err = c.permitBlocked(ctx, p, resp, lease, &unknown)
+		l, slot, marked, done, err = c.permitBlocked(ctx, p, out, lease, &unknown)
 		if done {
 			return l, err
 		}
 	}
 }
 
-// txnPermit sends one attempt: put key under lease if it is free and the mark
-// says semaphore (marked) or is absent (put with it, without a lease); else
-// read the mark and the slots. Like txnCreate, it stores the session key once.
-func (c *Client) txnPermit(ctx context.Context, p *permitReq, key string, lease clientv3.LeaseID, val []byte, marked bool) (*clientv3.TxnResponse, error) {
-	markCmp := clientv3.Compare(clientv3.Value(p.mark), "=", semaphoreMark)
-	puts := []clientv3.Op{clientv3.OpPut(key, string(val), clientv3.WithLease(lease))}
-	if !marked {
-		markCmp = clientv3.Compare(clientv3.CreateRevision(p.mark), "=", 0)
-		puts = append(puts, clientv3.OpPut(p.mark, semaphoreMark))
-	}
+// maxChain is the most slots one attempt tries, one nested Txn each: etcd
+// lowers --max-txn-ops (128 by default) by each level's operations.
+const maxChain = 32
+
+// outcome is what one attempt found: the slot it took, or the mark and slots.
+type outcome struct {
+	granted bool
+	slot    int
+	rev     int64              // the Txn's revision: the token when granted
+	mark    []*mvccpb.KeyValue // refused: the mark, as read
+	slots   []*mvccpb.KeyValue // refused: every slot, as read
+}
+
+// txnPermit sends one attempt from slot from and returns the keys it may have
+// put. Marked, it tries up to maxChain slots in one Txn; else (first use), or
+// when the session key is to be stored with this grant (as txnCreate does), it
+// tries slot from alone, putting the mark (no lease) or session key with it.
+func (c *Client) txnPermit(ctx context.Context, p *permitReq, from int, lease clientv3.LeaseID, val []byte, marked bool) (outcome, []string, error) {
 	c.mu.Lock()
 	mark := c.marked != lease
 	c.mu.Unlock()
+	to := from + 1
+	if marked && !mark {
+		to = min(p.n, from+maxChain)
+	}
+	keys := make([]string, 0, to-from)
+	for i := from; i < to; i++ {
+		keys = append(keys, c.key(slotName(p.name, i)))
+	}
+	markCmp := clientv3.Compare(clientv3.Value(p.mark), "=", semaphoreMark)
+	var extra []clientv3.Op
+	if !marked {
+		markCmp = clientv3.Compare(clientv3.CreateRevision(p.mark), "=", 0)
+		extra = append(extra, clientv3.OpPut(p.mark, semaphoreMark))
+	}
 	if mark {
-		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+		extra = append(extra, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
 	}
 	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).If(clientv3.Compare(clientv3.CreateRevision(key), "=", 0), markCmp).
-			Then(puts...).Else(clientv3.OpGet(p.mark), clientv3.OpGet(p.slots, clientv3.WithPrefix())).Commit()
+		return c.cli.Txn(ctx).If(markCmp).Then(p.chain(keys, lease, val, extra)).
+			Else(clientv3.OpGet(p.mark), clientv3.OpGet(p.slots, clientv3.WithPrefix())).Commit()
 	})
-	if mark && err == nil && resp.Succeeded {
+	if err != nil {
+		return outcome{}, keys, err
+	}
+	if !resp.Succeeded {
+		return outcome{mark: resp.Responses[0].GetResponseRange().GetKvs(), slots: resp.Responses[1].GetResponseRange().GetKvs(),
+			rev: resp.Header.Revision}, nil, nil
+	}
+	if mark {
 		c.mu.Lock()
 		if c.lease == lease {
 			c.marked = lease
 		}
 		c.mu.Unlock()
 	}
-	return resp, err
+	rev, slot := resp.Header.Revision, from
+	for t := resp.Responses[0].GetResponseTxn(); !t.Succeeded; slot++ {
+		next := t.Responses[0]
+		if t = next.GetResponseTxn(); t == nil { // every slot of the run was taken
+			marks := []*mvccpb.KeyValue{{Value: []byte(semaphoreMark)}}
+			return outcome{mark: marks, slots: next.GetResponseRange().GetKvs(), rev: rev}, nil, nil
+		}
+	}
+	return outcome{granted: true, slot: slot, rev: rev}, nil, nil
+}
+
+// chain is the nested Txn that puts the first free key of keys (with extra),
+// else reads every slot.
+func (p *permitReq) chain(keys []string, lease clientv3.LeaseID, val []byte, extra []clientv3.Op) clientv3.Op {
+	els := clientv3.OpGet(p.slots, clientv3.WithPrefix())
+	if len(keys) > 1 {
+		els = p.chain(keys[1:], lease, val, extra)
+	}
+	put := append([]clientv3.Op{clientv3.OpPut(keys[0], string(val), clientv3.WithLease(lease))}, extra...)
+	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(keys[0]), "=", 0)}, put, []clientv3.Op{els})
 }
 
 // permitBlocked reads a refused attempt: the slot and mark state for the next
 // one, or done with a permit an earlier attempt of this call took (its answer
 // lost), a *HeldError for a try, a lock's name, or a failed wait.
-func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown *[]tried) (l *Lock, slot int, marked, done bool, err error) {
-	mk := resp.Responses[0].GetResponseRange().GetKvs()
+func (c *Client) permitBlocked(ctx context.Context, p *permitReq, out outcome, lease clientv3.LeaseID, unknown *[]tried) (l *Lock, slot int, marked, done bool, err error) {
+	mk := out.mark
 	marked = len(mk) > 0 // if not, the next attempt marks it (first use, or the mark was deleted)
 	if marked && !isMark(mk[0].Value) {
 		return nil, 0, true, true, invalid("AcquirePermit(%q): %q is held as a lock, not a semaphore", p.name, p.name)
 	}
 	taken := make([]*mvccpb.KeyValue, p.n)
 	var orphans []*mvccpb.KeyValue
-	for _, kv := range resp.Responses[1].GetResponseRange().GetKvs() {
+	for _, kv := range out.slots {
 		i, ok := slotIndex(c.nameOf(kv), p.name)
 		if !ok || i >= p.n {
 			continue // a slot of a caller with a larger n: not ours to count
@@ -201,7 +253,7 @@ func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3
 	if len(orphans) > 0 && c.dropOrphans(ctx, orphans) == nil {
 		return nil, slices.Index(taken, orphans[0]), marked, false, nil
 	}
-	if free := slices.Index(taken, nil); free >= 0 {
+	if free := p.pickFree(taken); free >= 0 {
 		return nil, free, marked, false, nil
 	}
 	if !p.wait {
@@ -209,11 +261,31 @@ func (c *Client) permitBlocked(ctx context.Context, p *permitReq, resp *clientv3
 		return nil, 0, marked, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
 	}
 	c.waiting(ctx, c.nameOf(taken[0]), taken[0])
-	if err := c.waitSlotFreed(ctx, p, resp.Header.Revision); err != nil {
+	if err := c.waitSlotFreed(ctx, p, out.rev); err != nil {
 		c.forgetTried(*unknown)
 		return nil, 0, marked, true, err
 	}
 	return nil, 0, marked, false, nil
+}
+
+// pickFree returns the slot the next attempt tries: the first free one, or -1.
+// After a second refusal (callers racing for the same first free slot, all
+// read the same slots) it is a random free one, so racers spread out.
+func (p *permitReq) pickFree(taken []*mvccpb.KeyValue) int {
+	p.reads++
+	var free []int
+	for i, kv := range taken {
+		if kv == nil {
+			free = append(free, i)
+		}
+	}
+	switch {
+	case len(free) == 0:
+		return -1
+	case p.reads < 2:
+		return free[0]
+	}
+	return free[rand.N(len(free))]
 }
 
 // waitSlotFreed waits until a slot of p below n is deleted after rev; a

@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -288,5 +289,25 @@ func TestClient_AcquirePermit_markDeleted(t *testing.T) {
 	}
 	if _, err := c.TryAcquire(t.Context(), "imports"); !errors.Is(err, fence.ErrInvalidArgument) {
 		t.Fatalf("TryAcquire of the re-marked semaphore = %v, want fence.ErrInvalidArgument", err)
+	}
+}
+
+// TestClient_AcquirePermit_manySlots: one attempt tries a run of slots; with
+// every slot of the first run held, the next run is tried, up to n.
+func TestClient_AcquirePermit_manySlots(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	const n = 70
+	for i := range n {
+		p := mustPermit(t, c, "wide", n)
+		if want := fmt.Sprintf("wide/%04d", i); p.Resource() != want {
+			t.Fatalf("permit %d: %q, want %q", i, p.Resource(), want)
+		}
+	}
+	if _, err := c.TryAcquirePermit(t.Context(), "wide", n); !errors.Is(err, lockclient.ErrHeld) {
+		t.Fatalf("TryAcquirePermit with all %d held = %v, want ErrHeld", n, err)
+	}
+	if got := slotsOf(t, c, "wide"); len(got) != n {
+		t.Fatalf("Permits: %d, want %d", len(got), n)
 	}
 }
