@@ -144,8 +144,13 @@ func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error)
 }
 
 // maxChain is the most slots one attempt tries, one nested Txn each: etcd
-// lowers --max-txn-ops (128 by default) by each level's operations.
-const maxChain = 32
+// lowers --max-txn-ops (128 by default) by each level's operations. Each
+// level carries the value, so a run carries at most chainBytes of values
+// (etcd's default request limit is 1.5 MiB; WithValue's largest fits once).
+const (
+	maxChain   = 32
+	chainBytes = 64 << 10
+)
 
 // outcome is what one attempt found: the slot it took, or the mark and slots.
 type outcome struct {
@@ -166,7 +171,7 @@ func (c *Client) txnPermit(ctx context.Context, p *permitReq, from int, lease cl
 	c.mu.Unlock()
 	to := from + 1
 	if marked && !mark {
-		to = min(p.n, from+maxChain)
+		to = min(p.n, from+max(1, min(maxChain, chainBytes/len(val))))
 	}
 	keys := make([]string, 0, to-from)
 	for i := from; i < to; i++ {

@@ -311,3 +311,18 @@ func TestClient_AcquirePermit_manySlots(t *testing.T) {
 		t.Fatalf("Permits: %d, want %d", len(got), n)
 	}
 }
+
+// TestClient_AcquirePermit_largeValue: a run of slots carries the value once
+// per slot; with WithValue's largest value an attempt still fits etcd's
+// request limit, one slot at a time.
+func TestClient_AcquirePermit_largeValue(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	big := lockclient.WithValue(make([]byte, lockclient.MaxValueSize))
+	for i := range 3 {
+		p, err := c.AcquirePermit(t.Context(), "blobs", 4, big)
+		if err != nil || p.Resource() != fmt.Sprintf("blobs/%04d", i) {
+			t.Fatalf("permit %d with a %d-byte value: %v, %v", i, lockclient.MaxValueSize, p, err)
+		}
+	}
+}

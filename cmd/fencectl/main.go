@@ -1,15 +1,16 @@
 // Command fencectl shows and releases fencegate's locks in etcd, and shows the
 // high-water tokens a database has stored, for operators.
 //
-//	fencectl [flags] list                  held locks: name, token, holder, lease time left
-//	fencectl [flags] show NAME             one lock
+//	fencectl [flags] list                  held locks and permits: name, token, holder, lease time left
+//	fencectl [flags] show NAME             one lock (or permit slot; 'SEMAPHORE/*': its permits)
 //	fencectl [flags] release NAME TOKEN    release NAME only if it still carries TOKEN
 //	fencectl [flags] tokens [RESOURCE]     stored tokens in fence_tokens (all, or one resource)
 //	fencectl [flags] fence RESOURCE...     raise each resource's stored token to etcd's next
 //	                                       token: every holder granted so far is refused
 //	                                       (-new: also a resource with no lock nor mark)
 //	fencectl [flags] watch NAME            print every change of NAME's holder until
-//	                                       interrupted ('PREFIX*': every lock under it;
+//	                                       interrupted ('PREFIX*': every lock under it,
+//	                                       'SEMAPHORE/*': its permits;
 //	                                       -exact NAME: the lock named NAME, * and all)
 //	fencectl [flags] exec [-ttl D] [-try] [-grace D] NAME -- COMMAND [ARGS...]
 //	                                       run COMMAND while holding NAME (see below)
