@@ -68,25 +68,34 @@ type request struct {
 }
 
 func (c *Client) acquireObserved(ctx context.Context, names []string, opts []LockOption, wait, set bool) (*Lock, error) {
+	first := ""
+	if len(names) > 0 {
+		first = slices.Min(names)
+	}
+	return c.observed(ctx, first, wait, func(ctx context.Context) (*Lock, error) {
+		r, err := c.newRequest(names, opts, wait, set)
+		if err != nil {
+			return nil, err
+		}
+		return c.acquire(ctx, r)
+	})
+}
+
+// observed runs one acquire call of any kind: a try is bounded like every call
+// but a wait (see bounded); the observer and the log see its outcome.
+func (c *Client) observed(ctx context.Context, name string, wait bool, run func(context.Context) (*Lock, error)) (*Lock, error) {
 	var start time.Time
 	if c.obs != nil || c.log != nil {
 		start = time.Now()
 	}
-	r, err := c.newRequest(names, opts, wait, set)
-	var l *Lock
-	if err == nil && !wait {
-		bctx, cancel := c.bounded(ctx)
-		l, err = c.acquire(bctx, r)
-		cancel()
-	} else if err == nil {
-		l, err = c.acquire(ctx, r)
+	rctx, cancel := ctx, context.CancelFunc(func() {})
+	if !wait {
+		rctx, cancel = c.bounded(ctx)
 	}
+	l, err := run(rctx)
+	cancel()
 	if c.obs != nil || c.log != nil {
-		first := ""
-		if len(names) > 0 {
-			first = slices.Min(names)
-		}
-		c.acquired(ctx, first, start, l, err, wait)
+		c.acquired(ctx, name, start, l, err, wait)
 	}
 	return l, err
 }

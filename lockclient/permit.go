@@ -53,23 +53,13 @@ type permitReq struct {
 type tried struct{ key, val string }
 
 func (c *Client) permitObserved(ctx context.Context, name string, n int, opts []LockOption, wait bool) (*Lock, error) {
-	var start time.Time
-	if c.obs != nil || c.log != nil {
-		start = time.Now()
-	}
-	p, err := c.newPermitReq(name, n, opts, wait)
-	var l *Lock
-	if err == nil && !wait {
-		bctx, cancel := c.bounded(ctx)
-		l, err = c.acquirePermit(bctx, p)
-		cancel()
-	} else if err == nil {
-		l, err = c.acquirePermit(ctx, p)
-	}
-	if c.obs != nil || c.log != nil {
-		c.acquired(ctx, name, start, l, err, wait)
-	}
-	return l, err
+	return c.observed(ctx, name, wait, func(ctx context.Context) (*Lock, error) {
+		p, err := c.newPermitReq(name, n, opts, wait)
+		if err != nil {
+			return nil, err
+		}
+		return c.acquirePermit(ctx, p)
+	})
 }
 
 func (c *Client) newPermitReq(name string, n int, opts []LockOption, wait bool) (*permitReq, error) {
