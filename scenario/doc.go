@@ -48,7 +48,7 @@
 // soon as it can; 2 to 3 runs on two shared cores):
 //
 //	Freeze, Kill, CutOff        2.0-2.5 s (a lease and the lock client's check)
-//	Slow(w, 50ms), (w, 300ms)   w's own acquire takes 0.5-0.6 s, 3-14 s
+//	Slow(w, 50ms), (w, 300ms)   w's first acquire takes 0.35 s, 1.85 s (2d a round trip)
 //	KillEtcdLeader, 3 members   7.2-7.5 s: the holder's release fails in the
 //	                            election, and the new leader renews every lease
 //	KillEtcdLeader, 1 member    1.1 s (etcd down while it restarts)
