@@ -171,12 +171,14 @@ func (p *permitProc) finish(t *testing.T) string {
 	return last
 }
 
-// waitUntil polls cond; the bound only keeps a broken build from hanging.
+// waitUntil polls cond until it holds; go test's -timeout ends a broken build.
 func waitUntil(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	for deadline := time.Now().Add(2 * time.Minute); !cond(); time.Sleep(20 * time.Millisecond) {
-		if time.Now().After(deadline) {
+	for !cond() {
+		select {
+		case <-t.Context().Done():
 			t.Fatalf("never: %s", what)
+		case <-time.After(20 * time.Millisecond):
 		}
 	}
 }
