@@ -14,7 +14,9 @@ type Store[Tx any] interface {
 	// Fenced begins a transaction, raises the stored token of g's resources to
 	// g.Token() (refusing with a *StaleError if a higher one is stored), runs fn and
 	// commits. The package doc states the whole contract: when the fence is raised,
-	// what is refused, and the errors.
+	// what is refused, and the errors. From Exec, g is the caller's grant as
+	// CheckGrant read and checked it: a Set, Leased and Watched grant whose methods
+	// return what the caller's did then, with its Context when it had one.
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 
@@ -25,9 +27,12 @@ type Store[Tx any] interface {
 // A nil store (a nil interface or a typed nil pointer), a nil fn, or a grant that is
 // nil (typed nil included), has a bad resource or a token <= 0 is refused with
 // ErrInvalidArgument, and a Watched grant
-// whose Done channel is closed with ErrLost, all before any I/O. A newer holder's
-// token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not retry. An error
-// from fn is returned as is, after rollback.
+// whose Done channel is closed with ErrLost (see CheckLost), all before any I/O. A
+// newer holder's token returns a *StaleError (errors.Is(err, ErrStale)): stop, do not
+// retry. An error from fn is returned as is, after rollback.
+//
+// The grant is checked here, once (CheckGrant: each of its methods called once), and
+// handed to s as read: the adapters do not ask the caller's grant again.
 func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) error {
 	if typednil.Is(s) {
 		return fmt.Errorf("%w: nil store", ErrInvalidArgument)
@@ -35,10 +40,11 @@ func Exec[Tx any](ctx context.Context, s Store[Tx], g Grant, fn func(Tx) error) 
 	if fn == nil {
 		return fmt.Errorf("%w: nil function", ErrInvalidArgument)
 	}
-	if err := CheckGrant(g); err != nil {
+	c, err := check(g)
+	if err != nil {
 		return err
 	}
-	return s.Fenced(ctx, g, fn)
+	return s.Fenced(ctx, c, fn)
 }
 
 // Col is a column name and a value, for the adapters' single-row builders. The name is

@@ -1,10 +1,12 @@
 package fence
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"unicode/utf8"
 
+	"github.com/fencegate/fencegate/internal/grantread"
 	"github.com/fencegate/fencegate/internal/typednil"
 )
 
@@ -67,36 +69,63 @@ const maxResourceLen = 200
 // wrapping ErrInvalidArgument, naming the problem, for a nil grant (a nil interface,
 // or a nil pointer of a grant type, such as the *lockclient.Lock a failed Acquire
 // leaves), a resource CheckResource refuses (for a Set, any of its resources), a Set
-// with no resources, or a token <= 0; and ErrLost when g is a Watched
-// grant whose Done channel is closed. Adapters call it before any I/O.
+// with no resources, or a token <= 0; and ErrLost (see CheckLost) when g is a Watched
+// grant whose Done channel is closed. Adapters call it before any I/O. It calls each
+// of g's methods once; the grant Exec hands a Store is checked already, and only its
+// loss is looked at again.
 func CheckGrant(g Grant) error {
-	if typednil.Is(g) {
-		return errNilGrant
-	}
-	if err := CheckResource(g.Resource()); err != nil {
-		return err
-	}
-	if set, ok := g.(Set); ok {
-		res := set.Resources()
-		if len(res) == 0 {
-			return fmt.Errorf("%w: a grant set with no resources", ErrInvalidArgument)
-		}
-		for _, r := range res {
-			if err := CheckResource(r); err != nil {
-				return err
-			}
-		}
-	}
-	if t := g.Token(); t <= 0 {
-		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", t, g.Resource(), ErrInvalidArgument)
-	}
-	return CheckLost(g)
+	_, err := check(g)
+	return err
 }
 
-// CheckLost returns an error wrapping ErrLost, naming g's resource and token, when g
-// is a Watched grant whose Done channel has closed, and nil otherwise. An adapter
-// calls it last before it commits, as CheckGrant does at the door.
+// check is the one check of a grant: g read once (grantread.Read), then what it
+// returned checked. Exec hands the result to the Store, whose adapter takes it as it is.
+func check(g Grant) (*grantread.Grant[Token], error) {
+	if typednil.Is(g) {
+		return nil, errNilGrant
+	}
+	c, fresh := grantread.Read[Token](g)
+	if fresh {
+		if err := checkRead(c); err != nil {
+			return nil, err
+		}
+		c.MarkChecked()
+	}
+	if err := c.Lost(ErrLost); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// checkRead checks a grant's values as read: its resources and its token.
+func checkRead(c *grantread.Grant[Token]) error {
+	if err := CheckResource(c.Resource()); err != nil {
+		return err
+	}
+	if len(c.Resources()) == 0 {
+		return fmt.Errorf("%w: a grant set with no resources", ErrInvalidArgument)
+	}
+	for _, r := range c.Resources() {
+		if err := CheckResource(r); err != nil {
+			return err
+		}
+	}
+	if t := c.Token(); t <= 0 {
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", t, c.Resource(), ErrInvalidArgument)
+	}
+	return nil
+}
+
+// CheckLost returns an error wrapping ErrLost when g is a Watched grant whose Done
+// channel has closed, and nil otherwise. The error names g's resource and token and,
+// when g has a Context() context.Context (as *lockclient.Lock has) cancelled with a
+// cause, that cause: lockclient's ErrReleased after Release, ErrClosed after the
+// Client's Close, or why the lock was lost. An adapter calls it last before it
+// commits, as CheckGrant does at the door.
 func CheckLost(g Grant) error {
+	if c, ok := g.(*grantread.Grant[Token]); ok && c != nil {
+		return c.Lost(ErrLost)
+	}
 	w, ok := g.(Watched)
 	if !ok || typednil.Is(g) {
 		return nil
@@ -104,7 +133,11 @@ func CheckLost(g Grant) error {
 	if d := w.Done(); d != nil {
 		select {
 		case <-d:
-			return lostError(g)
+			var ctx context.Context
+			if x, ok := g.(interface{ Context() context.Context }); ok {
+				ctx = x.Context()
+			}
+			return grantread.LostError(ErrLost, g.Resource(), g.Token(), ctx)
 		default:
 		}
 	}
@@ -129,11 +162,6 @@ func Resources(g Grant) []string {
 }
 
 var errNilGrant = fmt.Errorf("%w: nil grant", ErrInvalidArgument)
-
-// lostError is ErrLost for a grant whose lock is known lost, naming it.
-func lostError(g Grant) error {
-	return fmt.Errorf("%w: %q at token %d", ErrLost, g.Resource(), g.Token())
-}
 
 // CheckResource reports why name cannot be a resource (an error wrapping
 // ErrInvalidArgument), or nil. Resources are non-empty UTF-8 of at most

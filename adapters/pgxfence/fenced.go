@@ -82,7 +82,7 @@ func (s *Store) fencedNested(ctx context.Context, g *grant.Checked, fn func(pgx.
 		}
 		return refusal(ctx, g, err, nil)
 	}
-	return fencedtx.Run(g, savepoint{ctx, tx, g}, func() error { return poolerHint(fnErr(g, fn(s.fnTx(tx)))) })
+	return fencedtx.Run(g, savepoint{ctx, tx, g}, s.fnTx(tx), fn)
 }
 
 // savepoint is a fenced savepoint of the caller's pgx.Tx; only the caller's commit lasts.
@@ -92,7 +92,8 @@ type savepoint struct {
 	g   *grant.Checked
 }
 
-func (t savepoint) Refused() error { return nil }
+func (t savepoint) FnErr(err error) error { return poolerHint(fnErr(t.g, err)) }
+func (t savepoint) Refused() error        { return nil }
 func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
 
 func (t savepoint) Commit() error {
@@ -104,13 +105,14 @@ func (t savepoint) Commit() error {
 
 // runLazy runs fn on t and commits (fencedtx.Run); with WithFenceFirst t has begun.
 func (s *Store) runLazy(t *lazyTx, fn func(pgx.Tx) error) error {
-	return fencedtx.Run(t.g, lazyRun{t}, func() error { return poolerHint(fnErr(t.g, fn(t))) })
+	return fencedtx.Run(t.g, lazyRun{t}, pgx.Tx(t), fn)
 }
 
 // lazyRun is a lazyTx as the lifecycle ends it (fencedtx.Tx).
 type lazyRun struct{ t *lazyTx }
 
-func (r lazyRun) Refused() error { return r.t.refused }
+func (r lazyRun) FnErr(err error) error { return poolerHint(fnErr(r.t.g, err)) }
+func (r lazyRun) Refused() error        { return r.t.refused }
 func (r lazyRun) Rollback()      { r.t.rollback(r.t.ctx) }
 
 func (r lazyRun) Commit() error {

@@ -210,7 +210,7 @@ func (s *Store) writeTx(ctx context.Context, op string, g *grant.Checked, fn fun
 		if err != nil {
 			return err
 		}
-		return fencedtx.Run(g, &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: op, begun: time.Now()}, func() error { return fn(tx) })
+		return fencedtx.Run(g, &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: op, begun: time.Now()}, tx, fn)
 	})
 }
 

@@ -149,11 +149,7 @@ func (s *Store) beginRaise(ctx context.Context, b beginner, opts *sql.TxOptions,
 
 // finish runs fn in tx and ends it (fencedtx.Run), fn's idle-ended error as ErrIdleTimeout.
 func (s *Store) finish(ctx context.Context, tx *sql.Tx, g *grant.Checked, fn func(*sql.Tx) error) error {
-	t := &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: "commit", begun: time.Now()}
-	return fencedtx.Run(g, t, func() error {
-		err := fn(tx)
-		return cmp.Or(s.idleEnded(g, t.begun, err, false), err)
-	})
+	return fencedtx.Run(g, &fencedTx{s: s, ctx: ctx, tx: tx, g: g, op: "commit", begun: time.Now()}, tx, fn)
 }
 
 // fencedTx is an open fenced *sql.Tx as fencedtx.Run ends it.
@@ -168,6 +164,15 @@ type fencedTx struct {
 
 func (t *fencedTx) Refused() error { return nil }          // the raise ran before fn
 func (t *fencedTx) Rollback()      { _ = t.tx.Rollback() } // after Commit, ErrTxDone
+
+// FnErr: the user's fn (op "commit") may meet a transaction ended idle; a write's own
+// statements run at once.
+func (t *fencedTx) FnErr(err error) error {
+	if t.op != "commit" {
+		return err
+	}
+	return cmp.Or(t.s.idleEnded(t.g, t.begun, err, false), err)
+}
 
 func (t *fencedTx) Commit() error {
 	if err := t.tx.Commit(); err != nil {

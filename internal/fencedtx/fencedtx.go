@@ -1,7 +1,7 @@
 // Package fencedtx is what the SQL adapters' Stores share around a fenced
-// transaction: Run, its path to COMMIT over a Tx the adapter implements (pgx's
-// beginFuncExec, with the fence's refusal and a lost grant added), and the Settings
-// every Store's options set alike.
+// transaction: Run, its one path from fn to COMMIT over a Tx the adapter began and
+// raised (pgx's beginFuncExec, with the fence's refusal and a lost grant added), and
+// the Settings every Store's options set alike.
 package fencedtx
 
 import (
@@ -15,17 +15,19 @@ import (
 	"github.com/fencegate/fencegate/internal/nolockpath"
 )
 
-// Tx is an open fenced transaction as its adapter runs it.
+// Tx is an open fenced transaction as its adapter runs it: what differs between
+// databases and drivers, behind the one path Run takes.
 type Tx interface {
-	Refused() error // the fence's refusal met while fn ran (a raise sent with fn's first statement), or nil
-	Commit() error  // the adapter's error for a failed commit (fence.ErrCommitUnknown for a lost reply)
-	Rollback()      // ends the transaction if still open; safe after a failed Commit
+	FnErr(err error) error // fn's error as the adapter reports it (fence.ErrIdleTimeout for a transaction the server ended)
+	Refused() error        // the fence's refusal met while fn ran (a raise sent with fn's first statement), or nil
+	Commit() error         // the adapter's error for a failed commit (fence.ErrCommitUnknown for a lost reply)
+	Rollback()             // ends the transaction if still open; safe after a failed Commit
 }
 
-// Run calls fn, then commits tx unless fn failed, the fence refused (even if fn
+// Run calls fn(fnTx), then commits tx unless fn failed, the fence refused (even if fn
 // swallowed it: then joined to fn's error) or g is lost (fence.ErrLost). Every error
 // and panic rolls tx back; a panic goes on.
-func Run(g *grant.Checked, tx Tx, fn func() error) (err error) {
+func Run[T any](g *grant.Checked, tx Tx, fnTx T, fn func(T) error) (err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			tx.Rollback()
@@ -35,7 +37,7 @@ func Run(g *grant.Checked, tx Tx, fn func() error) (err error) {
 			tx.Rollback()
 		}
 	}()
-	if err := fn(); err != nil {
+	if err := tx.FnErr(fn(fnTx)); err != nil {
 		if r := tx.Refused(); r != nil && !errors.Is(err, r) {
 			return errors.Join(r, err)
 		}
@@ -44,7 +46,7 @@ func Run(g *grant.Checked, tx Tx, fn func() error) (err error) {
 	if r := tx.Refused(); r != nil {
 		return r
 	}
-	if err := fence.CheckLost(g); err != nil {
+	if err := g.Lost(fence.ErrLost); err != nil {
 		return err
 	}
 	return tx.Commit()

@@ -16,7 +16,8 @@ type tx struct {
 	commit                func()
 }
 
-func (t *tx) Refused() error { return t.refused }
+func (t *tx) FnErr(err error) error { return err }
+func (t *tx) Refused() error        { return t.refused }
 func (t *tx) Commit() error {
 	if t.commit != nil {
 		t.commit()
@@ -71,7 +72,7 @@ func TestRun_outcomes(t *testing.T) {
 			if tt.name == "lost while fn ran" {
 				done := make(chan struct{})
 				c = checked(t, watchedTx{fence.NewGrant("r", 1), done})
-				err := fencedtx.Run(c, h, func() error { close(done); return nil })
+				err := fencedtx.Run(c, h, 0, func(int) error { close(done); return nil })
 				if !errors.Is(err, fence.ErrLost) || h.committed || !h.rolledBack {
 					t.Fatalf("RunTx() = %v, committed = %v, rolled back = %v", err, h.committed, h.rolledBack)
 				}
@@ -85,7 +86,7 @@ func TestRun_outcomes(t *testing.T) {
 				return
 			}
 			c = checked(t, tt.g)
-			err := fencedtx.Run(c, h, func() error { return tt.fnErr })
+			err := fencedtx.Run(c, h, 0, func(int) error { return tt.fnErr })
 			committed, rolledBack := h.committed, h.rolledBack
 			if tt.want == nil && err != nil || tt.want != nil && !errors.Is(err, tt.want) {
 				t.Fatalf("RunTx() = %v, want %v", err, tt.want)
@@ -109,7 +110,7 @@ func TestRun_panicRollsBack(t *testing.T) {
 	}()
 	h := &tx{commit: func() { t.Fatal("committed after a panic") }}
 	defer func() { rolledBack = h.rolledBack }()
-	_ = fencedtx.Run(checked(t, fence.NewGrant("r", 1)), h, func() error { panic("boom") })
+	_ = fencedtx.Run(checked(t, fence.NewGrant("r", 1)), h, 0, func(int) error { panic("boom") })
 }
 
 func TestApply(t *testing.T) {

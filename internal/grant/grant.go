@@ -1,51 +1,38 @@
-// Package grant checks a fence.Grant once at an adapter's door and reads it into a
-// Checked (resources sorted and distinct, token, lease, Done), and builds the fence
+// Package grant takes a fence.Grant at an adapter's door as a Checked (read once and
+// checked by fence.CheckGrant, or as fence.Exec handed it over), and builds the fence
 // errors every adapter returns alike: lost, commit unknown, idle timeout. Every
 // adapter, lockclient and lockmetrics use it; fence imports none of it.
 package grant
 
 import (
-	"cmp"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/grantread"
+	"github.com/fencegate/fencegate/internal/typednil"
 )
 
-// Checked is a grant checked and read once at an adapter's door (resources sorted and
-// distinct, token, lease, Done); a fence.Grant, Set, Leased and Watched.
-type Checked struct {
-	resource  string
-	resources []string // sorted, distinct
-	token     fence.Token
-	lease     time.Duration   // 0: the grant is not fence.Leased
-	done      <-chan struct{} // nil: the grant is not fence.Watched
-}
+// Checked is a grant read once and checked (resources sorted and distinct, token,
+// lease, Done, Context); a fence.Grant, Set, Leased and Watched.
+type Checked = grantread.Grant[fence.Token]
 
-// Check is fence.CheckGrant, then the normalized grant; a *Checked is returned as is.
+// Check returns g as a Checked: the grant fence.Exec read and checked, as it is (Exec
+// looked at its loss just now); any other grant read once (each method called once)
+// and checked by fence.CheckGrant, the one check.
 func Check(g fence.Grant) (*Checked, error) {
-	if c, ok := g.(*Checked); ok && c != nil {
+	if typednil.Is(g) {
+		return nil, fence.CheckGrant(g)
+	}
+	c, fresh := grantread.Read(g)
+	if !fresh {
 		return c, nil
 	}
-	if err := fence.CheckGrant(g); err != nil {
+	if err := fence.CheckGrant(c); err != nil {
 		return nil, err
-	}
-	c := &Checked{resource: g.Resource(), resources: fence.Resources(g), token: g.Token()}
-	if l, ok := g.(fence.Leased); ok {
-		c.lease = l.Lease()
-	}
-	if w, ok := g.(fence.Watched); ok {
-		c.done = w.Done()
 	}
 	return c, nil
 }
-
-func (c *Checked) Resource() string      { return c.resource }
-func (c *Checked) Token() fence.Token    { return c.token }
-func (c *Checked) Resources() []string   { return c.resources }
-func (c *Checked) Lease() time.Duration  { return c.lease }
-func (c *Checked) Done() <-chan struct{} { return c.done }
 
 // CheckOne is Check for a write that fences one resource: a fence.Set of several is
 // fence.ErrInvalidArgument, rather than fence one of them.
@@ -54,8 +41,8 @@ func CheckOne(g fence.Grant) (*Checked, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(c.resources) > 1 {
-		return nil, fmt.Errorf("%w: grant %q covers %d resources: a single-resource write fences one; write a grant set's resources in a fenced transaction", fence.ErrInvalidArgument, g.Resource(), len(c.resources))
+	if c.Multi() {
+		return nil, fmt.Errorf("%w: grant %q covers %d resources: a single-resource write fences one; write a grant set's resources in a fenced transaction", fence.ErrInvalidArgument, c.Resource(), len(c.Resources()))
 	}
 	return c, nil
 }
@@ -66,24 +53,13 @@ func CheckSingle(g fence.Grant) error {
 	return err
 }
 
-// DefaultIdleTimeout is the idle bound when neither Store nor grant says: the lock
-// service's default lease.
-const DefaultIdleTimeout = 10 * time.Second
+// DefaultIdleTimeout is the idle bound when neither Store nor grant says.
+const DefaultIdleTimeout = grantread.DefaultIdleTimeout
 
-// IdleTimeout is c's idle bound: override when > 0, else c's lease when > 0, else
-// DefaultIdleTimeout; at least a millisecond, the servers' unit.
-func (c *Checked) IdleTimeout(override time.Duration) time.Duration {
-	d := cmp.Or(max(override, 0), max(c.lease, 0), DefaultIdleTimeout)
-	return max(d, time.Millisecond)
-}
-
-// Multi reports whether c fences more than one resource (a *lockclient.Lock on one
-// name, though a fence.Set, does not).
-func (c *Checked) Multi() bool { return len(c.resources) > 1 }
-
-// Lost returns fence.ErrLost for the lock of resource at token, naming them.
+// Lost returns fence.ErrLost for the lock of resource at token, naming them: the cause
+// a lock's Context ends with when it is lost.
 func Lost(resource string, token fence.Token) error {
-	return fmt.Errorf("%w: %q at token %d", fence.ErrLost, resource, token)
+	return grantread.LostError(fence.ErrLost, resource, token, nil)
 }
 
 // CommitUnknown returns fence.ErrCommitUnknown for op under g, whose reply was lost,
