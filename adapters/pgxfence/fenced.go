@@ -94,7 +94,7 @@ type savepoint struct {
 
 func (t savepoint) FnErr(err error) error { return poolerHint(fnErr(t.g, err)) }
 func (t savepoint) Refused() error        { return nil }
-func (t savepoint) Rollback()      { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
+func (t savepoint) Rollback()             { _ = t.tx.Rollback(t.ctx) } // after a failed release, ErrTxClosed
 
 func (t savepoint) Commit() error {
 	if err := t.tx.Commit(t.ctx); err != nil {
@@ -113,7 +113,7 @@ type lazyRun struct{ t *lazyTx }
 
 func (r lazyRun) FnErr(err error) error { return poolerHint(fnErr(r.t.g, err)) }
 func (r lazyRun) Refused() error        { return r.t.refused }
-func (r lazyRun) Rollback()      { r.t.rollback(r.t.ctx) }
+func (r lazyRun) Rollback()             { r.t.rollback(r.t.ctx) }
 
 func (r lazyRun) Commit() error {
 	t, ctx := r.t, r.t.ctx
