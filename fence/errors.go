@@ -14,7 +14,9 @@ var (
 	// ErrLost means the grant's lock is known to be lost (its Done channel closed):
 	// the write was refused before any I/O, or, for a fenced transaction whose grant
 	// was lost by the time its function returned, rolled back instead of committed.
-	// The error's message names the resource and the token.
+	// The error's message names the resource and the token and, for a grant with a
+	// Context (a *lockclient.Lock), why it ended: its cause, wrapped (lockclient's
+	// ErrReleased after Release, ErrClosed after the Client's Close).
 	ErrLost = errors.New("fence: lock lost")
 	// ErrCommitUnknown means a fenced write's outcome cannot be known: its COMMIT
 	// (or, for a single-row write outside a transaction, its one autocommit
