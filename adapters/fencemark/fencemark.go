@@ -29,55 +29,25 @@ import (
 	"fmt"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/migrations"
 )
 
-// statements is the SQL of one dialect, with ? placeholders already rewritten.
-type statements struct {
-	read, lock, raise, raiseAll string
-}
-
-func sqlOf(d migrations.Dialect) (statements, error) {
-	switch d {
-	case migrations.Postgres:
-		return statements{
-			read: "SELECT token FROM fence_tokens WHERE resource = $1",
-			lock: "SELECT token FROM fence_tokens WHERE resource = $1 FOR UPDATE",
-			raise: "INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE " +
-				"SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE f.token < EXCLUDED.token",
-			raiseAll: "UPDATE fence_tokens SET token = $1, updated_at = CURRENT_TIMESTAMP WHERE token < $1",
-		}, nil
-	case migrations.MySQL:
-		// Assignments run left to right, each seeing the ones before: updated_at
-		// is decided on the old token.
-		return statements{
-			read: "SELECT token FROM fence_tokens WHERE resource = ?",
-			lock: "SELECT token FROM fence_tokens WHERE resource = ? FOR UPDATE",
-			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
-				"updated_at = IF(token < VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
-				"token = IF(token < VALUES(token), VALUES(token), token)",
-			raiseAll: "UPDATE fence_tokens SET updated_at = CURRENT_TIMESTAMP(6), token = ? WHERE token < ?",
-		}, nil
-	case migrations.SQLite:
-		// A transaction on a pool from sqlfence/sqlite's Open begins IMMEDIATE: it
-		// holds the write lock from its first read.
-		return statements{
-			read: "SELECT token FROM fence_tokens WHERE resource = ?",
-			lock: "SELECT token FROM fence_tokens WHERE resource = ?",
-			raise: "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON CONFLICT (resource) DO UPDATE " +
-				"SET token = excluded.token, updated_at = CURRENT_TIMESTAMP WHERE fence_tokens.token < excluded.token",
-			raiseAll: "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE token < ?",
-		}, nil
+// sqlOf returns d's statements on the marks, written with the adapters' raise in the
+// dialect's own package (internal/pgsql, mysqlsql, sqlitesql).
+func sqlOf(d migrations.Dialect) (dialect.Marks, error) {
+	if m, ok := dialect.MarksOf(d); ok {
+		return m, nil
 	}
-	return statements{}, fmt.Errorf("fencemark: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
+	return dialect.Marks{}, fmt.Errorf("fencemark: unknown dialect %d: want migrations.Postgres, MySQL or SQLite: %w", int(d), fence.ErrInvalidArgument)
 }
 
-func check(db *sql.DB, d migrations.Dialect, resource string) (statements, error) {
+func check(db *sql.DB, d migrations.Dialect, resource string) (dialect.Marks, error) {
 	if db == nil {
-		return statements{}, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
+		return dialect.Marks{}, fmt.Errorf("%w: nil *sql.DB", fence.ErrInvalidArgument)
 	}
 	if err := fence.CheckResource(resource); err != nil {
-		return statements{}, err
+		return dialect.Marks{}, err
 	}
 	return sqlOf(d)
 }
@@ -93,7 +63,7 @@ func Read(ctx context.Context, db *sql.DB, d migrations.Dialect, resource string
 	if err != nil {
 		return 0, err
 	}
-	return scan(db.QueryRowContext(ctx, st.read, resource), resource)
+	return scan(db.QueryRowContext(ctx, st.Read, resource), resource)
 }
 
 // Raise raises the high-water token stored for resource to token, unless a token
@@ -120,15 +90,15 @@ func Raise(ctx context.Context, db *sql.DB, d migrations.Dialect, resource strin
 		return 0, 0, fmt.Errorf("fencemark: begin: %w", err)
 	}
 	defer tx.Rollback() // after Commit, a no-op
-	if before, err = scan(tx.QueryRowContext(ctx, st.lock, resource), resource); err != nil {
+	if before, err = scan(tx.QueryRowContext(ctx, st.Lock, resource), resource); err != nil {
 		return 0, 0, err
 	}
 	if before < token {
-		if _, err := tx.ExecContext(ctx, st.raise, resource, int64(token)); err != nil {
+		if _, err := tx.ExecContext(ctx, st.Raise, resource, int64(token)); err != nil {
 			return 0, 0, fmt.Errorf("fencemark: raise the mark of %q to %d: %w", resource, token, err)
 		}
 	}
-	if after, err = scan(tx.QueryRowContext(ctx, st.lock, resource), resource); err != nil {
+	if after, err = scan(tx.QueryRowContext(ctx, st.Lock, resource), resource); err != nil {
 		return 0, 0, err
 	}
 	if err := tx.Commit(); err != nil {
@@ -158,11 +128,8 @@ func RaiseAll(ctx context.Context, db *sql.DB, d migrations.Dialect, token fence
 	if err != nil {
 		return 0, err
 	}
-	args := []any{int64(token), int64(token)}
-	if d == migrations.Postgres {
-		args = args[:1]
-	}
-	res, err := db.ExecContext(ctx, st.raiseAll, args...)
+	args := []any{int64(token), int64(token)}[:st.RaiseAllArgs]
+	res, err := db.ExecContext(ctx, st.RaiseAll, args...)
 	if err != nil {
 		return 0, fmt.Errorf("fencemark: raise every mark to %d: %w", token, err)
 	}

@@ -50,7 +50,7 @@ func fnErr(g fence.Grant, err error) error {
 
 func storedToken(ctx context.Context, q querier, resource string) (fence.Token, error) {
 	var t int64
-	err := q.QueryRow(ctx, "SELECT token FROM fence_tokens WHERE resource = $1", poolerMode, resource).Scan(&t)
+	err := q.QueryRow(ctx, pgsql.MarkSQL, poolerMode, resource).Scan(&t)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, nil
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/internal/nolockpath"
+	"github.com/fencegate/fencegate/internal/pgsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -44,7 +45,7 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 			return 0, err
 		}
 		left = 0
-		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+eqs(ct.Keys, params(1, len(ct.Keys))), s.mode(args[1:len(args)-1])...).Scan(&left)
+		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+pgsql.Eqs(ct.Keys, pgsql.Params(1, len(ct.Keys))), s.mode(args[1:len(args)-1])...).Scan(&left)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return 0, writeError("decrement: look up", c.Table, err)
 		}
@@ -70,7 +71,7 @@ func (s *Store) counterStatement(c nolock.Counter) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	q := "UPDATE " + ct.Table + " SET " + ct.Column + " = " + ct.Column + " - $1 WHERE " + eqs(ct.Keys, params(2, len(ct.Keys))) +
+	q := "UPDATE " + ct.Table + " SET " + ct.Column + " = " + ct.Column + " - $1 WHERE " + pgsql.Eqs(ct.Keys, pgsql.Params(2, len(ct.Keys))) +
 		" AND " + ct.Column + " >= $" + strconv.Itoa(len(ct.Keys)+2) + " RETURNING " + ct.Column
 	q, _ = s.shapes.Store(string(key), q, nil)
 	return q, nil
@@ -90,7 +91,7 @@ func (s *Store) Insert(ctx context.Context, table string, cols ...fence.Col) err
 	for i, c := range cols {
 		args[i] = c.Value
 	}
-	q := "INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(params(1, len(cols)), ", ") + ")"
+	q := "INSERT INTO " + qt + " (" + strings.Join(names, ", ") + ") VALUES (" + strings.Join(pgsql.Params(1, len(cols)), ", ") + ")"
 	if _, err := s.db.Exec(ctx, q, s.mode(args)...); err != nil {
 		return writeError("insert", table, err)
 	}

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"strconv"
-	"strings"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/dialect"
@@ -64,11 +62,9 @@ func (s *Store) explain(ctx context.Context, g *grant.Checked, r fence.Row, set 
 	if err != nil {
 		return err
 	}
-	match := eqs(row.Keys, params(1, len(row.Keys)))
-	q := "SELECT (SELECT max(" + row.Token + ") FROM " + row.Table + " WHERE " + match + "), (SELECT count(*) FROM " +
-		row.Table + " WHERE " + match + "), (SELECT token FROM fence_tokens WHERE resource = $" + strconv.Itoa(len(row.Keys)+1) + ")"
 	var rowTok, fenceTok *int64
 	var rows int64
+	q := pgsql.ExplainSQL(row.Table, row.Token, row.Keys)
 	if err := s.db.QueryRow(ctx, q, s.mode(append(row.KeyVals, g.Resource()))...).Scan(&rowTok, &rows, &fenceTok); err != nil {
 		return rowError("look up", r, err)
 	}
@@ -116,25 +112,13 @@ func (s *Store) Upsert(ctx context.Context, g fence.Grant, r fence.Row, set ...f
 	return err
 }
 
-// upsertSQL's arguments: resource, token, key values, set values. A row holding a
-// higher token leaves the fence row as it was.
+// upsertSQL's arguments: resource, token, key values, set values.
 func upsertSQL(r fence.Row, set []fence.Col) (string, error) {
 	row, err := dialect.CheckRow(dialect.Postgres, r, set, false)
 	if err != nil {
 		return "", err
 	}
-	keys, vals := params(3, len(row.Keys)), params(3+len(row.Keys), len(row.Set))
-	var b strings.Builder
-	b.WriteString(pgsql.FenceCTE("$1", "$2", "NOT EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+eqs(row.Keys, keys)+" AND "+row.Token+" > $2)"))
-	cols := append(append(append([]string{}, row.Keys...), row.Set...), row.Token)
-	b.WriteString("INSERT INTO " + row.Table + " AS fencegate_target (" + strings.Join(cols, ", ") + ") SELECT ")
-	b.WriteString(strings.Join(append(append(keys, vals...), "$2"), ", "))
-	b.WriteString(" WHERE EXISTS (SELECT 1 FROM fencegate_raised) ON CONFLICT (" + strings.Join(row.Keys, ", ") + ") DO UPDATE SET ")
-	for _, c := range row.Set {
-		b.WriteString(c + " = EXCLUDED." + c + ", ")
-	}
-	b.WriteString(row.Token + " = EXCLUDED." + row.Token + " WHERE fencegate_target." + row.Token + " <= EXCLUDED." + row.Token)
-	return b.String(), nil
+	return pgsql.UpsertSQL(row.Table, row.Token, row.Keys, row.Set), nil
 }
 
 // Delete is fence's single-row Delete in one statement.
@@ -154,38 +138,13 @@ func (s *Store) Delete(ctx context.Context, g fence.Grant, r fence.Row) (err err
 	return s.explain(ctx, c, r, nil, false)
 }
 
-// deleteSQL's arguments: resource, token, key values; a key of several rows deletes none.
+// deleteSQL's arguments: resource, token, key values.
 func deleteSQL(r fence.Row) (string, error) {
 	row, err := dialect.CheckRow(dialect.Postgres, r, nil, false)
 	if err != nil {
 		return "", err
 	}
-	one := eqs(row.Keys, params(3, len(row.Keys)))
-	match := one + " AND " + row.Token + " <= $2"
-	return pgsql.FenceCTE("$1", "$2", "EXISTS (SELECT 1 FROM "+row.Table+" WHERE "+match+
-		") AND (SELECT count(*) FROM "+row.Table+" WHERE "+one+") = 1") +
-		"DELETE FROM " + row.Table + " WHERE " + match + " AND EXISTS (SELECT 1 FROM fencegate_raised)", nil
-}
-
-// params returns the placeholders $from.. of n parameters.
-func params(from, n int) []string {
-	ps := make([]string, n)
-	for i := range ps {
-		ps[i] = "$" + strconv.Itoa(from+i)
-	}
-	return ps
-}
-
-// eqs is "k1 = $a AND k2 = $b" for the names and their placeholders.
-func eqs(names, ps []string) string {
-	var b strings.Builder
-	for i, k := range names {
-		if i > 0 {
-			b.WriteString(" AND ")
-		}
-		b.WriteString(k + " = " + ps[i])
-	}
-	return b.String()
+	return pgsql.DeleteSQL(row.Table, row.Token, row.Keys), nil
 }
 
 // A Store keeps its writes' and guarded takes' SQL by shape (op, table, token or

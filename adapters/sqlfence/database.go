@@ -18,8 +18,9 @@ import (
 )
 
 // database is what differs between MariaDB 10.5+ (tested on 10.11) or MySQL 8, SQLite
-// 3.35+ and PostgreSQL 12+: statements (written with ?, passed through rebind) and the
-// reading of driver errors, each in its file (mysql*.go, sqlite.go, postgres.go).
+// 3.35+ and PostgreSQL 12+: statements (written with ?, passed through rebind; those
+// on fence_tokens come from the dialect's package: internal/pgsql, mysqlsql, sqlitesql)
+// and the reading of driver errors, each in its file (mysql*.go, sqlite.go, postgres.go).
 type database interface {
 	dialect() dialect.Dialect
 	rebind(q string) string
@@ -29,9 +30,8 @@ type database interface {
 	isolation(l sql.IsolationLevel) error      // refuses a level it cannot fence
 	fenced(ctx context.Context, s *Store, g *grant.Checked, fn func(*sql.Tx) error) error
 	raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error    // a single grant
-	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error // a fence.Set; base's is set.go's
-	// raiseSetTail ends a set's fence-row INSERT; counts: its row count tells all raised.
-	raiseSetTail() (tail string, counts bool)
+	raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error // a fence.Set
+	markSQL() string                                                            // a resource's mark (argument: the resource)
 
 	update(ctx context.Context, s *Store, st *rowStmt) error
 	// upsertTail makes the INSERT a fenced upsert; upserted: check means read the row back.
@@ -63,15 +63,10 @@ type base struct{}
 func (base) rebind(q string) string                { return q }
 func (base) probe(context.Context, *Store) error   { return nil }
 func (base) isolation(sql.IsolationLevel) error    { return nil }
-func (base) raiseSetTail() (string, bool)          { return onConflictRaise, true }
 func (base) upserted(res sql.Result) (bool, error) { n, err := res.RowsAffected(); return n == 0, err }
 func (base) prepares() bool                        { return true }
 func (base) claimed(error) bool                    { return false }
 func (base) idleEnded(error, bool, bool) bool      { return false }
-
-func (base) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
-	return s.raiseSet(ctx, tx, g)
-}
 
 func (base) fenced(ctx context.Context, s *Store, g *grant.Checked, fn func(*sql.Tx) error) error {
 	return s.run(ctx, s.db, g, fn)

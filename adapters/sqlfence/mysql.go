@@ -15,6 +15,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/mysqlsql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -26,37 +27,28 @@ type mysql struct{ base }
 func (mysql) dialect() dialect.Dialect                  { return dialect.MySQL }
 func (mysql) now() string                               { return "CURRENT_TIMESTAMP(6)" }
 func (mysql) probe(ctx context.Context, s *Store) error { return s.probeFoundRows(ctx) }
+func (mysql) markSQL() string                           { return mysqlsql.MarkSQL }
 
-// mysqlRaiseSQL inserts or raises the fence row (resource, token); updated_at goes
-// before token changes. A refusal leaves the row and hands back the stored token as
-// LAST_INSERT_ID (0 on a raise: fence_tokens has no AUTO_INCREMENT column).
-const mysqlRaiseSQL = "INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE " +
-	"updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
-	"token = IF(token <= VALUES(token), VALUES(token), LAST_INSERT_ID(token))"
-
+// raise is mysqlsql's bump, else its upsert, which hands a refusal's stored token back
+// as LAST_INSERT_ID.
 func (mysql) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
-	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?"
-	return s.bumpOrUpsert(ctx, tx, g, bump, mysqlRaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
+	return s.bumpOrUpsert(ctx, tx, g, mysqlsql.BumpSQL, mysqlsql.RaiseSQL, func(res sql.Result) (bool, fence.Token, error) {
 		id, err := res.LastInsertId()
 		return id > 0, fence.Token(id), err
 	})
 }
 
-// raiseSetTail never lowers a row; a row left as it was counts as found
-// (clientFoundRows), so the set's lookup always runs.
-func (mysql) raiseSetTail() (string, bool) {
-	return " ON DUPLICATE KEY UPDATE updated_at = IF(token <= VALUES(token), CURRENT_TIMESTAMP(6), updated_at), " +
-		"token = GREATEST(token, VALUES(token))", false
+// raiseSet: a row left as it was counts as found (clientFoundRows), so the set's
+// lookup always runs.
+func (mysql) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
+	n := len(g.Resources())
+	return s.raiseSet(ctx, tx, g, mysqlsql.RaiseSetSQL(n), mysqlsql.HigherSQL(n), false)
 }
 
-// update is one UPDATE of the fence row joined to the row (STRAIGHT_JOIN: fence row
-// first, as Fenced locks), columns qualified (the table's may share fence_tokens'
-// names). With no fence row to join, a resource's first write is a transaction.
+// update is mysqlsql.UpdateSQL, the fence row joined to the row. With no fence row to
+// join, a resource's first write is a transaction.
 func (mysql) update(ctx context.Context, s *Store, st *rowStmt) error {
-	const t = "fencegate_t."
-	q := "UPDATE fence_tokens AS fencegate_ft STRAIGHT_JOIN " + st.Table + " AS fencegate_t ON " + eqs(t, st.Keys, " AND ") +
-		" SET " + eqs(t, st.Set, ", ") + ", " + t + st.Token + " = ?, fencegate_ft.updated_at = CURRENT_TIMESTAMP(6), fencegate_ft.token = ?" +
-		" WHERE fencegate_ft.resource = ? AND fencegate_ft.token <= ? AND " + t + st.Token + " <= ?"
+	q := mysqlsql.UpdateSQL(st.Table, st.Token, st.Keys, st.Set)
 	tok := int64(st.g.Token())
 	args := slices.Concat(st.KeyVals, st.SetVals, []any{tok, tok, st.g.Resource(), tok, tok})
 	if n, err := s.updateTry(ctx, st, q, args); err != nil || n > 0 {

@@ -13,6 +13,7 @@ import (
 	"github.com/fencegate/fencegate/adapters/sqlfence/internal/fastbegin"
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/mysqlsql"
 )
 
 // fenced: on MariaDB through a sqlfence/mysql pool (internal/fastbegin) one compound
@@ -33,27 +34,28 @@ const restoreIdle = "SET SESSION idle_transaction_timeout = DEFAULT"
 // staleMsg starts the compound's refusal message, before the stored token.
 const staleMsg = "fencegate: stored fence token "
 
-// fastBeginSQL sets the idle timeout, begins and raises: mysql.raise's bump, else the
-// row inserted unless present, read under lock, and refused (SIGNAL with the stored
-// token) when higher, else raised. Arguments: fastBeginArgs.
+// fastBeginSQL sets the idle timeout, begins and raises as mysql.raise does: mysqlsql's
+// bump, else its upsert, whose refusal (the stored token as LAST_INSERT_ID, reset to 0
+// before) is signalled with that token. Arguments: fastBeginArgs.
 const fastBeginSQL = "BEGIN NOT ATOMIC " +
-	"DECLARE seen BIGINT DEFAULT NULL; " +
+	"DECLARE seen BIGINT DEFAULT 0; " +
 	"DECLARE msg VARCHAR(64); " +
 	"DECLARE EXIT HANDLER FOR SQLEXCEPTION BEGIN ROLLBACK; " + restoreIdle + "; RESIGNAL; END; " +
 	"SET SESSION idle_transaction_timeout = ?; " +
 	"START TRANSACTION; " +
-	"UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ? AND token <= ?; " +
+	mysqlsql.BumpSQL + "; " +
 	"IF ROW_COUNT() = 0 THEN " +
-	"INSERT INTO fence_tokens (resource, token) VALUES (?, ?) ON DUPLICATE KEY UPDATE resource = resource; " +
-	"SELECT token INTO seen FROM fence_tokens WHERE resource = ? FOR UPDATE; " +
-	"IF seen > ? THEN SET msg = CONCAT('" + staleMsg + "', seen); " +
+	"SET seen = LAST_INSERT_ID(0); " +
+	mysqlsql.RaiseSQL + "; " +
+	"SET seen = LAST_INSERT_ID(); " +
+	"IF seen > 0 THEN SET msg = CONCAT('" + staleMsg + "', seen); " +
 	"SIGNAL SQLSTATE '45000' SET MESSAGE_TEXT = msg; " +
-	"ELSEIF seen < ? THEN UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP(6) WHERE resource = ?; " +
 	"END IF; END IF; END"
 
+// fastBeginArgs: the idle timeout, then BumpSQL's and RaiseSQL's arguments.
 func fastBeginArgs(g fence.Grant, idleSecs int64) []driver.NamedValue {
 	tok, res := int64(g.Token()), g.Resource()
-	vals := []any{idleSecs, tok, res, tok, res, tok, res, tok, tok, tok, res}
+	vals := []any{idleSecs, tok, res, tok, res, tok}
 	args := make([]driver.NamedValue, len(vals))
 	for i, v := range vals {
 		args[i] = driver.NamedValue{Ordinal: i + 1, Value: v}
@@ -161,8 +163,7 @@ func (s *Store) foundRows(ctx context.Context) error {
 	defer tx.Rollback()
 	var n int64
 	for range 2 {
-		const q = "INSERT INTO fence_tokens (resource, token) VALUES (?, 1) ON DUPLICATE KEY UPDATE token = token"
-		if n, err = affected(tx.ExecContext(ctx, q, probeResource)); err != nil {
+		if n, err = affected(tx.ExecContext(ctx, mysqlsql.ProbeSQL, probeResource)); err != nil {
 			return failed(err)
 		}
 	}

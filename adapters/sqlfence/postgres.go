@@ -24,6 +24,7 @@ type postgres struct{ base }
 func (postgres) dialect() dialect.Dialect { return dialect.Postgres }
 func (postgres) now() string              { return "now()" }
 func (postgres) prepares() bool           { return false } // pgx's stdlib keeps statements prepared by text
+func (postgres) markSQL() string          { return pgsql.MarkSQL }
 
 // rebind turns ? into $n outside double-quoted identifiers, the package's only quoted text.
 func (postgres) rebind(q string) string {

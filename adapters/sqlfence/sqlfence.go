@@ -221,7 +221,7 @@ func (s *Store) bumpOrUpsert(ctx context.Context, tx *sql.Tx, g *grant.Checked, 
 // mark reads a resource's fence token; found: it has a fence row.
 func (s *Store) mark(ctx context.Context, q querier, resource string) (tok fence.Token, found bool, err error) {
 	var v int64
-	switch err = q.QueryRowContext(ctx, s.d.rebind("SELECT token FROM fence_tokens WHERE resource = ?"), resource).Scan(&v); {
+	switch err = q.QueryRowContext(ctx, s.d.markSQL(), resource).Scan(&v); {
 	case errors.Is(err, sql.ErrNoRows):
 		return 0, false, nil
 	case err != nil:

@@ -11,6 +11,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/internal/grant"
+	"github.com/fencegate/fencegate/internal/sqlitesql"
 	"github.com/fencegate/fencegate/nolock"
 )
 
@@ -28,13 +29,20 @@ func (sqlite) isolation(l sql.IsolationLevel) error {
 	return nil
 }
 
+func (sqlite) markSQL() string { return sqlitesql.MarkSQL }
+
+// raise is sqlitesql's bump, else its upsert, which changes no row when refused.
 func (sqlite) raise(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
-	const bump = "UPDATE fence_tokens SET token = ?, updated_at = CURRENT_TIMESTAMP WHERE resource = ? AND token <= ?"
-	return s.bumpOrUpsert(ctx, tx, g, bump, "INSERT INTO fence_tokens (resource, token) VALUES (?, ?)"+onConflictRaise,
+	return s.bumpOrUpsert(ctx, tx, g, sqlitesql.BumpSQL, sqlitesql.RaiseSQL,
 		func(res sql.Result) (bool, fence.Token, error) {
 			n, err := res.RowsAffected()
 			return n == 0, 0, err
 		})
+}
+
+func (sqlite) raiseSet(ctx context.Context, s *Store, tx *sql.Tx, g *grant.Checked) error {
+	n := len(g.Resources())
+	return s.raiseSet(ctx, tx, g, sqlitesql.RaiseSetSQL(n), sqlitesql.HigherSQL(n), true)
 }
 
 func (sqlite) update(ctx context.Context, s *Store, st *rowStmt) error { return s.txUpdate(ctx, st) }

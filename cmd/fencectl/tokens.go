@@ -18,6 +18,7 @@ import (
 	_ "modernc.org/sqlite"             // registers "sqlite"
 
 	"github.com/fencegate/fencegate/adapters/sqlfence/sqlite"
+	sqldialect "github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/migrations"
 )
 
@@ -100,17 +101,11 @@ func cmdTokens(ctx context.Context, cfg *config, args []string, out io.Writer) e
 		return err
 	}
 	defer db.Close()
-	q := "SELECT resource, token, updated_at FROM fence_tokens"
-	var qargs []any
+	m, _ := sqldialect.MarksOf(dialect(driver))
+	q, qargs := m.List, []any(nil)
 	if len(args) == 1 {
-		ph := "?"
-		if driver == "pgx" {
-			ph = "$1"
-		}
-		q += " WHERE resource = " + ph
-		qargs = append(qargs, args[0])
+		q, qargs = m.ListOne, []any{args[0]}
 	}
-	q += " ORDER BY resource"
 	rows, err := db.QueryContext(ctx, q, qargs...)
 	if err != nil {
 		return fmt.Errorf("read fence_tokens (are fencegate's migrations applied?): %w", err)

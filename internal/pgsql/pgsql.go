@@ -1,11 +1,12 @@
-// Package pgsql is PostgreSQL's side of a fenced write, written once for pgx and
-// database/sql: every statement the adapters send (the fence row's raise, its idle
-// bound, the single-row Update's CTE), its argument order, and the classification of
-// PostgreSQL's errors (SQLSTATEs, severities) into fence's errors.
+// Package pgsql is PostgreSQL's side of a fenced write, written once for pgx,
+// database/sql, fencemark and fencectl: every statement on fence_tokens (this file: the
+// raise, its idle bound, the set raise, the single-row writes' raise, the mark's reads,
+// the operator's raise and list), the single-row statements around them (rows.go), the
+// raise with its values as literals (literal.go), and the classification of
+// PostgreSQL's errors (errors.go).
 package pgsql
 
 import (
-	"fmt"
 	"strconv"
 	"strings"
 
@@ -20,6 +21,7 @@ const StaleMarker = "fencegate-stale:"
 // higher token the CASE casts 'fencegate-stale:<stored>' to bigint, failing (22P02)
 // and aborting the transaction, so a statement batched behind never runs. A row at the
 // token is locked (DO UPDATE locks even where its WHERE is false), not rewritten.
+// Arguments: the resource, the token.
 const RaiseSQL = "INSERT INTO fence_tokens AS fencegate_ft (resource, token) VALUES ($1, $2) " + raiseConflict
 
 const raiseConflict = "ON CONFLICT (resource) DO UPDATE SET token = CASE WHEN fencegate_ft.token <= EXCLUDED.token " +
@@ -50,22 +52,23 @@ var (
 // IdleFrom sets idle_in_transaction_session_timeout for the transaction, as a FROM
 // item of the raise: PostgreSQL ends a frozen holder (FATAL 25P03), nothing committed.
 // lock_timeout and statement_timeout are left alone: waiting or running is not frozen.
-const IdleFrom = idleHead + "$3" + idleTail
+const IdleFrom = "(SELECT set_config('idle_in_transaction_session_timeout', $3, true)) AS fencegate_idle"
 
-const (
-	idleHead = "(SELECT set_config('idle_in_transaction_session_timeout', "
-	idleTail = ", true)) AS fencegate_idle"
-)
-
-// RaiseSetEach is RaiseSetSQL with a parameter per resource ($1..$n), for drivers
-// that cannot send a varchar[]; the token is $n+1, the idle bound $n+2.
-func RaiseSetEach(n int) string {
-	ps := make([]string, n)
-	for i := range ps {
-		ps[i] = "$" + strconv.Itoa(i+1)
+// Raise returns c's raise and arguments; idleMS, if set, bounds the idle time.
+func Raise(c *grant.Checked, idleMS string) (string, []any) {
+	args := []any{c.Resource(), int64(c.Token())}
+	if c.Multi() {
+		args[0] = c.Resources()
 	}
-	return RaiseSetSQL("ARRAY["+strings.Join(ps, ", ")+"]", "$"+strconv.Itoa(n+1),
-		idleHead+"$"+strconv.Itoa(n+2)+idleTail+", ")
+	switch {
+	case idleMS == "" && c.Multi():
+		return RaiseSetParams, args
+	case idleMS == "":
+		return RaiseSQL, args
+	case c.Multi():
+		return RaiseSetIdleParams, append(args, idleMS)
+	}
+	return RaiseIdleSQL, append(args, idleMS)
 }
 
 // MarkedStale reads the stored token (and a set's resource) from a raise's refusal,
@@ -93,95 +96,6 @@ func MarkedStale(msg string) (fence.Token, string, bool) {
 	return fence.Token(seen), res, true
 }
 
-// Raise returns c's raise and arguments; idleMS, if set, bounds the idle time.
-func Raise(c *grant.Checked, idleMS string) (string, []any) {
-	args := []any{c.Resource(), int64(c.Token())}
-	if c.Multi() {
-		args[0] = c.Resources()
-	}
-	switch {
-	case idleMS == "" && c.Multi():
-		return RaiseSetParams, args
-	case idleMS == "":
-		return RaiseSQL, args
-	case c.Multi():
-		return RaiseSetIdleParams, append(args, idleMS)
-	}
-	return RaiseIdleSQL, append(args, idleMS)
-}
-
-// PostgreSQL's SQLSTATEs the adapters tell apart, through either driver.
-const (
-	BadText         = "22P02" // raised on purpose by the raise: see StaleMarker
-	Serialization   = "40001"
-	Deadlock        = "40P01"
-	LockUnavailable = "55P03"
-	Unique          = "23505"
-	NoFunction      = "42883"
-	NoTable         = "42P01"
-	NoColumn        = "42703"
-	NoConstraint    = "42P10" // ON CONFLICT names no unique index
-	IdleTimeout     = "25P03" // idle_in_transaction_session_timeout ended the session
-)
-
-// Refusal maps a raise's or COMMIT's error to a *fence.StaleError, fence.ErrBusy
-// (40001), fence.ErrSchema or fence.ErrIdleTimeout; nil for any other.
-func Refusal(g fence.Grant, state, msg string, err error) error {
-	switch state {
-	case BadText:
-		if seen, res, ok := MarkedStale(msg); ok {
-			if res == "" {
-				res = g.Resource()
-			}
-			return &fence.StaleError{Resource: res, Presented: g.Token(), Seen: seen}
-		}
-	case Serialization:
-		return fmt.Errorf("%w: fence %q at token %d: %w", fence.ErrBusy, g.Resource(), g.Token(), err)
-	case NoFunction, NoTable:
-		return fmt.Errorf("%w: %w", fence.ErrSchema, err)
-	case IdleTimeout:
-		return grant.IdleTimeoutErr(g, err)
-	}
-	return nil
-}
-
-// UpdateSQL is the single-row Update over quoted names: a CTE (an InitPlan, run
-// before any target row is locked, as Fenced locks) raises the fence row, then the
-// UPDATE writes. bump raises an existing fence row by a plain UPDATE (a no-op without
-// one). Arguments: the resource, the token, the set values, the key values.
-func UpdateSQL(table, tok string, keys, set []string, bump bool) string {
-	n := 2
-	next := func() string { n++; return "$" + strconv.Itoa(n) }
-	vals := make([]string, len(set))
-	for i := range set {
-		vals[i] = next()
-	}
-	var match strings.Builder
-	for i, k := range keys {
-		if i > 0 {
-			match.WriteString(" AND ")
-		}
-		match.WriteString(k + " = " + next())
-	}
-	match.WriteString(" AND " + tok + " <= $2")
-	exists := "EXISTS (SELECT 1 FROM " + table + " WHERE " + match.String() + ")"
-	var b strings.Builder
-	b.Grow(320 + len(table) + 16*(len(set)+len(keys)))
-	if bump {
-		b.WriteString("WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = $2::bigint, " +
-			"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = $1::varchar AND fencegate_ft.token <= $2::bigint AND " +
-			exists + " RETURNING 1) ")
-	} else {
-		b.WriteString(FenceCTE("$1", "$2", exists))
-	}
-	b.WriteString("UPDATE " + table + " SET ")
-	for i := range set {
-		b.WriteString(set[i] + " = " + vals[i] + ", ")
-	}
-	b.WriteString(tok + " = $2 WHERE " + match.String() + " AND EXISTS (SELECT 1 FROM fencegate_raised)")
-	return b.String()
-}
-
 // FenceCTE raises (or inserts) the fence row of res to tok when cond holds; the
 // write behind it runs only if it returned a row.
 func FenceCTE(res, tok, cond string) string {
@@ -190,16 +104,30 @@ func FenceCTE(res, tok, cond string) string {
 		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.token <= EXCLUDED.token RETURNING 1) "
 }
 
-// ReplyLost reports whether an error reply to COMMIT, or to a write outside a
-// transaction, leaves the outcome unknown: FATAL or PANIC may follow a recorded
-// commit; ERROR and 25P03 (ended idle before COMMIT) decide. With no severity (""),
-// classes 08 and 57P, which end a session, say it.
-func ReplyLost(state, severity string) bool {
-	switch {
-	case state == IdleTimeout:
-		return false
-	case severity != "":
-		return severity == "FATAL" || severity == "PANIC"
-	}
-	return strings.HasPrefix(state, "08") || strings.HasPrefix(state, "57P")
+// BumpCTE is FenceCTE raising an existing fence row by a plain UPDATE, cheaper than
+// the upsert; without a fence row it returns none.
+func BumpCTE(res, tok, cond string) string {
+	return "WITH fencegate_raised AS (UPDATE fence_tokens AS fencegate_ft SET token = " + tok + "::bigint, " +
+		"updated_at = CURRENT_TIMESTAMP WHERE fencegate_ft.resource = " + res + "::varchar AND fencegate_ft.token <= " +
+		tok + "::bigint AND " + cond + " RETURNING 1) "
 }
+
+// Mark reads a resource's stored token, the resource given as param ("$1").
+func Mark(param string) string { return markHead + param }
+
+const markHead = "SELECT token FROM fence_tokens WHERE resource = "
+
+// The operator's statements (fencemark, fencectl), over the stored marks.
+const (
+	// MarkSQL reads the resource's ($1) mark; MarkLockSQL also locks its row to commit.
+	MarkSQL     = markHead + "$1"
+	MarkLockSQL = MarkSQL + " FOR UPDATE"
+	// MarkRaiseSQL raises the resource's ($1) mark to $2 unless as high; never refuses.
+	MarkRaiseSQL = "INSERT INTO fence_tokens AS f (resource, token) VALUES ($1, $2) ON CONFLICT (resource) DO UPDATE " +
+		"SET token = EXCLUDED.token, updated_at = CURRENT_TIMESTAMP WHERE f.token < EXCLUDED.token"
+	// RaiseAllSQL raises every mark below $1 to $1.
+	RaiseAllSQL = "UPDATE fence_tokens SET token = $1, updated_at = CURRENT_TIMESTAMP WHERE token < $1"
+	// ListSQL lists every mark (resource, token, updated_at) by resource; ListOneSQL $1's.
+	ListSQL    = "SELECT resource, token, updated_at FROM fence_tokens ORDER BY resource"
+	ListOneSQL = "SELECT resource, token, updated_at FROM fence_tokens WHERE resource = $1"
+)

@@ -74,12 +74,3 @@ func TestReplyLost(t *testing.T) {
 		})
 	}
 }
-
-func TestRaiseSetEach_numbering(t *testing.T) {
-	q := pgsql.RaiseSetEach(2)
-	for _, want := range []string{"unnest(ARRAY[$1, $2]::varchar[])", "SELECT fencegate_r, $3::bigint", "timeout', $4, true"} {
-		if !strings.Contains(q, want) {
-			t.Errorf("RaiseSetEach(2) lacks %q:\n%s", want, q)
-		}
-	}
-}
