@@ -42,7 +42,9 @@ var (
 	// gets when it wakes.
 	ErrIdleTimeout = errors.New("fence: fenced transaction ended by the server: idle past its timeout")
 	// ErrSchema means the database lacks fencegate's tables (fence_tokens and, for
-	// idempotency keys, idempotency_keys): apply the migrations (migrations.Up).
+	// idempotency keys, idempotency_keys): apply the migrations (migrations.Up); or a
+	// single-row write's table lacks its token column: the error names the migration
+	// that adds it (migrations.GenerateTokenColumn).
 	ErrSchema = errors.New("fence: fencegate schema missing, run migrations.Up")
 	// ErrNotReplicated means a fenced write committed on the primary, but the
 	// database said it may not have reached the replicas it was to wait for (with

@@ -12,6 +12,7 @@ import (
 	"github.com/jackc/puddle/v2"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/dialect"
 	"github.com/fencegate/fencegate/internal/grant"
 	"github.com/fencegate/fencegate/internal/pgsql"
 	"github.com/fencegate/fencegate/nolock"
@@ -77,14 +78,12 @@ func writeError(op, table string, err error) error {
 }
 
 // rowError is writeError for a token-column write on r: a missing token column
-// (42703) names the migration that adds it.
+// (42703) is fence.ErrSchema naming the migration that adds it.
 func rowError(op string, r fence.Row, err error) error {
 	var pgErr *pgconn.PgError
 	tok := cmp.Or(r.TokenColumn, fence.DefaultTokenColumn)
 	if errors.As(err, &pgErr) && pgErr.Code == pgsql.NoColumn && strings.Contains(pgErr.Message, `"`+tok+`"`) {
-		return fmt.Errorf("pgxfence: %s %q: no token column %q: add it with the migration "+
-			"fencegate-migrate gen -dir DIR -table %s -dialect postgres writes (migrations.GenerateTokenColumn): %w",
-			op, r.Table, tok, r.Table, err)
+		return dialect.NoTokenColumn(dialect.Postgres, "pgxfence", op, r.Table, tok, err)
 	}
 	return writeError(op, r.Table, err)
 }

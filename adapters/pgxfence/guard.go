@@ -30,29 +30,30 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if err != nil {
 		return 0, err
 	}
-
-	var left int64
-	for try := 1; ; try++ {
-		err := s.db.QueryRow(ctx, q, s.mode(args)...).Scan(&left)
-		if err == nil {
-			return left, nil
+	take := func(args []any) (left int64, took bool, err error) {
+		switch err := s.db.QueryRow(ctx, q, s.mode(args)...).Scan(&left); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return 0, false, nil
+		case err != nil:
+			return 0, false, writeError("decrement", c.Table, err)
 		}
-		if !errors.Is(err, pgx.ErrNoRows) {
-			return 0, writeError("decrement", c.Table, err)
-		}
+		return left, true, nil
+	}
+	look := func(keyArgs []any) (left int64, found bool, err error) {
 		ct, err := dialect.CheckCounter(dialect.Postgres, c)
 		if err != nil {
-			return 0, err
+			return 0, false, err
 		}
-		left = 0
-		err = s.db.QueryRow(ctx, "SELECT "+ct.Column+" FROM "+ct.Table+" WHERE "+pgsql.Eqs(ct.Keys, pgsql.Params(1, len(ct.Keys))), s.mode(args[1:len(args)-1])...).Scan(&left)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return 0, writeError("decrement: look up", c.Table, err)
+		q := "SELECT " + ct.Column + " FROM " + ct.Table + " WHERE " + pgsql.Eqs(ct.Keys, pgsql.Params(1, len(ct.Keys)))
+		switch err := s.db.QueryRow(ctx, q, s.mode(keyArgs)...).Scan(&left); {
+		case errors.Is(err, pgx.ErrNoRows):
+			return 0, false, nil
+		case err != nil:
+			return 0, false, writeError("decrement: look up", c.Table, err)
 		}
-		if err := nolockpath.TakeRefused(c, n, left, err == nil, try); err != nil {
-			return left, err
-		}
+		return left, true, nil
 	}
+	return nolockpath.Decrement(c, n, args, take, look)
 }
 
 // counterStatement returns the guarded take of c's shape, kept once built. Its

@@ -253,8 +253,8 @@ func TestStore_noTokenColumn(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.write()
 			var pgErr *pgconn.PgError
-			if !errors.As(err, &pgErr) || pgErr.Code != "42703" {
-				t.Fatalf("err = %v, want PostgreSQL's 42703 wrapped", err)
+			if !errors.As(err, &pgErr) || pgErr.Code != "42703" || !errors.Is(err, fence.ErrSchema) {
+				t.Fatalf("err = %v, want fence.ErrSchema wrapping PostgreSQL's 42703", err)
 			}
 			if n := strings.Count(err.Error(), "pgxfence:"); n != 1 {
 				t.Errorf("err = %v, says pgxfence: %d times", err, n)

@@ -23,8 +23,6 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if err := s.usable(); err != nil {
 		return 0, err
 	}
-	// One slice holds the take's arguments (n, key values..., n); the look's are its
-	// middle.
 	args, err := nolockpath.TakeArgs(c, n)
 	if err != nil {
 		return 0, err
@@ -33,29 +31,26 @@ func (s *Store) Decrement(ctx context.Context, c nolock.Counter, n int64) (int64
 	if err != nil {
 		return 0, err
 	}
-	keyArgs := args[1 : len(args)-1]
-
-	for try := 1; ; try++ {
+	take := func(args []any) (int64, bool, error) {
 		// The common case runs without the retry closure: on SQLite, where a take
 		// is cheap, every allocation shows.
 		left, took, err := s.take(ctx, sh, args)
 		if err != nil && s.d.busy(err) {
 			left, took, err = s.retryTake(ctx, sh, args)
 		}
-		if err != nil {
-			return 0, s.wrap(err, "decrement", c.Table, "")
-		}
-		if took {
-			return left, nil
-		}
-		left, err = s.look(ctx, sh, keyArgs)
-		if err != nil && !errors.Is(err, sql.ErrNoRows) {
-			return 0, s.wrap(err, "decrement: look up", c.Table, "")
-		}
-		if err := nolockpath.TakeRefused(c, n, left, err == nil, try); err != nil {
-			return left, err
+		return left, took, s.wrap(err, "decrement", c.Table, "")
+	}
+	look := func(keyArgs []any) (int64, bool, error) {
+		switch left, err := s.look(ctx, sh, keyArgs); {
+		case errors.Is(err, sql.ErrNoRows):
+			return 0, false, nil
+		case err != nil:
+			return 0, false, s.wrap(err, "decrement: look up", c.Table, "")
+		default:
+			return left, true, nil
 		}
 	}
+	return nolockpath.Decrement(c, n, args, take, look)
 }
 
 // retryTake is take retried while busy, apart from Decrement so that the closure's

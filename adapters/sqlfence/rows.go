@@ -78,15 +78,13 @@ func (s *Store) failed(st *rowStmt, op string, err error) error {
 	return s.wrap(err, op, st.name, "")
 }
 
-// noTokenColumn is err naming the migration that adds st's token column when err
-// says the table lacks it, else nil.
+// noTokenColumn is fence.ErrSchema naming the migration that adds st's token column
+// when err says the table lacks it, else nil.
 func (s *Store) noTokenColumn(st *rowStmt, op string, err error) error {
 	if !s.d.missingColumn(err, st.token) {
 		return nil
 	}
-	return fmt.Errorf("sqlfence: %s %q: no token column %q: add it with the migration "+
-		"fencegate-migrate gen -dir DIR -table %s -dialect %s writes (migrations.GenerateTokenColumn): %w",
-		op, st.name, st.token, st.name, s.d.dialect(), err)
+	return dialect.NoTokenColumn(s.d.dialect(), "sqlfence", op, st.name, st.token, err)
 }
 
 // Update is the [fence] package doc's single-row Update. PostgreSQL: one statement (a

@@ -2,6 +2,7 @@ package sqlfence_test
 
 import (
 	"database/sql"
+	"errors"
 	"strings"
 	"testing"
 
@@ -44,8 +45,8 @@ func TestStore_noTokenColumn(t *testing.T) {
 			for _, w := range writes {
 				t.Run(w.name, func(t *testing.T) {
 					err := w.write()
-					if err == nil {
-						t.Fatal("a write without the token column succeeded")
+					if !errors.Is(err, fence.ErrSchema) {
+						t.Fatalf("err = %v, want fence.ErrSchema", err)
 					}
 					if n := strings.Count(err.Error(), "sqlfence:"); n != 1 {
 						t.Errorf("err = %v, says sqlfence: %d times", err, n)

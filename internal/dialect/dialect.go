@@ -93,3 +93,20 @@ func QuoteTable(d Dialect, name string) (string, error) {
 	}
 	return qs + "." + qt, nil
 }
+
+// NoTokenColumn is a single-row write's error on a table that lacks its token column:
+// it names the migration that adds it, matches fence.ErrSchema (without repeating its
+// text) and wraps the driver's err.
+func NoTokenColumn(d Dialect, adapter, op, table, column string, err error) error {
+	return &schemaError{msg: fmt.Sprintf("%s: %s %q: no token column %q: add it with the migration "+
+		"fencegate-migrate gen -dir DIR -table %s -dialect %s writes (migrations.GenerateTokenColumn)",
+		adapter, op, table, column, table, d), err: err}
+}
+
+type schemaError struct {
+	msg string
+	err error
+}
+
+func (e *schemaError) Error() string   { return e.msg + ": " + e.err.Error() }
+func (e *schemaError) Unwrap() []error { return []error{fence.ErrSchema, e.err} }

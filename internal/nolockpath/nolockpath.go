@@ -1,7 +1,7 @@
 // Package nolockpath is what pgxfence and sqlfence share on the no-lock path, where
 // one row decides: the checks of an idempotency key and its TTL, the bounds on
-// Once's and Decrement's rounds, what a take that changed nothing means, and the
-// jittered pause between rounds.
+// Once's and Decrement's rounds, Decrement's one path (what a take that changed
+// nothing means), and the jittered pause between rounds.
 package nolockpath
 
 import (
@@ -89,6 +89,32 @@ func TakeRefused(c nolock.Counter, n, left int64, found bool, try int) error {
 		return fmt.Errorf("%w in %q: wanted %d, %d left", nolock.ErrInsufficient, c.Table, n, left)
 	}
 	return nil
+}
+
+// Decrement is the guarded take's one path, every adapter's: take runs the take with
+// args (TakeArgs's: n, the key's values, n) and says whether it took; when it took
+// nothing, look reads what is left from the key's values (found: the row exists), and
+// TakeRefused says what that means or to take again. take's and look's errors are
+// returned as they are.
+func Decrement(c nolock.Counter, n int64, args []any,
+	take func(args []any) (left int64, took bool, err error),
+	look func(keyArgs []any) (left int64, found bool, err error)) (int64, error) {
+	for try := 1; ; try++ {
+		left, took, err := take(args)
+		if err != nil {
+			return 0, err
+		}
+		if took {
+			return left, nil
+		}
+		left, found, err := look(args[1 : len(args)-1])
+		if err != nil {
+			return 0, err
+		}
+		if err := TakeRefused(c, n, left, found, try); err != nil {
+			return left, err
+		}
+	}
 }
 
 // DescribeKey writes a row's key for an error: "k1 = v1 AND k2 = v2".
