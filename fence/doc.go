@@ -15,8 +15,9 @@
 //     transaction may sit idle on the server;
 //   - a Set: several resources under one token, taken all-or-nothing.
 //
-// CheckGrant says why a grant cannot be presented. Every adapter calls it once,
-// before any I/O.
+// CheckGrant says why a grant cannot be presented, calling each of its methods once.
+// Exec checks the grant there, once, before any I/O, and hands the Store the grant as
+// read; an adapter called directly checks it the same way, once.
 //
 // # What is refused, and when
 //
