@@ -16,7 +16,8 @@ type Store[Tx any] interface {
 	// commits. The package doc states the whole contract: when the fence is raised,
 	// what is refused, and the errors. From Exec, g is the caller's grant as
 	// CheckGrant read and checked it: a Set, Leased and Watched grant whose methods
-	// return what the caller's did then, with its Context when it had one.
+	// return what the caller's did then (Lease 0 and Done nil where it had none), with
+	// its Context when it had one.
 	Fenced(ctx context.Context, g Grant, fn func(Tx) error) error
 }
 
