@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -105,6 +106,7 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.close)
+	r.wired = slices.ContainsFunc(steps, func(s *Step) bool { return s.when != nil && s.when.name == OnTheWire })
 	if cfg.Setup != nil {
 		r.data = cfg.Setup(t)
 	}
