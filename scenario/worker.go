@@ -48,7 +48,7 @@ type msg struct {
 	Value      string        `json:"value,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"`
 	Err        string        `json:"err,omitempty"`
-	Fenced     bool          `json:"fenced,omitempty"` // exit: the job stopped as a fenced job does (see jobStopped)
+	Fenced     bool          `json:"fenced,omitempty"`  // exit: the job stopped as a fenced job does (see jobStopped)
 	Permit     string        `json:"permit,omitempty"`  // a Granted permit's semaphore name
 	Permits    int           `json:"permits,omitempty"` // and its n
 	Endpoints  []string      `json:"endpoints,omitempty"`
