@@ -222,13 +222,18 @@ func (h *History) Timelines() string {
 }
 
 // checkPermits finds a permit granted while more of its semaphore's slots were
-// held than its n.
+// held than the largest n any grant of it asked for (n is per call: after a
+// lowered n, holders of higher slots keep them until they release).
 func (h *History) checkPermits() []string {
+	most := map[string]int{}
+	for _, g := range h.Grants {
+		most[g.Permit] = max(most[g.Permit], g.Permits)
+	}
 	var out []string
 	for _, g := range h.Grants {
-		if g.Permit != "" && g.Holders > g.Permits {
+		if g.Permit != "" && g.Holders > most[g.Permit] {
 			out = append(out, fmt.Sprintf("semaphore %q: %d permits held at token %d (%s's grant of %q), over its %d",
-				g.Permit, g.Holders, g.Token, g.Worker, g.Resource, g.Permits))
+				g.Permit, g.Holders, g.Token, g.Worker, g.Resource, most[g.Permit]))
 		}
 	}
 	return out
