@@ -118,7 +118,10 @@ var badInputCases = map[string]struct {
 	"onTheWireNoStatement": {writeConfig(true), []*scenario.Step{scenario.Start("a"), scenario.Freeze("a").When("a", scenario.OnTheWire), scenario.Start("b")},
 		"worker a finished without sending a statement through its store proxy during a recorded write"},
 	"permitsBelowOne": {with(func(c *scenario.Config) {
-		c.Job = func(ctx context.Context, w *scenario.Worker) error { _, err := w.AcquirePermit(ctx, "exports", 0); return err }
+		c.Job = func(ctx context.Context, w *scenario.Worker) error {
+			_, err := w.AcquirePermit(ctx, "exports", 0)
+			return err
+		}
 	}), nil, `the job failed: fence: invalid argument: scenario: AcquirePermit("exports", 0): n is how many permits the semaphore has: give 1 or more`},
 	"storeDSNNoServer": {with(func(c *scenario.Config) {
 		c.Job = func(ctx context.Context, w *scenario.Worker) error { _, err := w.StoreDSN(w.Data()); return err }
