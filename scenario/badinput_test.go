@@ -92,6 +92,8 @@ var badInputCases = map[string]struct {
 		`step 1 CutOffStore("a"): Config.StoreServer is nil, so the kit runs no proxy to the store to cut`},
 	"crashEtcdNoMember": {with(func(c *scenario.Config) { c.EtcdMembers = 3 }), []*scenario.Step{scenario.CrashEtcd(5)},
 		"step 1 CrashEtcd(5): the run's etcd has 3 member(s), numbered 0 to 2"},
+	"crashFollowerOneMember": {noopConfig, []*scenario.Step{scenario.CrashEtcdFollower()},
+		"step 1 CrashEtcdFollower(): the run's etcd has one member, the leader, and no follower: set Config.EtcdMembers to 3 or 5"},
 	"killLeaderExternal": {with(func(c *scenario.Config) { c.EtcdEndpoints = []string{"http://127.0.0.1:2379"} }), []*scenario.Step{scenario.KillEtcdLeader()},
 		"KillEtcdLeader: Config.EtcdEndpoints names an etcd the kit did not start, so it cannot crash its members"},
 	"etcdMembersEven": {with(func(c *scenario.Config) { c.EtcdMembers = 4 }), nil,

@@ -10,11 +10,6 @@ import (
 	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
-// OnTheWire is the point a worker reaches when its write's statement has left
-// the process: reached for it by the kit's proxy to Config.StoreServer, not by
-// the job. See the package doc (A write in flight).
-const OnTheWire = "on the wire"
-
 // wire holds a worker's write in flight on its store proxy. Armed when the
 // worker begins a recorded write that a step waits for, each connection's hook
 // keeps the first chunk that runs a statement (delayproxy.Keep) and drops the

@@ -20,14 +20,18 @@ import (
 	"github.com/fencegate/fencegate/lockclient"
 )
 
-// Points the kit reaches for a job: Granted after Worker.Acquire took a lock,
-// AboutToWrite and Wrote before and after Worker.Write's write, InStore inside a
-// Store's fenced transaction once the grant's own check has passed, Finished when
-// the worker's process has ended (for Until and When of another worker).
+// Points the kit reaches for a job: Granted after Worker.Acquire or AcquirePermit
+// took a lock, AboutToWrite and Wrote before and after Worker.Write's write,
+// InStore inside a Store's fenced transaction once the grant's own check has
+// passed, OnTheWire when a recorded write's statement has left the process (held
+// by the kit's proxy to the store until the step met there ends: a When point
+// only; see the package doc), Finished when the worker's process has ended (for
+// Until and When of another worker).
 const (
 	Granted      = "granted"
 	AboutToWrite = "about to write"
 	InStore      = "in store"
+	OnTheWire    = "on the wire"
 	Wrote        = "wrote"
 	Finished     = "finished"
 )
