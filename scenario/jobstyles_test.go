@@ -184,7 +184,7 @@ func openStylePG(ctx context.Context, w *scenario.Worker) (styleDB, error) {
 }
 
 func (d stylePG) tx(ctx, stmt context.Context, w *scenario.Worker, l *lockclient.Lock, fenced, check bool) error {
-	var store fence.Store[pgx.Tx] = plainPG{d.pool}
+	var store fence.Store[pgx.Tx] = plainPG(d)
 	if fenced {
 		var err error
 		if store, err = pgxfence.New(d.pool); err != nil {
@@ -219,7 +219,7 @@ func openStyleSQLite(ctx context.Context, w *scenario.Worker) (styleDB, error) {
 }
 
 func (d styleSQLite) tx(ctx, stmt context.Context, w *scenario.Worker, l *lockclient.Lock, fenced, check bool) error {
-	var store fence.Store[*sql.Tx] = plainSQL{d.db}
+	var store fence.Store[*sql.Tx] = plainSQL(d)
 	if fenced {
 		var err error
 		if store, err = sqlfence.New(d.db, migrations.SQLite); err != nil {
