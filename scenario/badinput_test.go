@@ -119,6 +119,9 @@ var badInputCases = map[string]struct {
 		`worker a began a write, but its statements do not pass the kit's proxy to the store: build its DSN with Worker.StoreDSN`},
 	"onTheWireNoStatement": {writeConfig(true), []*scenario.Step{scenario.Start("a"), scenario.Freeze("a").When("a", scenario.OnTheWire), scenario.Start("b")},
 		"worker a finished without sending a statement through its store proxy during a recorded write"},
+	"reachOnTheWire": {with(func(c *scenario.Config) {
+		c.Job = func(ctx context.Context, w *scenario.Worker) error { return w.Reach(ctx, scenario.OnTheWire) }
+	}), nil, "the job failed: fence: invalid argument: scenario: Reach(OnTheWire): the kit reaches it"},
 	"permitsBelowOne": {with(func(c *scenario.Config) {
 		c.Job = func(ctx context.Context, w *scenario.Worker) error {
 			_, err := w.AcquirePermit(ctx, "exports", 0)

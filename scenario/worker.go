@@ -157,9 +157,13 @@ func (w *Worker) jobStopped(err error) bool {
 }
 
 // Reach tells the run the job has reached point; it returns when every step that
-// waits for it has acted (the worker may be frozen in it). It returns an error
-// only when the run is gone.
+// waits for it has acted (the worker may be frozen in it). Its error is the run's
+// control connection's, or wraps fence.ErrInvalidArgument for OnTheWire, which
+// only the kit reaches.
 func (w *Worker) Reach(ctx context.Context, point string) error {
+	if point == OnTheWire {
+		return fmt.Errorf("%w: scenario: Reach(OnTheWire): the kit reaches it when a recorded write's statement leaves the process; a job cannot", fence.ErrInvalidArgument)
+	}
 	return w.call(msg{Kind: "reach", Point: point})
 }
 
