@@ -33,6 +33,27 @@ func storeConfig() scenario.Config {
 	return c
 }
 
+// writeConfig is storeConfig whose job records a write that sends nothing to the
+// store (as a job on SQLite does), its DSN built with Worker.StoreDSN if routed.
+func writeConfig(routed bool) func() scenario.Config {
+	return func() scenario.Config {
+		c := storeConfig()
+		c.Job = func(ctx context.Context, w *scenario.Worker) error {
+			if routed {
+				if _, err := w.StoreDSN(w.Data()); err != nil {
+					return err
+				}
+			}
+			l, err := w.Acquire(ctx, "job-"+w.Name())
+			if err != nil {
+				return err
+			}
+			return w.Write(ctx, l, "1", func(context.Context) error { return nil })
+		}
+		return c
+	}
+}
+
 // with returns noopConfig changed by f.
 func with(f func(c *scenario.Config)) func() scenario.Config {
 	return func() scenario.Config {
@@ -71,6 +92,8 @@ var badInputCases = map[string]struct {
 		`step 1 CutOffStore("a"): Config.StoreServer is nil, so the kit runs no proxy to the store to cut`},
 	"crashEtcdNoMember": {with(func(c *scenario.Config) { c.EtcdMembers = 3 }), []*scenario.Step{scenario.CrashEtcd(5)},
 		"step 1 CrashEtcd(5): the run's etcd has 3 member(s), numbered 0 to 2"},
+	"crashFollowerOneMember": {noopConfig, []*scenario.Step{scenario.CrashEtcdFollower()},
+		"step 1 CrashEtcdFollower(): the run's etcd has one member, the leader, and no follower: set Config.EtcdMembers to 3 or 5"},
 	"killLeaderExternal": {with(func(c *scenario.Config) { c.EtcdEndpoints = []string{"http://127.0.0.1:2379"} }), []*scenario.Step{scenario.KillEtcdLeader()},
 		"KillEtcdLeader: Config.EtcdEndpoints names an etcd the kit did not start, so it cannot crash its members"},
 	"etcdMembersEven": {with(func(c *scenario.Config) { c.EtcdMembers = 4 }), nil,
@@ -88,6 +111,23 @@ var badInputCases = map[string]struct {
 		`step 3 CutOffStore("a"): worker a has already finished, so it cannot be faulted`},
 	"cutOffStoreUnrouted": {storeConfig, []*scenario.Step{scenario.CutOffStore("a").When("a", "ready")},
 		`CutOffStore("a") cut nothing: worker a never connected through its proxy to the store: build its DSN with Worker.StoreDSN`},
+	"onTheWireNoServer": {noopConfig, []*scenario.Step{scenario.Freeze("a").When("a", scenario.OnTheWire)},
+		`step 1 Freeze("a").When("a", "on the wire"): OnTheWire needs the worker's statements to pass the kit's proxy to the store: set Config.StoreServer`},
+	"onTheWireUntil": {storeConfig, []*scenario.Step{scenario.Freeze("a").When("a", "ready").Until("b", scenario.OnTheWire)},
+		"OnTheWire is a When point only"},
+	"onTheWireUnrouted": {writeConfig(false), []*scenario.Step{scenario.Freeze("a").When("a", scenario.OnTheWire)},
+		`worker a began a write, but its statements do not pass the kit's proxy to the store: build its DSN with Worker.StoreDSN`},
+	"onTheWireNoStatement": {writeConfig(true), []*scenario.Step{scenario.Start("a"), scenario.Freeze("a").When("a", scenario.OnTheWire), scenario.Start("b")},
+		"worker a finished without sending a statement through its store proxy during a recorded write"},
+	"reachOnTheWire": {with(func(c *scenario.Config) {
+		c.Job = func(ctx context.Context, w *scenario.Worker) error { return w.Reach(ctx, scenario.OnTheWire) }
+	}), nil, "the job failed: fence: invalid argument: scenario: Reach(OnTheWire): the kit reaches it"},
+	"permitsBelowOne": {with(func(c *scenario.Config) {
+		c.Job = func(ctx context.Context, w *scenario.Worker) error {
+			_, err := w.AcquirePermit(ctx, "exports", 0)
+			return err
+		}
+	}), nil, `the job failed: fence: invalid argument: scenario: AcquirePermit("exports", 0): n is how many permits the semaphore has: give 1 or more`},
 	"storeDSNNoServer": {with(func(c *scenario.Config) {
 		c.Job = func(ctx context.Context, w *scenario.Worker) error { _, err := w.StoreDSN(w.Data()); return err }
 	}), nil, "the job failed: fence: invalid argument: scenario: StoreDSN: Config.StoreServer is nil"},

@@ -35,11 +35,96 @@ func startEtcd(t *testing.T, cfg Config) (*locktest.Cluster, *clientv3.Client, [
 	return c, c.Client(t), c.Endpoints(), nil
 }
 
-// crashMember kills member i, noting role ("leader" or "") in the event, and
-// returns the undo that restarts it. A crash that would leave no majority until
-// an Until point is refused: no worker could take or release a lock meanwhile,
-// so the point might never come.
-func (r *run) crashMember(i int, role string, s *Step) (func(), error) {
+// etcdView is what the running members say when asked in turn: the leader's
+// index (-1: none named), its term, whether every running member named it at
+// that term (settled), and the first running member that follows it (-1: none).
+type etcdView struct {
+	leader, follower int
+	term             uint64
+	settled          bool
+}
+
+// role is member i's part in v, for the etcd timeline.
+func (v etcdView) role(i int) string {
+	switch {
+	case v.leader == i:
+		return fmt.Sprintf("leader, term %d", v.term)
+	case v.leader >= 0:
+		return fmt.Sprintf("follower; member %d leads, term %d", v.leader, v.term)
+	}
+	return "no leader"
+}
+
+// view asks every running member for its status, each within a second.
+func (r *run) view() etcdView {
+	v := etcdView{leader: -1, follower: -1, settled: true}
+	ids := map[uint64]int{} // member ID -> index, of those that answered
+	var leader uint64
+	var answered []int
+	for i, ep := range r.endpoints {
+		if r.isDown(i) {
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		st, err := r.etcd.Status(ctx, ep)
+		cancel()
+		if err != nil || st.Leader == 0 || leader != 0 && (st.Leader != leader || st.RaftTerm != v.term) {
+			v.settled = false
+		}
+		if err == nil && st.Leader != 0 {
+			ids[st.Header.MemberId], leader, v.term = i, st.Leader, st.RaftTerm
+			answered = append(answered, i)
+		}
+	}
+	if i, ok := ids[leader]; ok {
+		v.leader = i
+	}
+	v.settled = v.settled && v.leader >= 0
+	for _, i := range answered {
+		if i != v.leader {
+			v.follower = i
+			break
+		}
+	}
+	return v
+}
+
+// leads reports whether member i says it is leader (false when it cannot say).
+func (r *run) leads(i int) bool {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	st, err := r.etcd.Status(ctx, r.endpoints[i])
+	return err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId
+}
+
+func (r *run) isDown(i int) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.down[i]
+}
+
+// waitView returns the first view that meets ok, or the last one asked when a
+// majority is down, the run is closed or leaderTimeout has passed.
+func (r *run) waitView(ok func(etcdView) bool) etcdView {
+	deadline := time.Now().Add(leaderTimeout)
+	for {
+		v := r.view()
+		if ok(v) || !r.majorityUp() || !time.Now().Before(deadline) {
+			return v
+		}
+		select {
+		case <-r.closed:
+			return v
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+// crashMember kills member i, v being the cluster as the step found it (the
+// etcd timeline says i's role and who led), and returns the undo that restarts
+// it. A crash that would leave no majority until an Until point is refused: no
+// worker could take or release a lock meanwhile, so the point might never come.
+func (r *run) crashMember(i int, v etcdView, s *Step) (func(), error) {
 	r.mu.Lock()
 	if r.down[i] {
 		r.mu.Unlock()
@@ -55,10 +140,7 @@ func (r *run) crashMember(i int, role string, s *Step) (func(), error) {
 	}
 	r.cluster.Stop(i)
 	at := time.Now()
-	if role != "" {
-		role = " (" + role + ")"
-	}
-	r.event(etcdTimeline, "member %d%s killed", i, role)
+	r.event(etcdTimeline, "member %d (%s) killed", i, v.role(i))
 	return func() { r.restartMember(i, at) }, nil
 }
 
@@ -90,47 +172,11 @@ func (r *run) majorityUp() bool {
 	return up > len(r.endpoints)/2
 }
 
-// leader returns the index of the running member that says it is leader, or -1.
-func (r *run) leader() int {
-	for i, ep := range r.endpoints {
-		r.mu.Lock()
-		down := r.down[i]
-		r.mu.Unlock()
-		if down {
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-		st, err := r.etcd.Status(ctx, ep)
-		cancel()
-		if err == nil && st.Leader != 0 && st.Leader == st.Header.MemberId {
-			return i
-		}
-	}
-	return -1
-}
-
-// waitLeader returns the leader's index once one is elected, or -1 when none can
-// be (no majority), the run is closed or none is elected within leaderTimeout.
-func (r *run) waitLeader() int {
-	deadline := time.Now().Add(leaderTimeout)
-	for time.Now().Before(deadline) && r.majorityUp() {
-		if i := r.leader(); i >= 0 {
-			return i
-		}
-		select {
-		case <-r.closed:
-			return -1
-		case <-time.After(50 * time.Millisecond):
-		}
-	}
-	return -1
-}
-
 // waitNewLeader is the default end of a member's crash: it returns once the
 // running members have a leader (recorded in the etcd timeline), or at once when
 // they cannot elect one.
 func (r *run) waitNewLeader() {
-	if i := r.waitLeader(); i >= 0 {
-		r.event(etcdTimeline, "member %d is leader", i)
+	if v := r.waitView(func(v etcdView) bool { return v.leader >= 0 }); v.leader >= 0 {
+		r.event(etcdTimeline, "member %d is leader, term %d", v.leader, v.term)
 	}
 }

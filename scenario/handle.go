@@ -6,19 +6,29 @@ import (
 	"fmt"
 	"sync"
 	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
 // handle records one message of worker p; for a reach that a pending step waits
 // for, it returns only once that step has acted.
 func (r *run) handle(p *proc, m msg) {
+	var g GrantRecord
+	if m.Kind == "reach" && m.Point == Granted {
+		g = r.grant(p, m) // reads etcd: before r.mu
+	}
 	r.mu.Lock()
 	switch m.Kind {
 	case "reach":
 		p.reached[m.Point]++
 		if m.Point == Granted {
 			p.held[m.Resource] = int(m.Token)
-			seq := r.eventLocked(p.name, "granted %q token %d", m.Resource, m.Token)
-			r.hist.Grants = append(r.hist.Grants, GrantRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Seq: seq})
+			what := fmt.Sprintf("granted %q token %d", m.Resource, m.Token)
+			if g.Permit != "" {
+				what += fmt.Sprintf(" (permit of %q: %d of %d held)", g.Permit, g.Holders, g.Permits)
+			}
+			g.Seq = r.eventLocked(p.name, "%s", what)
+			r.hist.Grants = append(r.hist.Grants, g)
 		} else if m.Point != AboutToWrite && m.Point != Wrote {
 			r.eventLocked(p.name, "reached %q", m.Point)
 		} else {
@@ -37,7 +47,11 @@ func (r *run) handle(p *proc, m msg) {
 	case "begin":
 		seq := r.eventLocked(p.name, "write %q token %d value %q begins", m.Resource, m.Token, m.Value)
 		p.write = &WriteRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Value: m.Value, Begin: seq}
+		r.armLocked(p)
 	case "end":
+		if p.wire != nil {
+			p.wire.arm(false)
+		}
 		r.endWriteLocked(p, m)
 	case "exit":
 		if m.Err != "" {
@@ -62,6 +76,7 @@ func (r *run) endWriteLocked(p *proc, m msg) {
 		what += ": " + m.Err
 	}
 	w.End = r.eventLocked(p.name, "write %q token %d value %q: %s", w.Resource, w.Token, w.Value, what)
+	r.hist.Events[len(r.hist.Events)-1].Outcome = m.Outcome
 	r.hist.Writes = append(r.hist.Writes, *w)
 }
 
@@ -89,15 +104,20 @@ func (r *run) step(i int, s *Step) error {
 	if s.when != nil {
 		wp := r.procs[s.when.worker]
 		var release chan struct{}
+		var wireErr string
 		ok := r.waitFor(func() bool {
-			release = r.claims[s]
-			return release != nil || wp.exited || !wp.started
+			release, wireErr = r.claims[s], wp.wireErr
+			return release != nil || wp.exited || !wp.started || wireErr != "" && s.when.name == OnTheWire
 		})
 		switch {
 		case !ok:
 			return fmt.Errorf("scenario: step %d %s: the run ended", i+1, s)
 		case release == nil && !wp.started:
 			return fmt.Errorf("scenario: step %d %s waits for worker %s, which no earlier step started: add scenario.Start(%q) before it", i+1, s, wp.name, wp.name)
+		case release == nil && wireErr != "" && s.when.name == OnTheWire:
+			return fmt.Errorf("scenario: step %d %s: %s", i+1, s, wireErr)
+		case release == nil && s.when.name == OnTheWire:
+			return fmt.Errorf("scenario: step %d %s: worker %s finished without sending a statement through its store proxy during a recorded write: OnTheWire holds a statement of a write made with Worker.Write or Store, on a connection built with Worker.StoreDSN", i+1, s, wp.name)
 		case release == nil && s.when.name != Finished:
 			return fmt.Errorf("scenario: step %d %s: worker %s finished without reaching %q: check the point's name, or that the job reaches it", i+1, s, wp.name, s.when.name)
 		}
@@ -115,6 +135,9 @@ func (r *run) step(i int, s *Step) error {
 	undo, err := s.fault.act(r, s)
 	if err != nil {
 		return fmt.Errorf("scenario: step %d %s: %w", i+1, s, err)
+	}
+	if s.when != nil && s.when.name == OnTheWire {
+		undo = r.releaseWire(r.procs[s.when.worker], undo)
 	}
 	if undo != nil {
 		r.undo.Add(1)
@@ -222,4 +245,20 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.b.String()
+}
+
+// grant is the record of m, a Granted reach: for a permit, with the number of
+// its semaphore's slots etcd held at the grant's revision.
+func (r *run) grant(p *proc, m msg) GrantRecord {
+	g := GrantRecord{Worker: p.name, Resource: m.Resource, Token: m.Token, Permit: m.Permit, Permits: m.Permits}
+	if g.Permit == "" {
+		return g
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := r.etcd.Get(ctx, prefix+g.Permit+"/", clientv3.WithPrefix(), clientv3.WithRev(int64(g.Token)), clientv3.WithCountOnly())
+	if err == nil {
+		g.Holders = int(resp.Count)
+	}
+	return g
 }

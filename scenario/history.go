@@ -34,19 +34,27 @@ type WriteRecord struct {
 	Begin, End              int
 }
 
-// GrantRecord is one lock grant a worker got through Worker.Acquire.
+// GrantRecord is one grant a worker got through Worker.Acquire or
+// Worker.AcquirePermit. A permit's Resource is its slot (name/NNNN); Permit is
+// the semaphore's name, Permits its n, and Holders how many of its slots etcd
+// held at the grant's revision (the token), this one included (0: not read).
 type GrantRecord struct {
 	Worker, Resource string
 	Token            fence.Token
 	Seq              int
+	Permit           string
+	Permits, Holders int
 }
 
-// Event is one line of a worker's timeline.
+// Event is one line of a worker's timeline. What is its text (the package doc
+// lists them); Outcome is set on a write's outcome event only ("write "res"
+// token N value "v": <outcome>[: <error>]"), whose WriteRecord has End == Seq.
 type Event struct {
-	Seq    int
-	At     time.Duration // since the run started
-	Worker string
-	What   string
+	Seq     int
+	At      time.Duration // since the run started
+	Worker  string
+	What    string
+	Outcome Outcome
 }
 
 // History is what a run recorded and the store's final state (Config.Read's answer).
@@ -98,6 +106,7 @@ func (h *History) Check() error {
 		out = append(out, h.checkKept(res)...)
 	}
 	out = append(out, h.checkUnrecorded()...)
+	out = append(out, h.checkPermits()...)
 	if len(out) == 0 {
 		return nil
 	}
@@ -210,4 +219,22 @@ func (h *History) Timelines() string {
 		fmt.Fprintf(&b, "  %s: %s\n", n, strings.Join(by[n], "; "))
 	}
 	return b.String()
+}
+
+// checkPermits finds a permit granted while more of its semaphore's slots were
+// held than the largest n any grant of it asked for (n is per call: after a
+// lowered n, holders of higher slots keep them until they release).
+func (h *History) checkPermits() []string {
+	most := map[string]int{}
+	for _, g := range h.Grants {
+		most[g.Permit] = max(most[g.Permit], g.Permits)
+	}
+	var out []string
+	for _, g := range h.Grants {
+		if g.Permit != "" && g.Holders > most[g.Permit] {
+			out = append(out, fmt.Sprintf("semaphore %q: %d permits held at token %d (%s's grant of %q), over its %d",
+				g.Permit, g.Holders, g.Token, g.Worker, g.Resource, most[g.Permit]))
+		}
+	}
+	return out
 }

@@ -13,6 +13,12 @@ func ack(worker string, tok int64, value string, begin, end int) scenario.WriteR
 	return scenario.WriteRecord{Worker: worker, Resource: "r", Token: fence.Token(tok), Value: value, Outcome: scenario.Acknowledged, Begin: begin, End: end}
 }
 
+// permit is worker's grant of a permit of "exports" (n permits), with the number of
+// slots etcd held at its token.
+func permit(worker, slot string, tok int64, n, holders int) scenario.GrantRecord {
+	return scenario.GrantRecord{Worker: worker, Resource: slot, Token: fence.Token(tok), Permit: "exports", Permits: n, Holders: holders}
+}
+
 func withOutcome(w scenario.WriteRecord, o scenario.Outcome) scenario.WriteRecord {
 	w.Outcome = o
 	return w
@@ -55,6 +61,13 @@ func TestHistory_Check(t *testing.T) {
 		{"token granted twice", scenario.History{
 			Grants: []scenario.GrantRecord{{Worker: "a", Resource: "r", Token: 3}, {Worker: "b", Resource: "r", Token: 3}}},
 			`resource "r": token 3 granted to 2 holders: a, b`},
+		{"permits within n", scenario.History{Grants: []scenario.GrantRecord{
+			permit("a", "exports/0000", 5, 3, 1), permit("b", "exports/0001", 6, 3, 2), permit("c", "exports/0002", 7, 3, 3)}}, ""},
+		{"permits over n", scenario.History{Grants: []scenario.GrantRecord{
+			permit("a", "exports/0000", 5, 3, 3), permit("e", "exports/0003", 9, 3, 4)}},
+			`semaphore "exports": 4 permits held at token 9 (e's grant of "exports/0003"), over its 3`},
+		{"n lowered: the largest n in use counts", scenario.History{Grants: []scenario.GrantRecord{
+			permit("a", "exports/0004", 5, 5, 5), permit("b", "exports/0000", 9, 3, 5)}}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

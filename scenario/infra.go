@@ -27,18 +27,6 @@ const (
 // restartTimeout bounds the restart of a crashed server.
 const restartTimeout = 2 * time.Minute
 
-// KillEtcdLeader kills the etcd member that is leader when the step acts
-// (SIGKILL, no leadership transfer); the others elect a new one if a majority
-// remains. The member restarts on its data at its Until point or, by default,
-// once a new leader is elected (at once when none can be: a one-member cluster).
-// Until is refused where the crash leaves no majority: no worker could take or
-// release a lock before the point.
-func KillEtcdLeader() *Step { return &Step{fault: killEtcdLeader{}} }
-
-// CrashEtcd kills etcd member i (0 to Config.EtcdMembers-1, leader or not) and
-// restarts it as KillEtcdLeader does its member.
-func CrashEtcd(i int) *Step { return &Step{fault: crashEtcd{i}} }
-
 // CrashStore crashes Config.StoreServer (every connection breaks, a transaction
 // not committed is gone) and restarts it on its data: with Until, once the point
 // is reached; by default at once, the step returning when the store answers again
@@ -53,50 +41,6 @@ func CrashStore() *Step { return &Step{fault: crashStore{}} }
 // job's store calls (a context deadline, connect_timeout) when another worker's
 // Until point needs that lock.
 func CutOffStore(worker string) *Step { return &Step{fault: cutOffStore{worker}} }
-
-// checkEtcd says why the run's etcd cannot be broken, or "".
-func checkEtcd(cfg Config, verb string) string {
-	if len(cfg.EtcdEndpoints) > 0 {
-		return fmt.Sprintf("%s: Config.EtcdEndpoints names an etcd the kit did not start, so it cannot crash its members: leave EtcdEndpoints empty and set Config.EtcdMembers to have the kit start one", verb)
-	}
-	return ""
-}
-
-type killEtcdLeader struct{}
-
-func (killEtcdLeader) String() string { return "KillEtcdLeader()" }
-
-func (f killEtcdLeader) check(cfg Config, _ map[string]bool, _ *Step) string {
-	return checkEtcd(cfg, "KillEtcdLeader")
-}
-
-func (killEtcdLeader) act(r *run, s *Step) (func(), error) {
-	i := r.waitLeader()
-	if i < 0 {
-		return nil, fmt.Errorf("etcd has no leader to kill: a majority of its members is down (end an earlier crash with Until first)")
-	}
-	return r.crashMember(i, "leader", s)
-}
-
-func (killEtcdLeader) end(r *run) { r.waitNewLeader() }
-
-type crashEtcd struct{ member int }
-
-func (f crashEtcd) String() string { return fmt.Sprintf("CrashEtcd(%d)", f.member) }
-
-func (f crashEtcd) check(cfg Config, _ map[string]bool, _ *Step) string {
-	if msg := checkEtcd(cfg, "CrashEtcd"); msg != "" {
-		return msg
-	}
-	if n := cfg.members(); f.member < 0 || f.member >= n {
-		return fmt.Sprintf("the run's etcd has %d member(s), numbered 0 to %d: crash one of those, or set Config.EtcdMembers (1, 3 or 5) to have more", n, n-1)
-	}
-	return ""
-}
-
-func (f crashEtcd) act(r *run, s *Step) (func(), error) { return r.crashMember(f.member, "", s) }
-
-func (crashEtcd) end(r *run) { r.waitNewLeader() }
 
 type crashStore struct{}
 

@@ -3,8 +3,10 @@ package scenario_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/scenario"
@@ -36,7 +38,7 @@ func TestRun_killLeaderCrashStore(t *testing.T) {
 		if a := writeOf(t, h, "a"); a.Outcome != scenario.RefusedStale {
 			t.Fatalf("a's write %+v: want refused stale by the restarted store", a)
 		}
-		for _, want := range []string{"(leader) killed", "is leader", "restarted", "store: ", "crashed"} {
+		for _, want := range []string{"(leader, term", "is leader, term", "restarted", "store: ", "crashed"} {
 			if !strings.Contains(h.Timelines(), want) {
 				t.Fatalf("no %q in the timelines:\n%s", want, h.Timelines())
 			}
@@ -119,4 +121,63 @@ func TestRun_cutOffStore(t *testing.T) {
 	if !strings.Contains(h.Timelines(), "cut off from the store") {
 		t.Fatalf("no cut in the timelines:\n%s", h.Timelines())
 	}
+}
+
+// TestRun_crashEtcdFollower crashes a follower of a 3-member etcd while two
+// workers take turns on a lock: the leader keeps leading at its term (the etcd
+// timeline names both at the kill and after the restart), and the test logs the
+// longest gap between grants.
+func TestRun_crashEtcdFollower(t *testing.T) {
+	h := scenario.Run(t, scenario.Config{
+		Workers:     []string{"a", "b"},
+		EtcdMembers: 3,
+		Job: func(ctx context.Context, w *scenario.Worker) error {
+			for start := time.Now(); time.Since(start) < 3*time.Second; {
+				l, err := w.Acquire(ctx, "job")
+				if err != nil {
+					return err
+				}
+				// A release in flight to the member as it dies fails (Unavailable);
+				// the lock client deletes the key later, and the gap shows it.
+				_ = l.Release(ctx)
+			}
+			return nil
+		},
+		Read: func(context.Context, string) (map[string]string, error) { return nil, nil },
+	}, scenario.CrashEtcdFollower().After(300*time.Millisecond))
+	var killed, back *scenario.Event
+	for i, e := range h.Events {
+		switch {
+		case e.Worker == "etcd" && strings.HasSuffix(e.What, " killed"):
+			killed = &h.Events[i]
+		case e.Worker == "etcd" && strings.Contains(e.What, " is leader, term "):
+			back = &h.Events[i]
+		}
+	}
+	var leader, term int
+	if killed == nil || back == nil {
+		t.Fatalf("no kill and leader in the etcd timeline:\n%s", h.Timelines())
+	}
+	if _, err := fmt.Sscanf(killed.What[strings.Index(killed.What, "follower; "):], "follower; member %d leads, term %d) killed", &leader, &term); err != nil ||
+		back.What != fmt.Sprintf("member %d is leader, term %d", leader, term) {
+		t.Fatalf("kill %q, then %q: want a follower killed and the same leader at the same term (%v)", killed.What, back.What, err)
+	}
+	gap, at := grantGap(h)
+	t.Logf("longest gap between grants: %v (ending at %v; the kill at %v); %d grants", gap, at, killed.At, len(h.Grants))
+}
+
+// grantGap returns the longest time between two grants of the run, and when it
+// ended.
+func grantGap(h *scenario.History) (gap, at time.Duration) {
+	var prev time.Duration = -1
+	for _, e := range h.Events {
+		if !strings.HasPrefix(e.What, "granted ") {
+			continue
+		}
+		if prev >= 0 && e.At-prev > gap {
+			gap, at = e.At-prev, e.At
+		}
+		prev = e.At
+	}
+	return gap, at
 }

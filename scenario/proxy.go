@@ -8,14 +8,15 @@ import (
 	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
-// proxy forwards one worker's etcd connections (testserver/delayproxy). A cut
-// resets them all and leaves new ones unanswered, as across a partition; mending
-// forwards again. A delay holds every chunk that long before forwarding it, in
-// both directions.
+// proxy forwards one worker's etcd or store connections (testserver/delayproxy).
+// A cut resets them all and leaves new ones unanswered, as across a partition;
+// mending forwards again. A delay holds every chunk that long before forwarding
+// it, in both directions. Release delivers what a hook kept (OnTheWire).
 type proxy struct{ p *delayproxy.Proxy }
 
-func newProxy(host, target string) (*proxy, error) {
-	p, err := delayproxy.New(strings.TrimPrefix(target, "http://"), delayproxy.ListenOn(net.JoinHostPort(host, "0")))
+func newProxy(host, target string, opts ...delayproxy.Option) (*proxy, error) {
+	opts = append(opts, delayproxy.ListenOn(net.JoinHostPort(host, "0")))
+	p, err := delayproxy.New(strings.TrimPrefix(target, "http://"), opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -37,3 +38,5 @@ func (p *proxy) setCut(cut bool) {
 }
 
 func (p *proxy) setDelay(d time.Duration) { p.p.SetDelay(d) }
+
+func (p *proxy) release() { p.p.Release() }

@@ -13,6 +13,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
 // prefix is the etcd key prefix of the workers' locks.
@@ -28,6 +29,7 @@ type run struct {
 	down      map[int]bool // etcd members crashed and not yet restarted
 	storeDown bool
 	ln        net.Listener
+	wired     bool // a step waits for OnTheWire: the store proxies read the workers' statements
 	data      string
 	start     time.Time
 	undo      sync.WaitGroup
@@ -65,6 +67,8 @@ type proc struct {
 	waited  bool
 	served  chan struct{} // closed when the control connection is drained
 	write   *WriteRecord  // the write in progress
+	wire    *wire         // holds a statement in flight on store (when the run is wired)
+	wireErr string        // why the OnTheWire step waiting for it cannot be met
 }
 
 func newRun(t *testing.T, cfg Config) (*run, error) {
@@ -136,9 +140,14 @@ func (r *run) event(w, format string, args ...any) {
 func (r *run) eventLocked(w, format string, args ...any) int {
 	r.seq++
 	r.hist.Events = append(r.hist.Events, Event{Seq: r.seq, At: time.Since(r.start), Worker: w, What: fmt.Sprintf(format, args...)})
+	r.wakeLocked()
+	return r.seq
+}
+
+// wakeLocked wakes every waitFor.
+func (r *run) wakeLocked() {
 	close(r.changed)
 	r.changed = make(chan struct{})
-	return r.seq
 }
 
 // waitFor blocks until cond (called with r.mu held) is true or the run is closed.
@@ -160,7 +169,7 @@ func (r *run) waitFor(cond func() bool) bool {
 }
 
 func (r *run) startWorker(p *proc) error {
-	prs, store, err := r.proxies()
+	prs, store, err := r.proxies(p)
 	if err != nil {
 		return err
 	}
@@ -181,8 +190,8 @@ func (r *run) startWorker(p *proc) error {
 }
 
 // proxies starts a worker's proxies: one to each etcd member, one to the store
-// server if the run has one.
-func (r *run) proxies() (etcd []*proxy, store *proxy, err error) {
+// server if the run has one (reading p's statements when the run is wired).
+func (r *run) proxies(p *proc) (etcd []*proxy, store *proxy, err error) {
 	host := r.cfg.Launcher.Host()
 	defer func() {
 		if err != nil {
@@ -205,7 +214,12 @@ func (r *run) proxies() (etcd []*proxy, store *proxy, err error) {
 	if err != nil {
 		return etcd, nil, fmt.Errorf("Config.StoreServer.Addr: %w: Config.Setup must take the workers' DSN from this server", err)
 	}
-	store, err = newProxy(host, addr)
+	var opts []delayproxy.Option
+	if r.wired {
+		p.wire = &wire{reached: func() { r.onTheWire(p) }, bad: func(why string) { r.wireBad(p, why) }}
+		opts = append(opts, delayproxy.InspectEach(p.wire.hook))
+	}
+	store, err = newProxy(host, addr, opts...)
 	return etcd, store, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -21,7 +22,8 @@ type Config struct {
 	// schema there); what it returns reaches every worker as Worker.Data and Read.
 	Setup func(t *testing.T) string
 	// Job is the user's job, run once in each worker process. An error other than
-	// fence.ErrStale or fence.ErrLost fails the test.
+	// fence.ErrStale, fence.ErrLost or a cancellation once one of the worker's
+	// locks ended fails the test.
 	Job func(ctx context.Context, w *Worker) error
 	// Read returns the final value of every resource written, after all workers
 	// have ended, in the value Worker.Write recorded.
@@ -39,8 +41,8 @@ type Config struct {
 	// kit starts none, and cannot crash its members.
 	EtcdEndpoints []string
 	// StoreServer is the database server Setup takes the workers' DSN from, for
-	// CrashStore and CutOffStore (a *pgtest.Server is one). Nil: the kit breaks
-	// no store.
+	// CrashStore, CutOffStore and OnTheWire (a *pgtest.Server is one). Nil: the
+	// kit breaks no store and holds no write in flight.
 	StoreServer StoreServer
 }
 
@@ -105,6 +107,7 @@ func Record(t *testing.T, cfg Config, steps ...*Step) *History {
 		t.Fatal(err)
 	}
 	t.Cleanup(r.close)
+	r.wired = slices.ContainsFunc(steps, func(s *Step) bool { return s.when != nil && s.when.name == OnTheWire })
 	if cfg.Setup != nil {
 		r.data = cfg.Setup(t)
 	}

@@ -97,6 +97,10 @@ func (s *Step) check(i int, cfg Config, known map[string]bool) error {
 		return bad("Until names no worker of Config.Workers: %q", s.until.worker)
 	case s.after != 0 && s.when != nil:
 		return bad("After and When both say when to act: give one")
+	case s.until != nil && s.until.name == OnTheWire:
+		return bad("OnTheWire is a When point only (the statement is held until that step ends): Until cannot wait for it")
+	case s.when != nil && s.when.name == OnTheWire && cfg.StoreServer == nil:
+		return bad("OnTheWire needs the worker's statements to pass the kit's proxy to the store: set Config.StoreServer to the server Config.Setup takes the DSN from (a *pgtest.Server) and build the worker's DSN with Worker.StoreDSN. An embedded store such as SQLite sends nothing over a network, so none of its writes is ever in flight: freeze at InStore there (see the package doc)")
 	}
 	if msg := s.fault.check(cfg, known, s); msg != "" {
 		return bad("%s", msg)

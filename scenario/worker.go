@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -19,14 +20,18 @@ import (
 	"github.com/fencegate/fencegate/lockclient"
 )
 
-// Points the kit reaches for a job: Granted after Worker.Acquire took a lock,
-// AboutToWrite and Wrote before and after Worker.Write's write, InStore inside a
-// Store's fenced transaction once the grant's own check has passed, Finished when
-// the worker's process has ended (for Until and When of another worker).
+// Points the kit reaches for a job: Granted after Worker.Acquire or AcquirePermit
+// took a lock, AboutToWrite and Wrote before and after Worker.Write's write,
+// InStore inside a Store's fenced transaction once the grant's own check has
+// passed, OnTheWire when a recorded write's statement has left the process (held
+// by the kit's proxy to the store until the step met there ends: a When point
+// only; see the package doc), Finished when the worker's process has ended (for
+// Until and When of another worker).
 const (
 	Granted      = "granted"
 	AboutToWrite = "about to write"
 	InStore      = "in store"
+	OnTheWire    = "on the wire"
 	Wrote        = "wrote"
 	Finished     = "finished"
 )
@@ -47,7 +52,9 @@ type msg struct {
 	Value      string        `json:"value,omitempty"`
 	Outcome    Outcome       `json:"outcome,omitempty"`
 	Err        string        `json:"err,omitempty"`
-	Fenced     bool          `json:"fenced,omitempty"` // exit: the job's error is fence.ErrStale or ErrLost
+	Fenced     bool          `json:"fenced,omitempty"`  // exit: the job stopped as a fenced job does (see jobStopped)
+	Permit     string        `json:"permit,omitempty"`  // a Granted permit's semaphore name
+	Permits    int           `json:"permits,omitempty"` // and its n
 	Endpoints  []string      `json:"endpoints,omitempty"`
 	StoreAddr  string        `json:"store_addr,omitempty"`  // Config.StoreServer's
 	StoreProxy string        `json:"store_proxy,omitempty"` // the worker's proxy to it
@@ -65,6 +72,8 @@ type Worker struct {
 	mu         sync.Mutex
 	enc        *json.Encoder
 	dec        *json.Decoder
+	lmu        sync.Mutex
+	locks      []*lockclient.Lock // taken through Acquire and AcquirePermit
 }
 
 // Name is the worker's name from Config.Workers.
@@ -101,16 +110,60 @@ func (w *Worker) Acquire(ctx context.Context, name string, opts ...lockclient.Lo
 	if err != nil {
 		return nil, err
 	}
-	if err := w.call(msg{Kind: "reach", Point: Granted, Resource: name, Token: l.Token()}); err != nil {
+	return w.granted(l, msg{})
+}
+
+// AcquirePermit takes one of n permits of the semaphore name as
+// Client().AcquirePermit does, records the grant under its slot (l.Resource(),
+// name/NNNN) with name and n, and reaches Granted. Its errors are
+// AcquirePermit's (n below 1 wraps fence.ErrInvalidArgument, before any I/O), or
+// the run's control connection's.
+func (w *Worker) AcquirePermit(ctx context.Context, name string, n int, opts ...lockclient.LockOption) (*lockclient.Lock, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: scenario: AcquirePermit(%q, %d): n is how many permits the semaphore has: give 1 or more", fence.ErrInvalidArgument, name, n)
+	}
+	l, err := w.client.AcquirePermit(ctx, name, n, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return w.granted(l, msg{Permit: name, Permits: n})
+}
+
+// granted records l's grant (m says whose permit it is) and reaches Granted.
+func (w *Worker) granted(l *lockclient.Lock, m msg) (*lockclient.Lock, error) {
+	w.lmu.Lock()
+	w.locks = append(w.locks, l)
+	w.lmu.Unlock()
+	m.Kind, m.Point, m.Resource, m.Token = "reach", Granted, l.Resource(), l.Token()
+	if err := w.call(m); err != nil {
 		return nil, err
 	}
 	return l, nil
 }
 
+// jobStopped reports whether the job's error is a fenced job's stop:
+// fence.ErrStale, fence.ErrLost, or a cancellation once one of the worker's
+// locks has ended (statements on the lock's context, cancelled by its loss).
+func (w *Worker) jobStopped(err error) bool {
+	if errors.Is(err, fence.ErrStale) || errors.Is(err, fence.ErrLost) {
+		return true
+	}
+	if !errors.Is(err, context.Canceled) {
+		return false
+	}
+	w.lmu.Lock()
+	defer w.lmu.Unlock()
+	return slices.ContainsFunc(w.locks, func(l *lockclient.Lock) bool { return l.Context().Err() != nil })
+}
+
 // Reach tells the run the job has reached point; it returns when every step that
-// waits for it has acted (the worker may be frozen in it). It returns an error
-// only when the run is gone.
+// waits for it has acted (the worker may be frozen in it). Its error is the run's
+// control connection's, or wraps fence.ErrInvalidArgument for OnTheWire, which
+// only the kit reaches.
 func (w *Worker) Reach(ctx context.Context, point string) error {
+	if point == OnTheWire {
+		return fmt.Errorf("%w: scenario: Reach(OnTheWire): the kit reaches it when a recorded write's statement leaves the process; a job cannot", fence.ErrInvalidArgument)
+	}
 	return w.call(msg{Kind: "reach", Point: point})
 }
 
@@ -210,7 +263,7 @@ func work(t *testing.T, cfg Config, name, addr string) error {
 	exit := msg{Kind: "exit"}
 	if jerr != nil {
 		exit.Err = jerr.Error()
-		exit.Fenced = errors.Is(jerr, fence.ErrStale) || errors.Is(jerr, fence.ErrLost)
+		exit.Fenced = w.jobStopped(jerr)
 	}
 	return w.call(exit)
 }

@@ -44,7 +44,7 @@ func TestInvoice_gcPause_sqlite(t *testing.T) {
 			return jobtest.WriteInvoiceSQL(ctx, scenario.Store(w, store), l, "account-42", w.Name()+"'s invoice")
 		},
 		Read: readSQLite,
-	}, gcPause()...)
+	}, gcPause(scenario.InStore)...)
 }
 
 func readSQLite(ctx context.Context, path string) (map[string]string, error) {

@@ -47,7 +47,7 @@ func TestInvoice_gcPause_unfenced(t *testing.T) {
 			return jobtest.WriteInvoiceSQL(ctx, scenario.Store(w, jobtest.Unfenced{DB: db}), l, "account-42", w.Name()+"'s invoice")
 		},
 		Read: readSQLite,
-	}, gcPause()...)
+	}, gcPause(scenario.InStore)...)
 	err := h.Check()
 	if !errors.Is(err, scenario.ErrViolation) {
 		t.Fatalf("Check() = %v; want a's stale invoice caught", err)

@@ -1,8 +1,9 @@
 // Package delayproxy is a TCP proxy for tests: it delays every chunk of bytes by a
 // fixed one-way delay in each direction, for benchmarks that must show what round
 // trips cost across a network (loopback hides them), and it breaks the network on
-// demand: Cut and Heal for a partition, Pause and Resume for a link that stalls, and
-// an Inspect hook that loses a chosen reply. It does not limit throughput: each
+// demand: Cut and Heal for a partition, Pause and Resume for a link that stalls, an
+// Inspect hook that loses a chosen reply, and Keep and Release for bytes that are
+// on their way but arrive late. It does not limit throughput: each
 // chunk read is queued with its arrival time and written, in order, once the delay
 // has passed, so many chunks can be in flight at once.
 //
@@ -32,28 +33,31 @@ var (
 
 // Proxy forwards connections accepted on Addr to a target address.
 type Proxy struct {
-	ln      net.Listener
-	target  string
-	inspect func(up bool, data []byte) Action
-	delay   atomic.Int64 // one-way, in nanoseconds
-	q       chan chunk   // every direction's chunks, in arrival order
+	ln     net.Listener
+	target string
+	hooks  func() func(up bool, data []byte) Action // each connection's Inspect hook
+	delay  atomic.Int64                             // one-way, in nanoseconds
+	q      chan chunk                               // every direction's chunks, in arrival order
 
 	mu      sync.Mutex
 	conns   map[net.Conn]struct{}
-	cut     bool          // new connections are held, unanswered
-	paused  chan struct{} // non-nil while paused; closed by Resume
+	cut     bool               // new connections are held, unanswered
+	paused  chan struct{}      // non-nil while paused; closed by Resume
+	keeps   map[*keep]struct{} // the directions holding bytes for Release
 	closed  bool
 	readers sync.WaitGroup // accept and the readers: they send on q
 	done    chan struct{}  // closed when the delivering goroutine ends
 }
 
 // chunk is data read from src, to be written to dst when due; a chunk with eof set
-// closes both once everything before it is written.
+// closes both once everything before it is written, or with half set only dst's
+// writing side (the end of a kept stream: dst's answer still comes back).
 type chunk struct {
 	due      time.Time
 	dst, src net.Conn
 	data     []byte
 	eof      bool
+	half     bool
 }
 
 // Start listens on 127.0.0.1 (a free port) and forwards every connection to target,
@@ -79,8 +83,8 @@ func New(target string, opts ...Option) (*Proxy, error) {
 	if err != nil {
 		return nil, fmt.Errorf("delayproxy: listen: %w", err)
 	}
-	p := &Proxy{ln: ln, target: target, inspect: cfg.inspect, q: make(chan chunk, 1<<16),
-		conns: map[net.Conn]struct{}{}, done: make(chan struct{})}
+	p := &Proxy{ln: ln, target: target, hooks: cfg.hooks(), q: make(chan chunk, 1<<16),
+		conns: map[net.Conn]struct{}{}, keeps: map[*keep]struct{}{}, done: make(chan struct{})}
 	p.delay.Store(int64(cfg.oneWay))
 	go p.deliver()
 	p.readers.Go(p.accept)
@@ -163,34 +167,41 @@ func (p *Proxy) accept() {
 				_ = tc.SetNoDelay(true)
 			}
 		}
-		p.readers.Go(func() { p.read(out, in, true) })
-		p.readers.Go(func() { p.read(in, out, false) })
+		hook := p.hooks()
+		p.readers.Go(func() { p.read(out, in, true, hook) })
+		p.readers.Go(func() { p.read(in, out, false, hook) })
 	}
 }
 
 // read queues what src sends, for dst, each chunk stamped with its due time; up
-// tells the Inspect hook the direction (client to target).
-func (p *Proxy) read(dst, src net.Conn, up bool) {
+// tells the hook the direction (client to target).
+func (p *Proxy) read(dst, src net.Conn, up bool, hook func(bool, []byte) Action) {
 	buf := make([]byte, 32<<10)
 	held := false
+	var k *keep
 	for {
 		n, err := src.Read(buf)
-		if n > 0 && !held {
-			switch p.verdict(up, buf[:n]) {
+		if n > 0 && !held && k == nil {
+			switch verdict(hook, up, buf[:n]) {
 			case Hold:
 				held = true
 				continue
+			case Keep:
+				k = p.startKeep()
 			case Sever:
 				_ = src.Close()
 				_ = dst.Close()
 				p.untrack(src, dst)
 				return
 			}
+		}
+		due := time.Now().Add(time.Duration(p.delay.Load()))
+		if n > 0 && !held {
 			// Copied out at its own size: most reads are a few hundred bytes.
-			p.q <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), dst: dst, src: src, data: append([]byte(nil), buf[:n]...)}
+			p.send(k, chunk{due: due, dst: dst, src: src, data: append([]byte(nil), buf[:n]...)})
 		}
 		if err != nil {
-			p.q <- chunk{due: time.Now().Add(time.Duration(p.delay.Load())), dst: dst, src: src, eof: true}
+			p.send(k, chunk{due: due, dst: dst, src: src, eof: true, half: k != nil})
 			return
 		}
 	}
@@ -207,6 +218,11 @@ func (p *Proxy) deliver() {
 	for c := range p.q {
 		waitUntil(c.due)
 		p.waitResumed()
+		if c.eof && c.half {
+			if tc, ok := c.dst.(*net.TCPConn); ok && !broken[c.dst] && tc.CloseWrite() == nil {
+				continue
+			}
+		}
 		if c.eof {
 			_ = c.dst.Close()
 			_ = c.src.Close()

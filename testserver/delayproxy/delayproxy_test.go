@@ -75,6 +75,11 @@ func TestNew_badInput(t *testing.T) {
 		{"negative delay", "127.0.0.1:1", []delayproxy.Option{delayproxy.OneWay(-time.Millisecond)}},
 		{"empty listen address", "127.0.0.1:1", []delayproxy.Option{delayproxy.ListenOn("")}},
 		{"listen address without a port", "127.0.0.1:1", []delayproxy.Option{delayproxy.ListenOn("127.0.0.1")}},
+		{"nil per-connection hook", "127.0.0.1:1", []delayproxy.Option{delayproxy.InspectEach(nil)}},
+		{"two hooks", "127.0.0.1:1", []delayproxy.Option{
+			delayproxy.Inspect(func(bool, []byte) delayproxy.Action { return delayproxy.Forward }),
+			delayproxy.InspectEach(func() func(bool, []byte) delayproxy.Action { return nil }),
+		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -3,6 +3,7 @@ package delayproxy
 import (
 	"fmt"
 	"net"
+	"sync"
 	"time"
 )
 
@@ -13,6 +14,8 @@ type config struct {
 	listen  string
 	oneWay  time.Duration
 	inspect func(up bool, data []byte) Action
+	each    func() func(up bool, data []byte) Action
+	hooked  int // Inspect and InspectEach options given
 }
 
 // ListenOn makes the proxy listen on addr, host:port (port 0 for a free one), not
@@ -28,7 +31,24 @@ func OneWay(d time.Duration) Option { return func(c *config) { c.oneWay = d } }
 // reply to one chosen request. f runs on the connections' reading goroutines, two
 // per connection, at once: it must be safe for concurrent use.
 func Inspect(f func(up bool, data []byte) Action) Option {
-	return func(c *config) { c.inspect = f }
+	return func(c *config) { c.inspect, c.hooked = f, c.hooked+1 }
+}
+
+// InspectEach is Inspect with a hook of each connection's own: newHook is called
+// as each connection is accepted, and the hook it returns sees only that
+// connection's chunks, both directions (from two goroutines at once), so it can
+// keep state across them, such as a protocol's message framing. It cannot be
+// combined with Inspect.
+func InspectEach(newHook func() func(up bool, data []byte) Action) Option {
+	return func(c *config) { c.each, c.hooked = newHook, c.hooked+1 }
+}
+
+// hooks returns the maker of each connection's hook.
+func (c config) hooks() func() func(up bool, data []byte) Action {
+	if c.each != nil {
+		return c.each
+	}
+	return func() func(up bool, data []byte) Action { return c.inspect }
 }
 
 func (c config) validate(target string) error {
@@ -39,6 +59,10 @@ func (c config) validate(target string) error {
 		return fmt.Errorf("%w: empty listen address", ErrInvalidArgument)
 	case c.oneWay < 0:
 		return fmt.Errorf("%w: negative delay %v", ErrInvalidArgument, c.oneWay)
+	case c.hooked > 1:
+		return fmt.Errorf("%w: more than one Inspect or InspectEach hook: give one", ErrInvalidArgument)
+	case c.hooked == 1 && c.inspect == nil && c.each == nil:
+		return fmt.Errorf("%w: nil Inspect or InspectEach hook", ErrInvalidArgument)
 	}
 	if _, _, err := net.SplitHostPort(c.listen); err != nil {
 		return fmt.Errorf("%w: listen address %q: %v", ErrInvalidArgument, c.listen, err)
@@ -54,13 +78,14 @@ const (
 	Forward Action = iota // deliver it, after the delay
 	Hold                  // deliver neither it nor anything after it in that direction; the connection stays open
 	Sever                 // close the connection, both sides (the client reads EOF): neither this chunk nor the rest is delivered
+	Keep                  // as Hold, but kept, the end of the stream too, until Release delivers them in order
 )
 
-func (p *Proxy) verdict(up bool, data []byte) Action {
-	if p.inspect == nil {
+func verdict(hook func(bool, []byte) Action, up bool, data []byte) Action {
+	if hook == nil {
 		return Forward
 	}
-	return p.inspect(up, data)
+	return hook(up, data)
 }
 
 // Cut partitions the proxy: every connection through it is reset and new ones are
@@ -135,6 +160,7 @@ func (p *Proxy) hold(c net.Conn) bool {
 // dropLocked resets every connection: nothing queued for it or in its socket's
 // send buffer is delivered, as when a network drops what it carries.
 func (p *Proxy) dropLocked() {
+	clear(p.keeps) // never released: their connections are reset
 	for c := range p.conns {
 		if tc, ok := c.(*net.TCPConn); ok {
 			_ = tc.SetLinger(0)
@@ -142,4 +168,62 @@ func (p *Proxy) dropLocked() {
 		_ = c.Close()
 	}
 	clear(p.conns)
+}
+
+// Release delivers what every Keep holds, in order, and forwards each kept
+// direction again, as bytes that were on their way arrive late. A stream whose
+// sender closed while kept reaches its receiver whole, followed by its end (the
+// receiver's writing side stays open, so its answer is read, and dropped if the
+// sender is gone). Cut and Close drop what Keep holds.
+func (p *Proxy) Release() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	ks := p.keeps
+	p.keeps = map[*keep]struct{}{}
+	p.readers.Add(1) // q stays open until the kept chunks are queued
+	p.mu.Unlock()
+	defer p.readers.Done()
+	for k := range ks {
+		k.mu.Lock()
+		for _, c := range k.chunks {
+			p.q <- c
+		}
+		k.chunks, k.on = nil, false
+		k.mu.Unlock()
+	}
+}
+
+// keep is one direction of a connection whose bytes Keep holds.
+type keep struct {
+	mu     sync.Mutex
+	on     bool
+	chunks []chunk
+}
+
+func (p *Proxy) startKeep() *keep {
+	k := &keep{on: true}
+	p.mu.Lock()
+	if !p.closed && !p.cut {
+		p.keeps[k] = struct{}{}
+	}
+	p.mu.Unlock()
+	return k
+}
+
+// send queues c, or keeps it while k holds its direction.
+func (p *Proxy) send(k *keep, c chunk) {
+	if k == nil {
+		p.q <- c
+		return
+	}
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	if k.on {
+		k.chunks = append(k.chunks, c)
+		return
+	}
+	p.q <- c
 }
