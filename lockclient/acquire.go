@@ -1,7 +1,7 @@
 package lockclient
 
 import (
-	"bytes"
+	"cmp"
 	"container/heap"
 	"context"
 	"errors"
@@ -26,7 +26,7 @@ const MaxSetSize = 128
 // Errors: fence.ErrInvalidArgument (bad name or option, before any I/O),
 // ErrClosed, ctx's error, or etcd's error that is not transient.
 func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.acquireObserved(ctx, []string{name}, opts, true, false)
+	return c.acquireNames(ctx, []string{name}, opts, true, false)
 }
 
 // TryAcquire is Acquire without the wait: when the lock is held it returns at
@@ -37,7 +37,7 @@ func (c *Client) Acquire(ctx context.Context, name string, opts ...LockOption) (
 // earlier end) while etcd does not answer, with an error matching
 // context.DeadlineExceeded; etcd's overload answer is retried within that bound.
 func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption) (*Lock, error) {
-	return c.acquireObserved(ctx, []string{name}, opts, false, false)
+	return c.acquireNames(ctx, []string{name}, opts, false, false)
 }
 
 // AcquireSet takes every one of names all-or-nothing, under one token, waiting
@@ -49,25 +49,75 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // Errors are those of Acquire; fence.ErrInvalidArgument also for no names, a
 // name listed twice or more than MaxSetSize names.
 func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
-	return c.acquireObserved(ctx, names, opts, true, true)
+	return c.acquireNames(ctx, names, opts, true, true)
 }
 
 // TryAcquireSet is AcquireSet without the wait, as TryAcquire is Acquire
 // without it; its *HeldError names the first held name in sorted order.
 func (c *Client) TryAcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
-	return c.acquireObserved(ctx, names, opts, false, true)
+	return c.acquireNames(ctx, names, opts, false, true)
 }
 
-// request is one acquire call: its names, sorted, and what it asks for.
+// request is one acquire call: its names (sorted; a permit's semaphore name)
+// and what it asks for, and its kind: what it takes and how it waits.
 type request struct {
 	names []string
-	keys  []string
 	set   bool // AcquireSet: the value says so, and Holder lists the names
 	wait  bool
 	lo    lockOptions
+	kind  kind
 }
 
-func (c *Client) acquireObserved(ctx context.Context, names []string, opts []LockOption, wait, set bool) (*Lock, error) {
+// kind is what differs between the calls of the one attempt loop: names
+// (Acquire, AcquireSet: every key or none) and a permit (AcquirePermit: a free
+// slot). A kind is per call and keeps its state between attempts.
+type kind interface {
+	// try sends one attempt, putting val under a.lease: the grant it got, or
+	// nil when refused (kept for blocked); on an error, the keys it may have put.
+	try(ctx context.Context, a *attempt, val []byte) (g *granted, maybe []string, err error)
+	// blocked reads the last refusal: a grant an earlier attempt of the call
+	// took (its answer lost), done with an error (a try's *HeldError, a name of
+	// the other kind, a failed wait), or neither: try again.
+	blocked(ctx context.Context, a *attempt) (g *granted, done bool, err error)
+}
+
+// granted is what an attempt took: the Lock's names and token, and when the
+// attempt was sent (max hold and manual renewal count from then).
+type granted struct {
+	names []string
+	token fence.Token
+	sent  time.Time
+}
+
+// attempt is one call's state under one session lease.
+type attempt struct {
+	c     *Client
+	r     *request
+	lease clientv3.LeaseID
+	// Attempts whose outcome is unknown (the Txn failed in transit): finding
+	// one's value on a key later means that attempt took it.
+	unknown []tried
+}
+
+// tried is an attempt of unknown outcome: a key it may have put, with its value.
+type tried struct{ key, val string }
+
+// ours reports whether kv was put by an attempt of this call whose answer was lost.
+func (a *attempt) ours(kv *mvccpb.KeyValue) bool {
+	return clientv3.LeaseID(kv.Lease) == a.lease &&
+		slices.ContainsFunc(a.unknown, func(t tried) bool { return t.val == string(kv.Value) })
+}
+
+// found turns an earlier attempt's keys (kv's value) into a grant and
+// forgets the call's other unknown attempts.
+func (a *attempt) found(names []string, kv *mvccpb.KeyValue) *granted {
+	a.c.forget(slices.DeleteFunc(a.unknown, func(t tried) bool { return t.val == string(kv.Value) }))
+	a.unknown = nil
+	info := decodeInfo(names[0], kv)
+	return &granted{names: names, token: info.Token, sent: info.AcquiredAt}
+}
+
+func (c *Client) acquireNames(ctx context.Context, names []string, opts []LockOption, wait, set bool) (*Lock, error) {
 	first := ""
 	if len(names) > 0 {
 		first = slices.Min(names)
@@ -114,164 +164,65 @@ func (c *Client) newRequest(names []string, opts []LockOption, wait, set bool) (
 	if r.lo, err = buildLockOptions(c.ttl, opts); err != nil {
 		return nil, err
 	}
-	r.keys = make([]string, len(r.names))
+	k := &namesKind{keys: make([]string, len(r.names))}
 	for i, n := range r.names {
-		r.keys[i] = c.key(n)
+		k.keys[i] = c.key(n)
 	}
+	r.kind = k
 	return r, nil
 }
 
-// acquire is the one lock path: each attempt is one Txn that creates every key
-// under the session lease if none exists, else reads them.
+// acquire is the one attempt loop, for every kind: session, encode, one Txn,
+// then register the grant, or read the refusal and wait.
 func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
-	var lease clientv3.LeaseID
-	// Values of attempts whose outcome is unknown (the Txn failed in transit):
-	// finding one of them on the keys later means that attempt took the lock.
-	var unknown [][]byte
+	a := &attempt{c: c, r: r}
 	for {
-		cur, err := c.session(ctx) // per attempt: a lost session is replaced
+		lease, err := c.session(ctx) // per attempt: a lost session is replaced
 		if err != nil {
-			c.forget(r.keys, unknown)
+			c.forget(a.unknown)
 			return nil, err
 		}
-		if cur != lease {
-			lease, unknown = cur, nil // the old lease takes its keys with it
+		if lease != a.lease {
+			a.lease, a.unknown = lease, nil // the old lease takes its keys with it
 		}
 		sent := time.Now()
 		val := c.encode(sent, r)
-		resp, err := c.txnCreate(ctx, r.keys, lease, val)
+		g, maybe, err := r.kind.try(ctx, a, val)
 		if err != nil {
-			unknown = append(unknown, val) // it may have landed, or ctx ended on a Txn that did
+			for _, k := range maybe { // it may have landed, or ctx ended on a Txn that did
+				a.unknown = append(a.unknown, tried{k, string(val)})
+			}
 			if err := c.retryAcquire(ctx, err, r, lease); err != nil {
-				c.forget(r.keys, unknown)
+				c.forget(a.unknown)
 				return nil, err
 			}
 			continue
 		}
-		if resp.Succeeded {
-			l, err := c.register(c.newLock(r, fence.Token(resp.Header.Revision), lease), sent)
-			if r.wait && errors.Is(err, ErrSessionLost) {
-				continue
+		if g == nil {
+			var done bool
+			if g, done, err = r.kind.blocked(ctx, a); done {
+				c.forget(a.unknown)
+				return nil, err
 			}
-			return l, err
 		}
-		if l, done, err := c.blocked(ctx, r, resp, lease, unknown); done {
-			return l, err
+		if g == nil {
+			continue
 		}
+		g.sent = cmp.Or(g.sent, sent)
+		l, err := c.register(c.newLock(r, g, lease), g.sent)
+		if r.wait && errors.Is(err, ErrSessionLost) {
+			continue
+		}
+		return l, err
 	}
 }
-
-// txnCreate sends one attempt: every key put with val under lease if none
-// exists. The session's first grant also stores its session key (sessionKey),
-// by which Watch tells a release from an expiry.
-func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
-	cmps := make([]clientv3.Cmp, len(keys))
-	puts := make([]clientv3.Op, len(keys), len(keys)+1)
-	gets := make([]clientv3.Op, len(keys))
-	for i, k := range keys {
-		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
-		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
-		gets[i] = clientv3.OpGet(k)
-	}
-	c.mu.Lock()
-	mark := c.marked != lease && len(keys) < MaxSetSize // a Txn takes at most MaxSetSize operations
-	c.mu.Unlock()
-	if mark {
-		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
-	}
-	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
-	})
-	if mark && err == nil && resp.Succeeded {
-		c.mu.Lock()
-		if c.lease == lease {
-			c.marked = lease
-		}
-		c.mu.Unlock()
-	}
-	return resp, err
-}
-
-// blocked handles an attempt that found keys. It is done when an earlier
-// attempt of this call had taken every key (registered and returned), for a
-// try (a *HeldError), or when the wait fails; otherwise the keys that blocked
-// it were deleted and the caller tries again.
-func (c *Client) blocked(ctx context.Context, r *request, resp *clientv3.TxnResponse, lease clientv3.LeaseID, unknown [][]byte) (*Lock, bool, error) {
-	var held, ours, orphans []*mvccpb.KeyValue
-	for _, rr := range resp.Responses {
-		kvs := rr.GetResponseRange().GetKvs()
-		switch {
-		case len(kvs) == 0:
-		case isMark(kvs[0].Value): // checked by the Txn: the key etcd compared
-			return nil, true, semaphoreErr("Acquire", c.nameOf(kvs[0]))
-		case clientv3.LeaseID(kvs[0].Lease) != lease && bytes.HasPrefix(kvs[0].Value, c.valuePrefix):
-			orphans = append(orphans, kvs[0])
-		case clientv3.LeaseID(kvs[0].Lease) == lease && slices.ContainsFunc(unknown, func(v []byte) bool { return string(v) == string(kvs[0].Value) }):
-			ours = append(ours, kvs[0])
-		default:
-			held = append(held, kvs[0])
-		}
-	}
-	if len(orphans) > 0 {
-		if err := c.dropOrphans(ctx, orphans); err == nil {
-			return nil, false, nil
-		}
-		held = append(held, orphans...) // not deleted: waited out like any other
-	}
-	if len(ours) == len(r.names) {
-		// An earlier attempt whose answer was lost took every key.
-		info := decodeInfo(r.names[0], ours[0])
-		l, err := c.register(c.newLock(r, info.Token, lease), info.AcquiredAt)
-		return l, true, err
-	}
-	if len(ours) > 0 {
-		// Part of an earlier attempt's keys is left (someone deleted the rest):
-		// give it up, and wait for those keys like any other.
-		c.forget(r.keys, unknown)
-		held = append(held, ours...)
-	}
-	if len(held) == 0 {
-		return nil, false, nil // cannot happen: the compare failed, so a key existed
-	}
-	if !r.wait {
-		info := decodeInfo(c.nameOf(held[0]), held[0])
-		return nil, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
-	}
-	c.waiting(ctx, c.nameOf(held[0]), held[0])
-	for _, kv := range held {
-		if err := c.waitDeleted(ctx, string(kv.Key), resp.Header.Revision); err != nil {
-			c.forget(r.keys, unknown)
-			return nil, true, err
-		}
-	}
-	return nil, false, nil
-}
-
-// dropOrphans deletes keys this Client created under a session it has lost,
-// whose Locks have all ended, rather than wait their lease out. Each delete is
-// conditioned on the key's create revision.
-func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
-	ops := make([]clientv3.Op, len(kvs))
-	for i, kv := range kvs {
-		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
-		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
-	}
-	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).Then(ops...).Commit()
-	})
-	return err
-}
-
-func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
 
 // forget queues deletes of the keys attempts with an unknown outcome may have
-// created, so that a lock nobody will use does not stay held for the session's
+// put, so that a lock nobody will use does not stay held for the session's
 // life; each delete is conditioned on the exact value the attempt wrote.
-func (c *Client) forget(keys []string, vals [][]byte) {
-	for _, k := range keys {
-		for _, v := range vals {
-			c.addPending(pendingDelete{key: k, cmp: clientv3.Compare(clientv3.Value(k), "=", string(v))})
-		}
+func (c *Client) forget(ts []tried) {
+	for _, t := range ts {
+		c.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
 	}
 }
 

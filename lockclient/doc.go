@@ -7,7 +7,8 @@
 //     keepalive stream; every lock key it creates is attached to it. A process
 //     that crashes, freezes or is cut off stops renewing, etcd deletes its keys
 //     and the locks pass on. There is no lease and no goroutine per lock.
-//   - Acquire is one Txn. A lock's token is its key's etcd create revision:
+//   - Acquire is one Txn, and so is AcquirePermit: one attempt loop takes
+//     names and permits alike. A lock's token is its key's etcd create revision:
 //     global, stored through raft, never reused, so every later grant of any
 //     lock carries a higher token, across leader changes and restarts.
 //     AcquireSet takes several names all-or-nothing under one token.
@@ -18,7 +19,8 @@
 //   - A Lock ends once, with a cause, and nothing revives it: Done closes and
 //     context.Cause of its Context is ErrReleased, ErrClosed, or an error
 //     matching fence.ErrLost (and ErrSessionLost when the session lease ran
-//     out, ErrNotRenewed when a WithManualRenewal lock was not renewed). Loss
+//     out, ErrNotRenewed when a WithManualRenewal lock was not renewed,
+//     ErrMaxHold when a WithMaxHold lock reached its max hold). Loss
 //     is told conservatively, by the Client's own clock: its deadline is the
 //     send time of its last confirmed renewal plus the TTL, which passes
 //     before etcd's, and a timer ends the locks at it whatever the network
@@ -28,8 +30,9 @@
 //     refused. That, not the lease, stops a holder that woke after its lock
 //     passed on; the gap between etcd expiring a lease and a frozen process
 //     noticing is what fencing covers.
-//   - Every call that talks to etcd is bounded. Acquire, AcquireSet and Lead
-//     wait as long as their ctx lets them: it is their only bound. Every other
+//   - Every call that talks to etcd is bounded. Acquire, AcquireSet,
+//     AcquirePermit and Lead wait as long as their ctx lets them: it is their
+//     only bound. Every other
 //     call gives up after the session TTL (or ctx's earlier end) while etcd
 //     does not answer, with an error matching context.DeadlineExceeded.
 //   - A Client outlives a lost session: its next Acquire starts a new one after

@@ -56,9 +56,9 @@ var (
 	}()
 )
 
-func (c *Client) newLock(r *request, token fence.Token, lease clientv3.LeaseID) *Lock {
+func (c *Client) newLock(r *request, g *granted, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lock{c: c, name: r.names[0], names: r.names, set: r.set, token: token, lease: lease,
+	l := &Lock{c: c, name: g.names[0], names: g.names, set: r.set, token: g.token, lease: lease,
 		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, maxHold: r.lo.maxHold, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()

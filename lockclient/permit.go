@@ -3,11 +3,9 @@ package lockclient
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/lockname"
@@ -38,31 +36,30 @@ func (c *Client) TryAcquirePermit(ctx context.Context, name string, n int, opts 
 	return c.permitObserved(ctx, name, n, opts, false)
 }
 
-// permitReq is one AcquirePermit call.
-type permitReq struct {
-	name  string
-	n     int
-	mark  string // the name's own key: the semaphore mark
-	slots string // the slots' key prefix
-	wait  bool
-	lo    lockOptions
-	reads int // refused attempts so far
-}
-
-// tried is one attempt whose outcome is unknown: the slot key and the value it wrote.
-type tried struct{ key, val string }
-
 func (c *Client) permitObserved(ctx context.Context, name string, n int, opts []LockOption, wait bool) (*Lock, error) {
 	return c.observed(ctx, name, wait, func(ctx context.Context) (*Lock, error) {
-		p, err := c.newPermitReq(name, n, opts, wait)
+		r, err := c.newPermitRequest(name, n, opts, wait)
 		if err != nil {
 			return nil, err
 		}
-		return c.acquirePermit(ctx, p)
+		return c.acquire(ctx, r)
 	})
 }
 
-func (c *Client) newPermitReq(name string, n int, opts []LockOption, wait bool) (*permitReq, error) {
+// permitKind is the kind of AcquirePermit: the first free slot below n of the
+// semaphore, in one Txn; the first use marks the name a semaphore.
+type permitKind struct {
+	name   string
+	n      int
+	mark   string // the name's own key: the semaphore mark
+	slots  string // the slots' key prefix
+	slot   int    // the slot the next attempt tries first
+	marked bool   // the last attempt found the mark
+	reads  int    // refused attempts so far
+	out    outcome
+}
+
+func (c *Client) newPermitRequest(name string, n int, opts []LockOption, wait bool) (*request, error) {
 	if err := checkName(name); err != nil {
 		return nil, err
 	}
@@ -76,61 +73,21 @@ func (c *Client) newPermitReq(name string, n int, opts []LockOption, wait bool) 
 	if err != nil {
 		return nil, err
 	}
-	return &permitReq{name: name, n: n, mark: c.key(name), slots: c.key(name) + "/", wait: wait, lo: lo}, nil
+	// Most calls find the semaphore already marked.
+	p := &permitKind{name: name, n: n, mark: c.key(name), slots: c.key(name) + "/", marked: true}
+	return &request{names: []string{name}, wait: wait, lo: lo, kind: p}, nil
 }
 
-// request is the lock request of slot i.
-func (p *permitReq) request(i int, c *Client) *request {
-	s := slotName(p.name, i)
-	return &request{names: []string{s}, keys: []string{c.key(s)}, wait: p.wait, lo: p.lo}
-}
-
-// acquirePermit is the permit path, Acquire's with slots: each attempt is one
-// Txn that, if the name is a semaphore, puts the first free slot of a run of
-// slots under the session lease (nested Txns, one per slot), else reads the
-// mark and every slot; the first use marks the name, on one slot. With no
-// free slot below n it waits for a slot's delete.
-func (c *Client) acquirePermit(ctx context.Context, p *permitReq) (*Lock, error) {
-	var lease clientv3.LeaseID
-	var unknown []tried
-	slot, marked := 0, true // most calls find the semaphore already marked
-	for {
-		cur, err := c.session(ctx)
-		if err != nil {
-			c.forgetTried(unknown)
-			return nil, err
-		}
-		if cur != lease {
-			lease, unknown = cur, nil
-		}
-		r := p.request(slot, c)
-		sent := time.Now()
-		val := c.encode(sent, r)
-		out, keys, err := c.txnPermit(ctx, p, slot, lease, val, marked)
-		if err != nil {
-			for _, k := range keys {
-				unknown = append(unknown, tried{k, string(val)})
-			}
-			if err := c.retryAcquire(ctx, err, r, lease); err != nil {
-				c.forgetTried(unknown)
-				return nil, err
-			}
-			continue
-		}
-		if out.granted {
-			l, err := c.register(c.newLock(p.request(out.slot, c), fence.Token(out.rev), lease), sent)
-			if p.wait && errors.Is(err, ErrSessionLost) {
-				continue
-			}
-			return l, err
-		}
-		var l *Lock
-		var done bool
-		l, slot, marked, done, err = c.permitBlocked(ctx, p, out, lease, &unknown)
-		if done {
-			return l, err
-		}
+func (p *permitKind) try(ctx context.Context, a *attempt, val []byte) (*granted, []string, error) {
+	out, keys, err := a.c.txnPermit(ctx, p, a.lease, val)
+	switch {
+	case err != nil:
+		return nil, keys, err
+	case out.granted:
+		return &granted{names: []string{slotName(p.name, out.slot)}, token: fence.Token(out.rev)}, nil, nil
 	}
+	p.out = out
+	return nil, nil, nil
 }
 
 // maxChain is the most slots one attempt tries, one nested Txn each: etcd
@@ -151,14 +108,14 @@ type outcome struct {
 	slots   []*mvccpb.KeyValue // refused: every slot, as read
 }
 
-// txnPermit sends one attempt from slot from and returns the keys it may have
-// put. Marked, it tries up to maxChain slots in one Txn; else (first use), or
-// when the session key is to be stored with this grant (as txnCreate does), it
-// tries slot from alone, putting the mark (no lease) or session key with it.
-func (c *Client) txnPermit(ctx context.Context, p *permitReq, from int, lease clientv3.LeaseID, val []byte, marked bool) (outcome, []string, error) {
-	c.mu.Lock()
-	mark := c.marked != lease
-	c.mu.Unlock()
+// txnPermit sends one attempt from slot p.slot and returns the keys it may
+// have put. Marked, it tries up to maxChain slots in one Txn; else (first
+// use), or when the session key is to be stored with this grant (as txnCreate
+// does), it tries that slot alone, putting the mark (no lease) or session key
+// with it.
+func (c *Client) txnPermit(ctx context.Context, p *permitKind, lease clientv3.LeaseID, val []byte) (outcome, []string, error) {
+	mark := c.storesSessionKey(lease)
+	from, marked := p.slot, p.marked
 	to := from + 1
 	if marked && !mark {
 		to = min(p.n, from+max(1, min(maxChain, chainBytes/len(val))))
@@ -188,11 +145,7 @@ func (c *Client) txnPermit(ctx context.Context, p *permitReq, from int, lease cl
 			rev: resp.Header.Revision}, nil, nil
 	}
 	if mark {
-		c.mu.Lock()
-		if c.lease == lease {
-			c.marked = lease
-		}
-		c.mu.Unlock()
+		c.sessionKeyStored(lease)
 	}
 	rev, slot := resp.Header.Revision, from
 	for t := resp.Responses[0].GetResponseTxn(); !t.Succeeded; slot++ {
@@ -207,7 +160,7 @@ func (c *Client) txnPermit(ctx context.Context, p *permitReq, from int, lease cl
 
 // chain is the nested Txn that puts the first free key of keys (with extra),
 // else reads every slot.
-func (p *permitReq) chain(keys []string, lease clientv3.LeaseID, val []byte, extra []clientv3.Op) clientv3.Op {
+func (p *permitKind) chain(keys []string, lease clientv3.LeaseID, val []byte, extra []clientv3.Op) clientv3.Op {
 	els := clientv3.OpGet(p.slots, clientv3.WithPrefix())
 	if len(keys) > 1 {
 		els = p.chain(keys[1:], lease, val, extra)
@@ -216,57 +169,54 @@ func (p *permitReq) chain(keys []string, lease clientv3.LeaseID, val []byte, ext
 	return clientv3.OpTxn([]clientv3.Cmp{clientv3.Compare(clientv3.CreateRevision(keys[0]), "=", 0)}, put, []clientv3.Op{els})
 }
 
-// permitBlocked reads a refused attempt: the slot and mark state for the next
-// one, or done with a permit an earlier attempt of this call took (its answer
+// blocked reads a refused attempt: the slot and mark state for the next one,
+// or done with a permit an earlier attempt of this call took (its answer
 // lost), a *HeldError for a try, a lock's name, or a failed wait.
-func (c *Client) permitBlocked(ctx context.Context, p *permitReq, out outcome, lease clientv3.LeaseID, unknown *[]tried) (l *Lock, slot int, marked, done bool, err error) {
-	mk := out.mark
-	marked = len(mk) > 0 // if not, the next attempt marks it (first use, or the mark was deleted)
-	if marked && !isMark(mk[0].Value) {
-		return nil, 0, true, true, invalid("AcquirePermit(%q): %q is held as a lock, not a semaphore", p.name, p.name)
+func (p *permitKind) blocked(ctx context.Context, a *attempt) (*granted, bool, error) {
+	c := a.c
+	mk := p.out.mark
+	p.marked = len(mk) > 0 // if not, the next attempt marks it (first use, or the mark was deleted)
+	if p.marked && !isMark(mk[0].Value) {
+		return nil, true, invalid("AcquirePermit(%q): %q is held as a lock, not a semaphore", p.name, p.name)
 	}
 	taken := make([]*mvccpb.KeyValue, p.n)
 	var orphans []*mvccpb.KeyValue
-	for _, kv := range out.slots {
+	for _, kv := range p.out.slots {
 		i, ok := slotIndex(c.nameOf(kv), p.name)
-		if !ok || i >= p.n {
+		switch {
+		case !ok || i >= p.n:
 			continue // a slot of a caller with a larger n: not ours to count
-		}
-		if clientv3.LeaseID(kv.Lease) == lease && slices.ContainsFunc(*unknown, func(t tried) bool { return t.val == string(kv.Value) }) {
-			// An earlier attempt whose answer was lost took this slot.
-			c.forgetTried(slices.DeleteFunc(*unknown, func(t tried) bool { return t.val == string(kv.Value) }))
-			*unknown = nil
-			info := decodeInfo(c.nameOf(kv), kv)
-			l, err := c.register(c.newLock(p.request(i, c), info.Token, lease), info.AcquiredAt)
-			return l, 0, marked, true, err
-		}
-		if clientv3.LeaseID(kv.Lease) != lease && bytes.HasPrefix(kv.Value, c.valuePrefix) {
+		case a.ours(kv):
+			return a.found([]string{c.nameOf(kv)}, kv), false, nil
+		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
 			orphans = append(orphans, kv)
 		}
 		taken[i] = kv
 	}
+	p.slot = 0
 	if len(orphans) > 0 && c.dropOrphans(ctx, orphans) == nil {
-		return nil, slices.Index(taken, orphans[0]), marked, false, nil
+		p.slot = slices.Index(taken, orphans[0])
+		return nil, false, nil
 	}
 	if free := p.pickFree(taken); free >= 0 {
-		return nil, free, marked, false, nil
+		p.slot = free
+		return nil, false, nil
 	}
-	if !p.wait {
+	if !a.r.wait {
 		info := decodeInfo(c.nameOf(taken[0]), taken[0])
-		return nil, 0, marked, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
+		return nil, true, &HeldError{Name: info.Name, Holder: info, Token: info.Token}
 	}
 	c.waiting(ctx, c.nameOf(taken[0]), taken[0])
-	if err := c.waitSlotFreed(ctx, p, out.rev); err != nil {
-		c.forgetTried(*unknown)
-		return nil, 0, marked, true, err
+	if err := c.waitSlotFreed(ctx, p, p.out.rev); err != nil {
+		return nil, true, err
 	}
-	return nil, 0, marked, false, nil
+	return nil, false, nil
 }
 
 // pickFree returns the slot the next attempt tries: the first free one, or -1.
 // After a second refusal (callers racing for the same first free slot, all
 // read the same slots) it is a random free one, so racers spread out.
-func (p *permitReq) pickFree(taken []*mvccpb.KeyValue) int {
+func (p *permitKind) pickFree(taken []*mvccpb.KeyValue) int {
 	p.reads++
 	var free []int
 	for i, kv := range taken {
@@ -285,7 +235,7 @@ func (p *permitReq) pickFree(taken []*mvccpb.KeyValue) int {
 
 // waitSlotFreed waits until a slot of p below n is deleted after rev; a
 // compacted history ends the wait, and the next Txn tells what is true.
-func (c *Client) waitSlotFreed(ctx context.Context, p *permitReq, rev int64) error {
+func (c *Client) waitSlotFreed(ctx context.Context, p *permitKind, rev int64) error {
 	return c.wait(ctx, watchSpec{
 		key: p.slots, prefix: true, deletes: true, rev: rev + 1,
 		event: func(ev *clientv3.Event) bool {
@@ -294,14 +244,6 @@ func (c *Client) waitSlotFreed(ctx context.Context, p *permitReq, rev int64) err
 		},
 		reread: func(context.Context) (int64, bool, error) { return 0, true, nil },
 	})
-}
-
-// forgetTried queues deletes of the slots attempts with an unknown outcome may
-// have taken, each conditioned on the exact value the attempt wrote.
-func (c *Client) forgetTried(ts []tried) {
-	for _, t := range ts {
-		c.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
-	}
 }
 
 // Permits returns the holders of the semaphore name's permits, by slot, as
