@@ -85,6 +85,7 @@ type kind interface {
 // attempt was sent (max hold and manual renewal count from then).
 type granted struct {
 	names []string
+	keys  []string
 	token fence.Token
 	sent  time.Time
 }
@@ -108,13 +109,17 @@ func (a *attempt) ours(kv *mvccpb.KeyValue) bool {
 		slices.ContainsFunc(a.unknown, func(t tried) bool { return t.val == string(kv.Value) })
 }
 
-// found turns an earlier attempt's keys (kv's value) into a grant and
-// forgets the call's other unknown attempts.
-func (a *attempt) found(names []string, kv *mvccpb.KeyValue) *granted {
-	a.c.forget(slices.DeleteFunc(a.unknown, func(t tried) bool { return t.val == string(kv.Value) }))
-	a.unknown = nil
+// found turns an earlier attempt's keys (kv's value) into a grant.
+func (a *attempt) found(names, keys []string, kv *mvccpb.KeyValue) *granted {
+	a.keep(kv)
 	info := decodeInfo(names[0], kv)
-	return &granted{names: names, token: info.Token, sent: info.AcquiredAt}
+	return &granted{names: names, keys: keys, token: info.Token, sent: info.AcquiredAt}
+}
+
+// keep forgets the call's unknown attempts but kv's.
+func (a *attempt) keep(kv *mvccpb.KeyValue) {
+	a.c.forget(slices.DeleteFunc(a.unknown, func(t tried) bool { return t.val == string(kv.Value) }))
+	a.unknown = []tried{{string(kv.Key), string(kv.Value)}}
 }
 
 func (c *Client) acquireNames(ctx context.Context, names []string, opts []LockOption, wait, set bool) (*Lock, error) {
@@ -164,7 +169,7 @@ func (c *Client) newRequest(names []string, opts []LockOption, wait, set bool) (
 	if r.lo, err = buildLockOptions(c.ttl, opts); err != nil {
 		return nil, err
 	}
-	k := &namesKind{keys: make([]string, len(r.names))}
+	k := &namesKind{keys: make([]string, len(r.names)), line: wait && !set}
 	for i, n := range r.names {
 		k.keys[i] = c.key(n)
 	}
@@ -240,7 +245,7 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 		defer cancel()
-		c.deleteKeys(ctx, l.names, l.token, l.set)
+		c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 		return nil, ErrClosed
 	}
 	// The first lock of an idle session wakes the loop: the busy cadence may

@@ -118,8 +118,7 @@ func (c *Client) Close() error {
 
 	for _, l := range locks {
 		l.end(ErrClosed)
-		for _, n := range l.names {
-			key := c.key(n)
+		for _, key := range l.keys {
 			dels = append(dels, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
 		}
 	}

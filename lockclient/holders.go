@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -34,6 +33,9 @@ type Info struct {
 	// Semaphore is, for a permit (AcquirePermit), the semaphore's name; Name is
 	// then the permit's slot name ("jobs/0002"). "" for a lock.
 	Semaphore string
+	// Waiting lists, in line order, the callers waiting for the lock, each with
+	// the token it will hold (Holder only; nil from List and Watch).
+	Waiting []Info
 }
 
 // holderValue is what a lock key stores. Seq makes every acquire attempt's value
@@ -113,22 +115,27 @@ func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
 	}
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	resp, err := c.cli.Get(ctx, c.key(name))
+	key := c.key(name)
+	resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)), clientv3.WithSort(clientv3.SortByCreateRevision, clientv3.SortAscend))
 	if err != nil {
 		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
 	}
 	if len(resp.Kvs) == 0 {
 		return Info{}, &NotHeldError{Name: name}
 	}
-	if isMark(resp.Kvs[0].Value) {
+	if slices.ContainsFunc(resp.Kvs, func(kv *mvccpb.KeyValue) bool { return isMark(kv.Value) }) {
 		return Info{}, semaphoreErr("Holder", name)
 	}
-	info := decodeInfo(name, resp.Kvs[0])
-	if inSet(resp.Kvs[0]) {
+	held := resp.Kvs[0]
+	info := decodeInfo(name, held)
+	for _, kv := range resp.Kvs[1:] {
+		info.Waiting = append(info.Waiting, decodeInfo(name, kv))
+	}
+	if inSet(held) {
 		info.Set, err = c.setNames(ctx, info.Token)
 	}
 	if err == nil {
-		info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(resp.Kvs[0].Lease), nil)
+		info.LeaseLeft, err = c.leaseLeft(ctx, clientv3.LeaseID(held.Lease), nil)
 	}
 	if err != nil {
 		return Info{}, fmt.Errorf("lockclient: holder of %q: %w", name, c.explain(ctx, err))
@@ -164,8 +171,8 @@ func (c *Client) list(ctx context.Context, from string) ([]Info, error) {
 	cache := make(map[clientv3.LeaseID]time.Duration)
 	infos := make([]Info, 0, len(resp.Kvs))
 	sets := make(map[fence.Token][]string) // a set's names: its keys share a create revision
-	for _, kv := range resp.Kvs {
-		name := strings.TrimPrefix(string(kv.Key), c.prefix)
+	for _, kv := range lineHeads(resp.Kvs, c.nameOf) {
+		name := c.nameOf(kv)
 		if checkLockName(name) != nil || isMark(kv.Value) {
 			continue // not a held lock's key (a deeper path, a semaphore's mark)
 		}
@@ -185,6 +192,25 @@ func (c *Client) list(ctx context.Context, from string) ([]Info, error) {
 		}
 	}
 	return infos, nil
+}
+
+// lineHeads returns, of keys sorted by key, the head of each name's line (the
+// lowest create revision among its lock key and its places): its holder; a
+// line with a semaphore's mark gives the mark.
+func lineHeads(kvs []*mvccpb.KeyValue, nameOf func(*mvccpb.KeyValue) string) []*mvccpb.KeyValue {
+	var heads []*mvccpb.KeyValue
+	last := ""
+	for _, kv := range kvs {
+		name := nameOf(kv)
+		switch h := len(heads) - 1; {
+		case h < 0 || name != last:
+			heads = append(heads, kv)
+		case isMark(kv.Value) || (!isMark(heads[h].Value) && kv.CreateRevision < heads[h].CreateRevision):
+			heads[h] = kv
+		}
+		last = name
+	}
+	return heads
 }
 
 // setNames returns the names of the set whose token is tok: the keys under the

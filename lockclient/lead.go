@@ -144,7 +144,7 @@ func (c *Client) releaseTerm(term *Lock) {
 // wait for the term's life.
 func (c *Client) followKey(l *Lock) {
 	defer c.loops.Done()
-	key := c.key(l.name)
+	key := l.keys[0]
 	gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || fence.Token(kv.CreateRevision) != l.token }
 	err := c.wait(l.ctx, watchSpec{
 		key: key, rev: int64(l.token) + 1, // the key was created at the token's revision

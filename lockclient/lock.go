@@ -24,6 +24,7 @@ type Lock struct {
 	c       *Client
 	name    string   // its first name
 	names   []string // its names, sorted; one for Acquire
+	keys    []string // its etcd keys, by name: the lock key, or its place in the line
 	set     bool     // taken by AcquireSet
 	token   fence.Token
 	lease   clientv3.LeaseID
@@ -58,7 +59,7 @@ var (
 
 func (c *Client) newLock(r *request, g *granted, lease clientv3.LeaseID) *Lock {
 	ctx, cancel := context.WithCancelCause(context.Background())
-	l := &Lock{c: c, name: g.names[0], names: g.names, set: r.set, token: g.token, lease: lease,
+	l := &Lock{c: c, name: g.names[0], names: g.names, keys: g.keys, set: r.set, token: g.token, lease: lease,
 		manual: r.lo.manual, watch: r.lo.watch, dur: r.lo.lease, maxHold: r.lo.maxHold, ctx: ctx, cancel: cancel, index: -1}
 	if c.obs != nil || c.log != nil {
 		l.granted = time.Now()
@@ -218,10 +219,10 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.endedErr()
 	}
 	l.end(ErrReleased)
-	err := c.deleteKeys(ctx, l.names, l.token, l.set)
+	err := c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {
-		c.pendDeletes(l.names, l.token)
+		c.pendDeletes(l.keys, l.token)
 	}
 	return err
 }
@@ -247,20 +248,45 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 	if l != nil && l.token == token {
 		return l.Release(ctx)
 	}
-	return c.deleteKeys(ctx, []string{name}, token, false)
+	key, err := c.keyOf(ctx, name, token)
+	if err != nil {
+		return err
+	}
+	return c.deleteKeys(ctx, []string{name}, []string{key}, token, false)
+}
+
+// keyOf finds the key of name's line that token holds or waits on: the lock
+// key, or a place in its line; a *NotHeldError names the holder when none.
+func (c *Client) keyOf(ctx context.Context, name string, token fence.Token) (string, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	key := c.key(name)
+	resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", fmt.Errorf("lockclient: release %q (token %d): %w", name, token, c.explain(ctx, err))
+	}
+	nh := &NotHeldError{Name: name, Token: token}
+	for _, kv := range resp.Kvs {
+		switch {
+		case fence.Token(kv.CreateRevision) == token:
+			return string(kv.Key), nil
+		case nh.Current == 0 || fence.Token(kv.CreateRevision) < nh.Current:
+			nh.Current = fence.Token(kv.CreateRevision)
+		}
+	}
+	return "", nh
 }
 
 // deleteKeys is the release Txn: delete every key of names only if every one
 // carries token. If some key does not, the keys that still do are deleted in
 // the background, and a *NotHeldError names the first key that does not.
-func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Token, set bool) error {
+func (c *Client) deleteKeys(ctx context.Context, names, keys []string, token fence.Token, set bool) error {
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
-	cmps := make([]clientv3.Cmp, len(names))
-	dels := make([]clientv3.Op, len(names))
-	gets := make([]clientv3.Op, len(names))
-	for i, n := range names {
-		key := c.key(n)
+	cmps := make([]clientv3.Cmp, len(keys))
+	dels := make([]clientv3.Op, len(keys))
+	gets := make([]clientv3.Op, len(keys))
+	for i, key := range keys {
 		cmps[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))
 		dels[i] = clientv3.OpDelete(key)
 		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
@@ -280,7 +306,7 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 		kvs := r.GetResponseRange().GetKvs()
 		switch {
 		case len(kvs) == 1 && fence.Token(kvs[0].CreateRevision) == token:
-			carrying = append(carrying, names[i])
+			carrying = append(carrying, keys[i])
 		case nh == nil:
 			nh = &NotHeldError{Name: names[i], Token: token}
 			if len(kvs) == 1 {
@@ -295,10 +321,9 @@ func (c *Client) deleteKeys(ctx context.Context, names []string, token fence.Tok
 	return nh
 }
 
-// pendDeletes queues a delete of each key of names, conditioned on token.
-func (c *Client) pendDeletes(names []string, token fence.Token) {
-	for _, n := range names {
-		key := c.key(n)
+// pendDeletes queues a delete of each of keys, conditioned on token.
+func (c *Client) pendDeletes(keys []string, token fence.Token) {
+	for _, key := range keys {
 		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))})
 	}
 }
@@ -310,7 +335,7 @@ func (c *Client) dropSet(l *Lock) {
 	c.mu.Lock()
 	c.dropLocked(l)
 	c.mu.Unlock()
-	c.pendDeletes(l.names, l.token)
+	c.pendDeletes(l.keys, l.token)
 }
 
 // dropLocked removes l under each name still registered to it, and from the
@@ -330,9 +355,9 @@ func (c *Client) dropLocked(l *Lock) {
 // carries reads every key of l in one linearizable read and reports whether
 // each still carries l's token under l's session lease.
 func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
-	ops := make([]clientv3.Op, len(l.names))
-	for i, n := range l.names {
-		ops[i] = clientv3.OpGet(c.key(n)) // not keys-only: etcd then omits the lease
+	ops := make([]clientv3.Op, len(l.keys))
+	for i, key := range l.keys {
+		ops[i] = clientv3.OpGet(key) // not keys-only: etcd then omits the lease
 	}
 	resp, err := retryOverload(ctx, c, "renew", func() (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).Then(ops...).Commit()

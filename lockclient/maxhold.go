@@ -62,7 +62,7 @@ func (c *Client) maxHoldReached(l *Lock) {
 	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 	defer cancel()
 	var nh *NotHeldError
-	if err := c.deleteKeys(ctx, l.names, l.token, l.set); err != nil && !errors.As(err, &nh) {
-		c.pendDeletes(l.names, l.token)
+	if err := c.deleteKeys(ctx, l.names, l.keys, l.token, l.set); err != nil && !errors.As(err, &nh) {
+		c.pendDeletes(l.keys, l.token)
 	}
 }

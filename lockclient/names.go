@@ -3,6 +3,10 @@ package lockclient
 import (
 	"bytes"
 	"context"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -10,45 +14,75 @@ import (
 )
 
 // namesKind is the kind of Acquire and AcquireSet: every key of the call's
-// names created under the session lease in one Txn, or none.
+// names created under the session lease in one Txn when no one holds or waits
+// for them. A waiting Acquire of one name that finds it taken writes its place
+// in the name's line instead, in the same Txn, and is granted in turn.
 type namesKind struct {
-	keys []string
-	resp *clientv3.TxnResponse // the last refusal: every key, as read
+	keys  []string
+	line  bool   // a waiting Acquire of one name: it queues
+	place string // the last attempt's place in the line, when it wrote one
+	val   []byte // and the value it wrote
+	resp  *clientv3.TxnResponse
+}
+
+// A name's line is its lock key and every key from it up to lineEnd: its
+// holder's and its waiters' places (key + "\x00" + a place of its own; no lock
+// name holds a control character). The key with the lowest create revision
+// holds the lock; its create revision is the token.
+func lineEnd(key string) string { return key + "\x01" }
+
+// placeKey is a place in key's line, unique to the session and attempt.
+func (c *Client) placeKey(key string, lease clientv3.LeaseID) string {
+	return key + "\x00" + strconv.FormatInt(int64(lease), 16) + "." + strconv.FormatUint(c.seq.Add(1), 16)
 }
 
 func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, []string, error) {
-	resp, err := a.c.txnCreate(ctx, k.keys, a.lease, val)
+	k.place, k.val = "", val
+	if k.line {
+		k.place = a.c.placeKey(k.keys[0], a.lease)
+	}
+	resp, err := a.c.txnCreate(ctx, k.keys, a.lease, val, k.place)
 	switch {
+	case err != nil && k.place != "":
+		return nil, []string{k.keys[0], k.place}, err
 	case err != nil:
 		return nil, k.keys, err
 	case resp.Succeeded:
-		return &granted{names: a.r.names, token: fence.Token(resp.Header.Revision)}, nil, nil
+		return &granted{names: a.r.names, keys: k.keys, token: fence.Token(resp.Header.Revision)}, nil, nil
 	}
 	k.resp = resp
 	return nil, nil, nil
 }
 
-// txnCreate sends one attempt: every key put with val under lease if none
-// exists. The session's first grant also stores its session key (sessionKey),
-// by which Watch tells a release from an expiry.
-func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte) (*clientv3.TxnResponse, error) {
+// txnCreate sends one attempt: every key put with val under lease if its line
+// is empty, else, with a place, the place put (unless the name is a
+// semaphore's), and the lines read. The session's first key also stores its
+// session key (sessionKey), by which Watch tells a release from an expiry.
+func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte, place string) (*clientv3.TxnResponse, error) {
 	cmps := make([]clientv3.Cmp, len(keys))
 	puts := make([]clientv3.Op, len(keys), len(keys)+1)
 	gets := make([]clientv3.Op, len(keys))
 	for i, k := range keys {
-		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0)
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(k), "=", 0).WithRange(lineEnd(k))
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
-		gets[i] = clientv3.OpGet(k)
+		gets[i] = clientv3.OpGet(k, clientv3.WithRange(lineEnd(k)))
 	}
-	mark := c.storesSessionKey(lease) && len(keys) < MaxSetSize // a Txn takes at most MaxSetSize operations
+	mark := c.storesSessionKey(lease) && len(keys) < MaxSetSize // a Txn takes at most 128 operations
+	var session []clientv3.Op
 	if mark {
-		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+		session = []clientv3.Op{clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease))}
+	}
+	els := gets
+	if place != "" {
+		queue := append([]clientv3.Op{clientv3.OpPut(place, string(val), clientv3.WithLease(lease))}, session...)
+		isSem := clientv3.Compare(clientv3.Value(keys[0]), "=", semaphoreMark)
+		els = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{isSem}, gets, append(queue, gets...))}
 	}
 	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).If(cmps...).Then(puts...).Else(gets...).Commit()
+		return c.cli.Txn(ctx).If(cmps...).Then(append(puts, session...)...).Else(els...).Commit()
 	})
-	if mark && err == nil && resp.Succeeded {
-		c.sessionKeyStored(lease)
+	if mark && err == nil && (resp.Succeeded || place != "") {
+		c.sessionKeyStored(lease) // with the keys, or with the place (unless a semaphore's: harmless)
 	}
 	return resp, err
 }
@@ -70,25 +104,143 @@ func (c *Client) sessionKeyStored(lease clientv3.LeaseID) {
 	c.mu.Unlock()
 }
 
-// blocked handles an attempt that found keys. It is done when an earlier
-// attempt of this call had taken every key, for a try (a *HeldError), or when
-// the wait fails; otherwise the keys that blocked it were deleted and the
-// caller tries again.
+// lines returns each name's line as the refused attempt read it, and whether
+// the attempt wrote its place.
+func (k *namesKind) lines() ([][]*mvccpb.KeyValue, bool) {
+	rs := k.resp.Responses
+	if k.place == "" {
+		out := make([][]*mvccpb.KeyValue, len(rs))
+		for i, r := range rs {
+			out[i] = r.GetResponseRange().GetKvs()
+		}
+		return out, false
+	}
+	nested := rs[0].GetResponseTxn()
+	last := nested.Responses[len(nested.Responses)-1]
+	return [][]*mvccpb.KeyValue{last.GetResponseRange().GetKvs()}, !nested.Succeeded
+}
+
+// blocked handles an attempt that found the names taken: in line, it waits
+// for its turn; otherwise it is done when an earlier attempt of this call had
+// taken every key, for a try (a *HeldError), or when the wait fails, and else
+// the keys that blocked it were deleted and the caller tries again.
 func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, error) {
+	c := a.c
+	lines, queued := k.lines()
+	for _, line := range lines {
+		for _, kv := range line {
+			if isMark(kv.Value) { // checked by the Txn: the key etcd compared
+				return nil, true, semaphoreErr("Acquire", c.nameOf(kv))
+			}
+		}
+	}
+	if queued {
+		me := &mvccpb.KeyValue{Key: []byte(k.place), Value: k.val, CreateRevision: k.resp.Header.Revision, Lease: int64(a.lease)}
+		a.unknown = append(a.unknown, tried{k.place, string(k.val)}) // deleted if the call gives up
+		return k.waitTurn(ctx, a, k.pickPlace(ctx, a, lines[0], me), lines[0], k.resp.Header.Revision)
+	}
+	heads := make([]*mvccpb.KeyValue, 0, len(lines))
+	for _, line := range lines {
+		if len(line) > 0 {
+			heads = append(heads, head(line))
+		}
+	}
+	return k.waitHeads(ctx, a, heads)
+}
+
+// head returns the key of line that holds the lock: the lowest create revision.
+func head(line []*mvccpb.KeyValue) *mvccpb.KeyValue {
+	return slices.MinFunc(line, func(x, y *mvccpb.KeyValue) int { return int(x.CreateRevision - y.CreateRevision) })
+}
+
+// pickPlace keeps the call's best place in line: me, or a key an earlier
+// attempt of it put (its answer lost) if that one is ahead. Keys of this
+// Client's lost sessions are deleted rather than waited out.
+func (k *namesKind) pickPlace(ctx context.Context, a *attempt, line []*mvccpb.KeyValue, me *mvccpb.KeyValue) *mvccpb.KeyValue {
+	c := a.c
+	best := me
+	var orphans []*mvccpb.KeyValue
+	for _, kv := range line {
+		switch {
+		case string(kv.Key) == k.place:
+		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
+			orphans = append(orphans, kv)
+		case a.ours(kv) && kv.CreateRevision < best.CreateRevision:
+			best = kv
+		}
+	}
+	if len(orphans) > 0 {
+		c.dropOrphans(ctx, orphans) // if it fails, they are waited out like any other
+	}
+	if best != me {
+		a.keep(best) // forgets the call's other places, me included
+	}
+	return best
+}
+
+// waitTurn waits in line at me until every key ahead of it is gone: then me
+// holds the lock, its create revision the token. It watches only the key just
+// ahead (a delete wakes one waiter, as etcd's Mutex does) and reads the line
+// again after each delete. Done with an error when the wait fails; not done,
+// without a grant, when me was deleted (the caller queues again).
+func (k *namesKind) waitTurn(ctx context.Context, a *attempt, me *mvccpb.KeyValue, line []*mvccpb.KeyValue, rev int64) (*granted, bool, error) {
+	c := a.c
+	var read time.Time // when the read that found me first was sent
+	for {
+		if !slices.ContainsFunc(line, func(kv *mvccpb.KeyValue) bool { return bytes.Equal(kv.Key, me.Key) }) {
+			return nil, false, nil
+		}
+		var ahead *mvccpb.KeyValue
+		for _, kv := range line {
+			if kv.CreateRevision < me.CreateRevision && (ahead == nil || kv.CreateRevision > ahead.CreateRevision) {
+				ahead = kv
+			}
+		}
+		if ahead == nil {
+			return &granted{names: a.r.names, keys: []string{string(me.Key)}, token: fence.Token(me.CreateRevision), sent: read}, false, nil
+		}
+		c.waiting(ctx, a.r.names[0], ahead)
+		if err := c.waitDeleted(ctx, string(ahead.Key), rev); err != nil {
+			return nil, true, err
+		}
+		read = time.Now()
+		var err error
+		if line, rev, err = c.readLine(ctx, k.keys[0]); err != nil {
+			return nil, true, err
+		}
+	}
+}
+
+// readLine reads key's line, retrying transient errors until ctx ends.
+func (c *Client) readLine(ctx context.Context, key string) ([]*mvccpb.KeyValue, int64, error) {
+	for {
+		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)))
+		if err == nil {
+			return resp.Kvs, resp.Header.Revision, nil
+		}
+		if !transient(ctx, err) {
+			return nil, 0, err
+		}
+		if err := c.sleep(ctx, retryDelay); err != nil {
+			return nil, 0, err
+		}
+	}
+}
+
+// waitHeads handles a try's or a set's refusal by the keys holding its names:
+// an earlier attempt's grant, a *HeldError for a try, else a wait until each
+// is deleted (a set keeps no place in line: see docs/design.md).
+func (k *namesKind) waitHeads(ctx context.Context, a *attempt, heads []*mvccpb.KeyValue) (*granted, bool, error) {
 	c, r := a.c, a.r
 	var held, ours, orphans []*mvccpb.KeyValue
-	for _, rr := range k.resp.Responses {
-		kvs := rr.GetResponseRange().GetKvs()
+	for _, kv := range heads {
 		switch {
-		case len(kvs) == 0:
-		case isMark(kvs[0].Value): // checked by the Txn: the key etcd compared
-			return nil, true, semaphoreErr("Acquire", c.nameOf(kvs[0]))
-		case clientv3.LeaseID(kvs[0].Lease) != a.lease && bytes.HasPrefix(kvs[0].Value, c.valuePrefix):
-			orphans = append(orphans, kvs[0])
-		case a.ours(kvs[0]):
-			ours = append(ours, kvs[0])
+		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
+			orphans = append(orphans, kv)
+		case a.ours(kv):
+			ours = append(ours, kv)
 		default:
-			held = append(held, kvs[0])
+			held = append(held, kv)
 		}
 	}
 	if len(orphans) > 0 {
@@ -98,7 +250,7 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 		held = append(held, orphans...) // not deleted: waited out like any other
 	}
 	if len(ours) == len(r.names) {
-		return a.found(r.names, ours[0]), false, nil // an earlier attempt took every key
+		return a.found(r.names, k.keys, ours[0]), false, nil // an earlier attempt took every key
 	}
 	if len(ours) > 0 {
 		// Part of an earlier attempt's keys is left (someone deleted the rest):
@@ -108,7 +260,7 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 		held = append(held, ours...)
 	}
 	if len(held) == 0 {
-		return nil, false, nil // cannot happen: the compare failed, so a key existed
+		return nil, false, nil // every line emptied meanwhile: try again
 	}
 	if !r.wait {
 		info := decodeInfo(c.nameOf(held[0]), held[0])
@@ -138,4 +290,8 @@ func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error 
 	return err
 }
 
-func (c *Client) nameOf(kv *mvccpb.KeyValue) string { return string(kv.Key[len(c.prefix):]) }
+// nameOf returns the lock name of a key in a line: its lock key's, for a place too.
+func (c *Client) nameOf(kv *mvccpb.KeyValue) string {
+	name, _, _ := strings.Cut(string(kv.Key[len(c.prefix):]), "\x00")
+	return name
+}

@@ -84,7 +84,8 @@ func (p *permitKind) try(ctx context.Context, a *attempt, val []byte) (*granted,
 	case err != nil:
 		return nil, keys, err
 	case out.granted:
-		return &granted{names: []string{slotName(p.name, out.slot)}, token: fence.Token(out.rev)}, nil, nil
+		slot := slotName(p.name, out.slot)
+		return &granted{names: []string{slot}, keys: []string{a.c.key(slot)}, token: fence.Token(out.rev)}, nil, nil
 	}
 	p.out = out
 	return nil, nil, nil
@@ -187,7 +188,7 @@ func (p *permitKind) blocked(ctx context.Context, a *attempt) (*granted, bool, e
 		case !ok || i >= p.n:
 			continue // a slot of a caller with a larger n: not ours to count
 		case a.ours(kv):
-			return a.found([]string{c.nameOf(kv)}, kv), false, nil
+			return a.found([]string{c.nameOf(kv)}, []string{string(kv.Key)}, kv), false, nil
 		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
 			orphans = append(orphans, kv)
 		}

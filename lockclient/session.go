@@ -219,7 +219,7 @@ func (c *Client) expireManualLocked(now time.Time) []*Lock {
 		l := heap.Pop(&c.manual).(*Lock)
 		delete(c.locks, l.name)
 		expired = append(expired, l)
-		key := c.key(l.name)
+		key := l.keys[0]
 		c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
 	}
 	return expired

@@ -12,11 +12,15 @@ import (
 type watchSpec struct {
 	key     string
 	prefix  bool
-	prevKV  bool  // events carry the key as it was before
-	deletes bool  // only DELETE events
-	rev     int64 // the first revision to watch; 0: reread first
+	end     string // if set, the range's end: key up to end
+	prevKV  bool   // events carry the key as it was before
+	deletes bool   // only DELETE events
+	rev     int64  // the first revision to watch; 0: reread first
 	// event handles one event; true ends the wait.
 	event func(ev *clientv3.Event) (done bool)
+	// flush, if set, follows the events of each watch response (whole
+	// revisions: etcd never splits one); true ends the wait.
+	flush func() (done bool)
 	// reread says what is true now, when etcd compacted the revision the wait
 	// would resume from (or rev is 0): done, or the revision to resume from.
 	reread func(ctx context.Context) (rev int64, done bool, err error)
@@ -67,8 +71,11 @@ func (c *Client) watchOnce(ctx context.Context, s watchSpec, rev *int64) (done, 
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	defer cancel()
 	opts := []clientv3.OpOption{clientv3.WithRev(*rev)}
-	if s.prefix {
+	switch {
+	case s.prefix:
 		opts = append(opts, clientv3.WithPrefix())
+	case s.end != "":
+		opts = append(opts, clientv3.WithRange(s.end))
 	}
 	if s.prevKV {
 		opts = append(opts, clientv3.WithPrevKV())
@@ -95,6 +102,9 @@ func (c *Client) watchOnce(ctx context.Context, s watchSpec, rev *int64) (done, 
 					return true, false, nil
 				}
 				*rev = ev.Kv.ModRevision + 1
+			}
+			if s.flush != nil && s.flush() {
+				return true, false, nil
 			}
 		}
 	}

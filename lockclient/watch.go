@@ -45,7 +45,8 @@ func (c *Client) startWatch(ctx context.Context, name string, prefix bool) (<-ch
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(ctx)
-	w := &watcher{c: c, name: name, key: c.key(name), prefix: prefix, out: make(chan Event, 16), held: map[string]*mvccpb.KeyValue{}}
+	w := &watcher{c: c, name: name, key: c.key(name), prefix: prefix, out: make(chan Event, 16),
+		lines: map[string]map[string]*mvccpb.KeyValue{}, held: map[string]*mvccpb.KeyValue{}, touched: map[string]int64{}}
 	go func() {
 		select {
 		case <-c.done: // Close
@@ -61,24 +62,28 @@ func (c *Client) startWatch(ctx context.Context, name string, prefix bool) (<-ch
 	return w.out, nil
 }
 
-// watcher is the state of one Watch: the holders it last reported, by name,
-// and the revision to resume from. It runs on its own goroutine.
+// watcher is the state of one Watch: every line's keys, the holders it last
+// reported, by name, and the revision to resume from. It runs on its own
+// goroutine.
 type watcher struct {
 	c       *Client
 	name    string // the name, or the name prefix
 	key     string // the key, or the key prefix
 	prefix  bool
 	out     chan Event
-	held    map[string]*mvccpb.KeyValue // the key of each name held, as last reported
-	rev     int64                       // the revision after the last read; 0 before the first
-	gone    map[int64]bool              // expired, by lease, among the deletes at goneRev
+	lines   map[string]map[string]*mvccpb.KeyValue // each name's line: its keys by key
+	held    map[string]*mvccpb.KeyValue            // the head of each name's line, as last reported
+	touched map[string]int64                       // names whose lines changed, at which revision
+	rev     int64                                  // the revision after the last read; 0 before the first
+	gone    map[int64]bool                         // expired, by lease, among the deletes at goneRev
 	goneRev int64
 }
 
 func (w *watcher) run(ctx context.Context) {
 	w.c.wait(ctx, watchSpec{
-		key: w.key, prefix: w.prefix, prevKV: true,
-		event: func(ev *clientv3.Event) bool { return !w.apply(ctx, ev) },
+		key: w.key, prefix: w.prefix, end: w.lineEnd(), prevKV: true,
+		event: func(ev *clientv3.Event) bool { w.apply(ev); return false },
+		flush: func() bool { return !w.settleTouched(ctx) },
 		reread: func(ctx context.Context) (int64, bool, error) {
 			err := w.read(ctx)
 			return w.rev, ctx.Err() != nil, err
@@ -86,28 +91,83 @@ func (w *watcher) run(ctx context.Context) {
 	})
 }
 
-// apply reports one etcd event; false when ctx ended first.
-func (w *watcher) apply(ctx context.Context, ev *clientv3.Event) bool {
+// lineEnd is the end of a one-name watch's range: the name's line.
+func (w *watcher) lineEnd() string {
+	if w.prefix {
+		return ""
+	}
+	return lineEnd(w.key)
+}
+
+// apply records one etcd event in its name's line; the response's flush
+// reports what changed.
+func (w *watcher) apply(ev *clientv3.Event) {
 	name, ok := w.nameOf(ev.Kv.Key)
 	if !ok || isMark(ev.Kv.Value) || (ev.PrevKv != nil && isMark(ev.PrevKv.Value)) {
-		return true // not a lock's key, or a semaphore's mark: no holder
+		return // not a lock's key, or a semaphore's mark: no holder
 	}
-	old := w.held[name]
+	line := w.lines[name]
+	if line == nil {
+		line = map[string]*mvccpb.KeyValue{}
+		w.lines[name] = line
+	}
 	if ev.Type == mvccpb.PUT {
-		w.held[name] = ev.Kv
-		if old != nil && old.CreateRevision == ev.Kv.CreateRevision {
-			return true // the same hold's key written again
+		line[string(ev.Kv.Key)] = ev.Kv
+	} else {
+		delete(line, string(ev.Kv.Key))
+	}
+	w.touched[name] = ev.Kv.ModRevision
+}
+
+// settleTouched reports the holder changes of the lines touched since the
+// last flush; false when ctx ended first.
+func (w *watcher) settleTouched(ctx context.Context) bool {
+	for _, name := range slices.Sorted(maps.Keys(w.touched)) {
+		rev := w.touched[name]
+		delete(w.touched, name)
+		if !w.settle(ctx, name, rev, false, false) {
+			return false
 		}
-		return w.emit(ctx, Event{Type: EventTaken, Name: name, Holder: decodeInfo(name, ev.Kv), Revision: ev.Kv.ModRevision})
 	}
-	delete(w.held, name)
-	if ev.PrevKv != nil {
-		old = ev.PrevKv
+	return true
+}
+
+// settle compares name's line head with the holder last reported and reports
+// the end of that hold and the new grant, at rev.
+func (w *watcher) settle(ctx context.Context, name string, rev int64, initial, reread bool) bool {
+	old, cur := w.held[name], w.headOf(name)
+	switch {
+	case old != nil && cur != nil && old.CreateRevision == cur.CreateRevision:
+		w.held[name] = cur // the same hold's key written again
+		return true
+	case old != nil:
+		delete(w.held, name)
+		if !w.ended(ctx, name, old, rev, reread) {
+			return false
+		}
 	}
-	if old == nil {
-		return true // a key this watch never saw held: nothing it reported ends
+	if cur == nil {
+		delete(w.lines, name)
+		return true
 	}
-	return w.ended(ctx, name, old, ev.Kv.ModRevision, false)
+	w.held[name] = cur
+	if !initial && !reread {
+		rev = max(rev, cur.ModRevision)
+	} else {
+		rev = cur.CreateRevision
+	}
+	return w.emit(ctx, Event{Type: EventTaken, Name: name, Holder: decodeInfo(name, cur), Revision: rev, Initial: initial, Reread: reread})
+}
+
+// headOf returns the key holding name's line, or nil.
+func (w *watcher) headOf(name string) *mvccpb.KeyValue {
+	var h *mvccpb.KeyValue
+	for _, kv := range w.lines[name] {
+		if h == nil || kv.CreateRevision < h.CreateRevision {
+			h = kv
+		}
+	}
+	return h
 }
 
 // ended reports the end of the hold whose key was kv, found at rev.
@@ -180,43 +240,34 @@ func (w *watcher) leaseEnded(ctx context.Context, lease, rev int64, reread bool)
 // reported: the first events of the watch, or, after a compaction, the ends and
 // grants that the lost history held.
 func (w *watcher) read(ctx context.Context) error {
-	var opts []clientv3.OpOption
-	if w.prefix {
-		opts = append(opts, clientv3.WithPrefix())
+	opts := []clientv3.OpOption{clientv3.WithPrefix()}
+	if !w.prefix {
+		opts = []clientv3.OpOption{clientv3.WithRange(lineEnd(w.key))}
 	}
 	resp, err := w.c.cli.Get(ctx, w.key, opts...)
 	if err != nil {
 		return err
 	}
 	initial, rev := w.rev == 0, resp.Header.Revision
-	now := make(map[string]*mvccpb.KeyValue, len(resp.Kvs))
+	names := maps.Clone(w.held)
+	clear(w.lines)
 	for _, kv := range resp.Kvs {
-		if name, ok := w.nameOf(kv.Key); ok && !isMark(kv.Value) {
-			now[name] = kv
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(w.held)) {
-		old := w.held[name]
-		if cur := now[name]; cur == nil || cur.CreateRevision != old.CreateRevision {
-			delete(w.held, name)
-			if !w.ended(ctx, name, old, rev, true) {
-				return ctx.Err()
-			}
-		}
-	}
-	for _, name := range slices.Sorted(maps.Keys(now)) {
-		cur := now[name]
-		old := w.held[name]
-		w.held[name] = cur
-		if old != nil {
+		name, ok := w.nameOf(kv.Key)
+		if !ok || isMark(kv.Value) {
 			continue
 		}
-		ev := Event{Type: EventTaken, Name: name, Holder: decodeInfo(name, cur), Revision: cur.CreateRevision, Initial: initial, Reread: !initial}
-		if !w.emit(ctx, ev) {
+		if w.lines[name] == nil {
+			w.lines[name] = map[string]*mvccpb.KeyValue{}
+		}
+		w.lines[name][string(kv.Key)] = kv
+		names[name] = kv
+	}
+	for _, name := range slices.Sorted(maps.Keys(names)) {
+		if !w.settle(ctx, name, rev, initial, !initial) {
 			return ctx.Err()
 		}
 	}
-	if initial && !w.prefix && len(now) == 0 && !w.emit(ctx, Event{Type: EventFree, Name: w.name, Revision: rev, Initial: true}) {
+	if initial && !w.prefix && len(w.held) == 0 && !w.emit(ctx, Event{Type: EventFree, Name: w.name, Revision: rev, Initial: true}) {
 		return ctx.Err()
 	}
 	w.rev = rev + 1
@@ -232,10 +283,11 @@ func (w *watcher) emit(ctx context.Context, ev Event) bool {
 	}
 }
 
-// nameOf returns the lock name of key, or false for a key that is no lock of
-// this package (a deeper path under the prefix).
+// nameOf returns the lock name of key (a lock key or a place in its line), or
+// false for a key that is no lock of this package (a deeper path under the
+// prefix, a semaphore's waiter).
 func (w *watcher) nameOf(key []byte) (string, bool) {
-	n := strings.TrimPrefix(string(key), w.c.prefix)
+	n := w.c.nameOf(&mvccpb.KeyValue{Key: key})
 	return n, checkLockName(n) == nil
 }
 

@@ -53,18 +53,28 @@ func (c *config) etcdErr(err error) error {
 
 // lockJSON is one lock as -json prints it.
 type lockJSON struct {
-	Name             string      `json:"name"`
-	Token            fence.Token `json:"token"`
-	ClientID         string      `json:"client_id"`
-	Host             string      `json:"host"`
-	PID              int         `json:"pid"`
-	AcquiredAt       time.Time   `json:"acquired_at"`
-	LeaseLeftSeconds float64     `json:"lease_left_seconds"`
-	Set              []string    `json:"set,omitempty"`       // the names taken with it (AcquireSet)
-	Semaphore        string      `json:"semaphore,omitempty"` // a permit's semaphore (AcquirePermit)
-	Mark             *int64      `json:"mark,omitempty"`      // -dsn: the stored high-water token, 0 for none
-	Diff             *int64      `json:"diff,omitempty"`      // -dsn: token - mark
-	State            string      `json:"state,omitempty"`     // -dsn: unwritten, written or fenced
+	Name             string       `json:"name"`
+	Token            fence.Token  `json:"token"`
+	ClientID         string       `json:"client_id"`
+	Host             string       `json:"host"`
+	PID              int          `json:"pid"`
+	AcquiredAt       time.Time    `json:"acquired_at"`
+	LeaseLeftSeconds float64      `json:"lease_left_seconds"`
+	Set              []string     `json:"set,omitempty"`       // the names taken with it (AcquireSet)
+	Semaphore        string       `json:"semaphore,omitempty"` // a permit's semaphore (AcquirePermit)
+	Mark             *int64       `json:"mark,omitempty"`      // -dsn: the stored high-water token, 0 for none
+	Diff             *int64       `json:"diff,omitempty"`      // -dsn: token - mark
+	State            string       `json:"state,omitempty"`     // -dsn: unwritten, written or fenced
+	Waiting          []waiterJSON `json:"waiting,omitempty"`   // show: who waits, in line order
+}
+
+// waiterJSON is one caller waiting in a lock's line, with the token it will hold.
+type waiterJSON struct {
+	Token    fence.Token `json:"token"`
+	ClientID string      `json:"client_id"`
+	Host     string      `json:"host"`
+	PID      int         `json:"pid"`
+	Since    time.Time   `json:"since"`
 }
 
 // fenceState says what a holder's token against the stored mark means: its
@@ -88,6 +98,9 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		for i, in := range infos {
 			list[i] = lockJSON{Name: in.Name, Token: in.Token, ClientID: in.ClientID, Host: in.Host, PID: in.PID,
 				AcquiredAt: in.AcquiredAt, LeaseLeftSeconds: in.LeaseLeft.Seconds(), Set: in.Set, Semaphore: in.Semaphore}
+			for _, w := range in.Waiting {
+				list[i].Waiting = append(list[i].Waiting, waiterJSON{w.Token, w.ClientID, w.Host, w.PID, w.AcquiredAt})
+			}
 			if marks != nil {
 				m, d := int64(marks[in.Name]), int64(in.Token-marks[in.Name])
 				list[i].Mark, list[i].Diff, list[i].State = &m, &d, fenceState(in.Token, marks[in.Name])
@@ -121,7 +134,29 @@ func printLocks(out io.Writer, asJSON bool, infos []lockclient.Info, marks map[s
 		}
 		fmt.Fprintln(tw)
 	}
-	return tw.Flush()
+	if err := tw.Flush(); err != nil {
+		return err
+	}
+	return printWaiting(out, infos)
+}
+
+// printWaiting lists, under a lock that show printed, who waits for it in line order.
+func printWaiting(out io.Writer, infos []lockclient.Info) error {
+	for _, in := range infos {
+		if len(in.Waiting) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "\nwaiting for %s, in line order:\n", in.Name)
+		tw := tabwriter.NewWriter(out, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "TOKEN\tWAITER\tHOST\tPID\tSINCE")
+		for _, w := range in.Waiting {
+			fmt.Fprintf(tw, "%d\t%s\t%s\t%d\t%s\n", w.Token, w.ClientID, w.Host, w.PID, w.AcquiredAt.UTC().Format(time.RFC3339))
+		}
+		if err := tw.Flush(); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // marks reads the stored mark of each lock's name from -dsn's fence_tokens, one
