@@ -42,7 +42,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 
 // AcquireSet takes every one of names all-or-nothing, under one token, waiting
 // while any is held. It holds none of them while it waits, so sets listed in
-// any order cannot deadlock; it is not fair. The set is one *Lock (Resources
+// any order cannot deadlock; it keeps no place in line, so it is not fair. The set is one *Lock (Resources
 // are its names, Resource the first in sorted order) that ends as a whole;
 // Holder and List show its names in Info.Set.
 //

@@ -12,8 +12,15 @@
 //     global, stored through raft, never reused, so every later grant of any
 //     lock carries a higher token, across leader changes and restarts.
 //     AcquireSet takes several names all-or-nothing under one token.
-//   - Waiting is not FIFO: a waiter watches the keys that block it, writes
-//     nothing, and every waiter tries again when they go.
+//   - Waiting is first come, first served: a waiting Acquire (a Lead
+//     campaign) writes its place in the name's line once, in the Txn that
+//     found the lock held, watches only the place ahead of it, and holds the
+//     lock when every place ahead is gone; its token is its place's create
+//     revision, so tokens still rise in grant order. A waiter that gives up
+//     leaves the line; a crashed one's place goes with its session lease.
+//     AcquirePermit waits in its semaphore's line the same way; AcquireSet
+//     keeps no place (it waits until every name's line is empty) and
+//     TryAcquire never queues. Holder lists the line (Info.Waiting).
 //   - Release is one Txn conditioned on the token: it never deletes a
 //     successor's key.
 //   - A Lock ends once, with a cause, and nothing revives it: Done closes and

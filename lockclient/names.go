@@ -205,16 +205,17 @@ func (k *namesKind) waitTurn(ctx context.Context, a *attempt, me *mvccpb.KeyValu
 		}
 		read = time.Now()
 		var err error
-		if line, rev, err = c.readLine(ctx, k.keys[0]); err != nil {
+		if line, rev, err = c.readRange(ctx, k.keys[0], lineEnd(k.keys[0])); err != nil {
 			return nil, true, err
 		}
 	}
 }
 
-// readLine reads key's line, retrying transient errors until ctx ends.
-func (c *Client) readLine(ctx context.Context, key string) ([]*mvccpb.KeyValue, int64, error) {
+// readRange reads the keys from key up to end, retrying transient errors
+// until ctx ends.
+func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
 	for {
-		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)))
+		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(end))
 		if err == nil {
 			return resp.Kvs, resp.Header.Revision, nil
 		}
