@@ -82,7 +82,9 @@ func TestClient_TryAcquire_held(t *testing.T) {
 	}
 }
 
-func TestClient_Acquire_waitsWithoutWriting(t *testing.T) {
+// TestClient_Acquire_waitsWithOneWrite: a waiter writes its place in line
+// once and nothing more while it waits; it is granted that place's token.
+func TestClient_Acquire_waitsWithOneWrite(t *testing.T) {
 	srv := locktest.Start(t)
 	cli := srv.Client(t)
 	a := newClient(t, cli)
@@ -100,10 +102,20 @@ func TestClient_Acquire_waitsWithoutWriting(t *testing.T) {
 		}
 		got <- l
 	}()
-	// The waiter must be waiting, not polling with writes.
+	// The waiter must be waiting in line, not polling with writes.
+	var place fence.Token
+	for place == 0 {
+		info, err := a.Holder(t.Context(), "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(info.Waiting) == 1 {
+			place = info.Waiting[0].Token
+		}
+	}
 	time.Sleep(300 * time.Millisecond)
-	if after := revision(t, cli); after != before {
-		t.Fatalf("waiting Acquire wrote %d revisions", after-before)
+	if after := revision(t, cli); after != before+1 || place != fence.Token(before+1) {
+		t.Fatalf("waiting Acquire wrote %d revisions (its place at %d); want its place alone", after-before, place)
 	}
 	if len(got) != 0 {
 		t.Fatal("Acquire returned while the lock was held")
@@ -112,12 +124,12 @@ func TestClient_Acquire_waitsWithoutWriting(t *testing.T) {
 		t.Fatal(err)
 	}
 	lb := <-got
-	if lb == nil || lb.Token() <= la.Token() {
-		t.Fatalf("waiter got %v after token %d", lb, la.Token())
+	if lb == nil || lb.Token() != place {
+		t.Fatalf("waiter got %v; want its place's token %d", lb, place)
 	}
-	// release (1 revision) + acquire (1 revision): nothing else.
+	// place (1 revision) + release (1 revision): nothing else.
 	if after := revision(t, cli); after != before+2 {
-		t.Fatalf("release + acquire wrote %d revisions, want 2", after-before)
+		t.Fatalf("place + release wrote %d revisions, want 2", after-before)
 	}
 }
 

@@ -22,8 +22,16 @@ type namesKind struct {
 	line  bool   // a waiting Acquire of one name: it queues
 	place string // the last attempt's place in the line, when it wrote one
 	val   []byte // and the value it wrote
+	alone bool   // the last attempt put only its place (a large value)
+	queue bool   // the next attempt puts only its place
 	resp  *clientv3.TxnResponse
 }
+
+// maxInline is the largest value an attempt carries twice (the lock key's put
+// and the place's, in the two branches of one Txn); a larger one first tries
+// the key alone, then, refused, queues with a Txn of its own, so a request
+// stays under etcd's limit (1.5 MiB by default) up to MaxValueSize.
+const maxInline = 256 << 10
 
 // A name's line is its lock key and every key from it up to lineEnd: its
 // holder's and its waiters' places (key + "\x00" + a place of its own; no lock
@@ -37,21 +45,46 @@ func (c *Client) placeKey(key string, lease clientv3.LeaseID) string {
 }
 
 func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, []string, error) {
-	k.place, k.val = "", val
-	if k.line {
+	k.place, k.val, k.alone = "", val, false
+	if k.line && (len(val) <= maxInline || k.queue) {
 		k.place = a.c.placeKey(k.keys[0], a.lease)
 	}
-	resp, err := a.c.txnCreate(ctx, k.keys, a.lease, val, k.place)
+	var resp *clientv3.TxnResponse
+	var err error
+	if k.alone = k.place != "" && len(val) > maxInline; k.alone {
+		resp, err = a.c.txnQueue(ctx, k.keys[0], a.lease, val, k.place)
+	} else {
+		resp, err = a.c.txnCreate(ctx, k.keys, a.lease, val, k.place)
+	}
 	switch {
 	case err != nil && k.place != "":
 		return nil, []string{k.keys[0], k.place}, err
 	case err != nil:
 		return nil, k.keys, err
-	case resp.Succeeded:
+	case resp.Succeeded && !k.alone:
 		return &granted{names: a.r.names, keys: k.keys, token: fence.Token(resp.Header.Revision)}, nil, nil
 	}
 	k.resp = resp
 	return nil, nil, nil
+}
+
+// txnQueue puts place in key's line, unless the name is a semaphore's, and
+// reads the line. On an empty line the place holds the lock at once.
+func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseID, val []byte, place string) (*clientv3.TxnResponse, error) {
+	get := clientv3.OpGet(key, clientv3.WithRange(lineEnd(key)))
+	queue := []clientv3.Op{clientv3.OpPut(place, string(val), clientv3.WithLease(lease))}
+	mark := c.storesSessionKey(lease)
+	if mark {
+		queue = append(queue, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
+	}
+	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(clientv3.Compare(clientv3.Value(key), "=", semaphoreMark)).
+			Then(get).Else(append(queue, get)...).Commit()
+	})
+	if mark && err == nil && !resp.Succeeded {
+		c.sessionKeyStored(lease)
+	}
+	return resp, err
 }
 
 // txnCreate sends one attempt: every key put with val under lease if its line
@@ -115,9 +148,13 @@ func (k *namesKind) lines() ([][]*mvccpb.KeyValue, bool) {
 		}
 		return out, false
 	}
-	nested := rs[0].GetResponseTxn()
-	last := nested.Responses[len(nested.Responses)-1]
-	return [][]*mvccpb.KeyValue{last.GetResponseRange().GetKvs()}, !nested.Succeeded
+	sem := k.resp.Succeeded // txnQueue's compare: the name is a semaphore's
+	if !k.alone {
+		nested := rs[0].GetResponseTxn()
+		rs, sem = nested.Responses, nested.Succeeded
+	}
+	last := rs[len(rs)-1]
+	return [][]*mvccpb.KeyValue{last.GetResponseRange().GetKvs()}, !sem
 }
 
 // blocked handles an attempt that found the names taken: in line, it waits
@@ -133,6 +170,10 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 				return nil, true, semaphoreErr("Acquire", c.nameOf(kv))
 			}
 		}
+	}
+	if k.line && k.place == "" {
+		k.queue = true // a large value's refused try: queue at once
+		return nil, false, nil
 	}
 	if queued {
 		me := &mvccpb.KeyValue{Key: []byte(k.place), Value: k.val, CreateRevision: k.resp.Header.Revision, Lease: int64(a.lease)}
