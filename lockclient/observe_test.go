@@ -25,6 +25,7 @@ type recorder struct {
 	kaErrors    int
 	sessions    int // Session calls with a nil error
 	sessionLoss []int
+	retried     []string // ops
 }
 
 var _ lockclient.Observer = (*recorder)(nil)
@@ -92,6 +93,15 @@ func (r *recorder) KeepAlive(rtt time.Duration, err error) {
 		r.kaErrors++
 	}
 }
+
+func (r *recorder) Retried(op string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retried = append(r.retried, op)
+}
+
+func (r *recorder) TermBegun(string, fence.Token)                        {}
+func (r *recorder) TermEnded(string, fence.Token, time.Duration, string) {}
 
 func (r *recorder) snapshot() (acq, ended []string, ka int) {
 	r.mu.Lock()

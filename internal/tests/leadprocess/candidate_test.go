@@ -49,7 +49,10 @@ func say(format string, args ...any) {
 // deadlinePrinter is the candidate's Observer: it prints each new deadline.
 type deadlinePrinter struct{}
 
-func (deadlinePrinter) Acquired(string, time.Duration, error) {}
+func (deadlinePrinter) Acquired(string, time.Duration, error)                {}
+func (deadlinePrinter) Retried(string, error)                                {}
+func (deadlinePrinter) TermBegun(string, fence.Token)                        {}
+func (deadlinePrinter) TermEnded(string, fence.Token, time.Duration, string) {}
 func (deadlinePrinter) Ended(_ string, tok fence.Token, _ time.Duration, _ error) {
 	say("lockended %d %d", tok, time.Now().UnixNano()) // just before Done closes (and before a release's Txn)
 }
