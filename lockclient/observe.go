@@ -5,11 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 )
 
 // Observer is told what a Client does, for metrics. Its methods are called
@@ -221,6 +228,36 @@ func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr erro
 
 func (c *Client) campaignFailed(name string, err error) {
 	c.logAt(slog.LevelWarn, "leader campaign failed, retrying", slog.String("lock", name), slog.Any("error", err))
+}
+
+// unreachableEvery is how often a call waiting on an etcd it cannot reach says
+// so (nanoseconds; tests shorten it).
+var unreachableEvery atomic.Int64
+
+func init() { unreachableEvery.Store(int64(5 * time.Second)) }
+
+func reportEvery() time.Duration { return time.Duration(unreachableEvery.Load()) }
+
+// unreachable reports that a call has waited for a connection to etcd for
+// waited, with the last connection error.
+func (c *Client) unreachable(waited time.Duration, err error) {
+	if c.obs != nil {
+		c.obs.Retried("connect", err)
+	}
+	c.logAt(slog.LevelWarn, "etcd unreachable, waiting", slog.String("endpoints", strings.Join(c.cli.Endpoints(), ",")),
+		slog.Duration("waited", waited.Round(time.Millisecond)), slog.Any("error", err))
+}
+
+// connError says why conn is not up: an RPC that does not wait for a
+// connection fails at once with grpc's last dial error, sending nothing.
+func connError(ctx context.Context, conn *grpc.ClientConn, st connectivity.State) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	if status.Code(err) == codes.Unavailable {
+		return err
+	}
+	return fmt.Errorf("connection %s", strings.ToLower(st.String()))
 }
 
 // logAt logs msg with attrs when the Client has a logger.
