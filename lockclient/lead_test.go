@@ -223,8 +223,8 @@ func TestClient_Lead_fnReturnEndsTerm(t *testing.T) {
 	tests := []struct {
 		name  string
 		ret   func(term *lockclient.Lock, resign context.CancelFunc) error // the first term's fn
-		cause string                                                      // the first term's end
-		terms int                                                         // terms begun
+		cause string                                                       // the first term's end
+		terms int                                                          // terms begun
 	}{
 		{"returns nil", func(*lockclient.Lock, context.CancelFunc) error { return nil }, "returned", 2},
 		{"returns an error", func(*lockclient.Lock, context.CancelFunc) error { return fmt.Errorf("run: %w", errJob) }, "failed", 2},
