@@ -82,8 +82,11 @@ type kaLog struct {
 
 func newKALog() *kaLog { return &kaLog{notify: make(chan struct{}, 1)} }
 
-func (*kaLog) Acquired(string, time.Duration, error)           {}
-func (*kaLog) Ended(string, fence.Token, time.Duration, error) {}
+func (*kaLog) Acquired(string, time.Duration, error)                {}
+func (*kaLog) Ended(string, fence.Token, time.Duration, error)      {}
+func (*kaLog) Retried(string, error)                                {}
+func (*kaLog) TermBegun(string, fence.Token)                        {}
+func (*kaLog) TermEnded(string, fence.Token, time.Duration, string) {}
 
 func (k *kaLog) KeepAlive(_ time.Duration, err error) {
 	if err != nil {

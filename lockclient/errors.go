@@ -73,22 +73,6 @@ func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 // errNilLock is the error of a method called on a nil *Lock.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// TermError is what Lead returns when fn returned an error while its term was
-// still held. It matches fn's error, never fence.ErrLost: a lost term does not
-// end Lead.
-type TermError struct {
-	Name  string
-	Token fence.Token // the term in which fn failed
-	Err   error       // what fn returned
-}
-
-func (e *TermError) Error() string {
-	return fmt.Sprintf("lockclient: lead %q: term %d: %v", e.Name, e.Token, e.Err)
-}
-
-// Unwrap returns fn's error.
-func (e *TermError) Unwrap() error { return e.Err }
-
 // checkName reports why name cannot name a lock (lockname.Check), or nil; the
 // error wraps fence.ErrInvalidArgument.
 func checkName(name string) error {

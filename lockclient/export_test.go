@@ -44,6 +44,13 @@ func LoseSession(c *Client) {
 	c.loseLease(lease, "lost by the test")
 }
 
+// SetUnreachableEvery sets how often a wait on an unreachable etcd is
+// reported; the returned func restores the default.
+func SetUnreachableEvery(d time.Duration) (restore func()) {
+	old := unreachableEvery.Swap(int64(d))
+	return func() { unreachableEvery.Store(old) }
+}
+
 // SessionLease returns c's session lease; 0 when it has none.
 func SessionLease(c *Client) int64 {
 	c.mu.Lock()

@@ -40,16 +40,18 @@ func overloadedClient(t *testing.T, srv *locktest.Cluster, method string, n *ato
 	return cli
 }
 
-// retries counts what a RetryObserver is told.
+// retries counts the Retried reports an Observer is told.
 type retries struct {
 	mu  sync.Mutex
 	ops map[string]int
 }
 
-func (r *retries) Acquired(string, time.Duration, error)           {}
-func (r *retries) Ended(string, fence.Token, time.Duration, error) {}
-func (r *retries) KeepAlive(time.Duration, error)                  {}
-func (r *retries) Session(int, error)                              {}
+func (r *retries) Acquired(string, time.Duration, error)                {}
+func (r *retries) Ended(string, fence.Token, time.Duration, error)      {}
+func (r *retries) KeepAlive(time.Duration, error)                       {}
+func (r *retries) Session(int, error)                                   {}
+func (r *retries) TermBegun(string, fence.Token)                        {}
+func (r *retries) TermEnded(string, fence.Token, time.Duration, string) {}
 func (r *retries) Retried(op string, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -93,7 +95,7 @@ func TestClient_Acquire_overloaded(t *testing.T) {
 				t.Fatalf("acquire through an overloaded etcd: %v", err)
 			}
 			if got := obs.count(tt.op); got != 3 {
-				t.Fatalf("RetryObserver told of %d %s retries, want 3", got, tt.op)
+				t.Fatalf("Observer told of %d %s retries, want 3", got, tt.op)
 			}
 			if l.Token() <= fence.Token(before) {
 				t.Fatalf("token %d not above the revision %d before", l.Token(), before)

@@ -10,23 +10,26 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// Lead campaigns for the lock name and runs fn with each term it wins, until
-// ctx ends. A campaign is an Acquire with opts (WithValue: the leader's
-// address); a term is the granted *Lock, which also watches its key. A lost
-// term never ends Lead: once fn has returned it campaigns again. fn must
-// return when its term's Context ends.
+// Lead campaigns for the lock name and runs fn with each term it wins. A
+// campaign is an Acquire with opts (WithValue: the leader's address); a term
+// is the granted *Lock, which also watches its key. fn must return when its
+// term's Context ends.
 //
-// When ctx ends the lock is released at once and Lead returns ctx's error;
-// fn's nil return releases the lock and ends Lead with nil, its error with a
-// *TermError; a panic in fn releases the lock and passes on. Errors also:
-// fence.ErrInvalidArgument (before any I/O), ErrClosed, or etcd's error refusing
-// the campaign for good (permission denied); other etcd errors are retried.
+// fn's return ends the term, never Lead: whether fn returned nil, an error
+// (fence.ErrStale after an operator's fence, say) or its term was lost, the
+// lock is released and Lead campaigns again, after a pause when fn failed
+// (100 ms, doubling to 1 s while terms fail in a row). A panic in fn releases
+// the lock and passes on. Lead returns only when ctx ends (ctx's error; a held
+// term is released at once), the Client is closed (ErrClosed), or etcd
+// refuses the campaign for good (permission denied, auth failed); bad input
+// fails with fence.ErrInvalidArgument before any I/O. Other etcd errors are
+// retried. Terms are logged and told to the Observer (see Observer.TermEnded).
 func (c *Client) Lead(ctx context.Context, name string, fn func(term *Lock) error, opts ...LockOption) error {
 	if fn == nil {
 		return invalid("Lead(%q): nil function", name)
 	}
 	opts = append(opts[:len(opts):len(opts)], watchKey)
-	backoff := retryDelay
+	backoff, failed := retryDelay, retryDelay
 	for {
 		term, err := c.Acquire(ctx, name, opts...)
 		if err != nil {
@@ -39,8 +42,18 @@ func (c *Client) Lead(ctx context.Context, name string, fn func(term *Lock) erro
 		if term.ctx.Err() != nil {
 			continue // ended between grant and now (session lost): never handed to fn
 		}
-		if done, err := c.runTerm(ctx, term, fn); done {
-			return err
+		switch c.runTerm(ctx, term, fn) {
+		case causeResigned:
+			return ctx.Err()
+		case causeClosed:
+			return ErrClosed
+		case causeFailed: // so that a failing fn does not spin
+			if err := c.sleep(ctx, failed); err != nil {
+				return err
+			}
+			failed = min(2*failed, time.Second)
+		default:
+			failed = retryDelay
 		}
 	}
 }
@@ -51,9 +64,9 @@ func watchKey(o *lockOptions) error {
 	return nil
 }
 
-// runTerm runs fn for term and ends the term; done reports that Lead ends,
-// with err. A panic in fn passes through, after the term has ended.
-func (c *Client) runTerm(ctx context.Context, term *Lock, fn func(*Lock) error) (done bool, err error) {
+// runTerm runs fn for term, ends the term and returns why it ended. A panic
+// in fn passes through, after the term has ended.
+func (c *Client) runTerm(ctx context.Context, term *Lock, fn func(*Lock) error) string {
 	t := &termRun{term: term, began: time.Now(), resigned: make(chan struct{})}
 	c.termBegun(term)
 	t.stopResign = context.AfterFunc(ctx, func() { // resign at once
@@ -80,33 +93,24 @@ type termRun struct {
 	fnErr      error
 }
 
-// endTerm ends t's term, reports it, and says whether Lead ends and with what.
-func (c *Client) endTerm(ctx context.Context, t *termRun) (done bool, err error) {
+// endTerm ends t's term, reports it and returns its cause.
+func (c *Client) endTerm(ctx context.Context, t *termRun) string {
 	if !t.stopResign() {
 		<-t.resigned // ctx ended: the term is released, or being
 	}
 	cause := termCause(t.term, ctx.Err() != nil, t.returned, t.fnErr)
 	c.releaseTerm(t.term)
 	c.termEnded(t.term, time.Since(t.began), cause, t.fnErr)
-	switch cause {
-	case causeResigned:
-		return true, ctx.Err()
-	case causeClosed:
-		return true, ErrClosed
-	case causeFailed:
-		return true, &TermError{Name: t.term.name, Token: t.term.token, Err: t.fnErr}
-	case causeReturned:
-		return true, nil
-	}
-	return false, nil // lost: campaign again
+	return cause
 }
 
-// Why a term ended, as the log and LeaderObserver.TermEnded name it.
+// Why a term ended, as the log and Observer.TermEnded name it; a loss is
+// named by endLabel.
 const (
 	causeResigned = "resigned" // Lead's ctx ended: released for a successor
-	causeReturned = "returned" // fn returned nil: released, Lead ends
-	causeFailed   = "failed"   // fn returned an error: released, Lead ends
-	causePanicked = "panicked" // fn panicked (or called runtime.Goexit): released
+	causeReturned = "returned" // fn returned nil
+	causeFailed   = "failed"   // fn returned an error
+	causePanicked = "panicked" // fn panicked (or called runtime.Goexit)
 	causeClosed   = "closed"   // the Client was closed
 )
 

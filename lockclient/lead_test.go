@@ -17,14 +17,14 @@ import (
 	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
-// termRecorder is an Observer and LeaderObserver that keeps the terms it was told.
+// termRecorder is an Observer that keeps the terms it was told.
 type termRecorder struct {
 	recorder
 	tmu   sync.Mutex
 	terms []string // "begun N", "ended N cause"
 }
 
-var _ lockclient.LeaderObserver = (*termRecorder)(nil)
+var _ lockclient.Observer = (*termRecorder)(nil)
 
 func (r *termRecorder) TermBegun(name string, token fence.Token) {
 	r.tmu.Lock()
@@ -112,7 +112,7 @@ func TestClient_Lead_badInput(t *testing.T) {
 	}
 	// The largest value allowed is stored and read back.
 	big := bytes.Repeat([]byte{0xfe}, lockclient.MaxValueSize)
-	err := c.Lead(t.Context(), "big-value", func(term *lockclient.Lock) error {
+	err := leadOnce(t.Context(), c, "big-value", func(term *lockclient.Lock) error {
 		info, err := c.Holder(t.Context(), "big-value")
 		if err != nil {
 			return err
@@ -196,56 +196,119 @@ func TestClient_Lead_neverLed(t *testing.T) {
 	}
 }
 
-// TestClient_Lead_fnEnds: fn's own return ends Lead (nil, or a *TermError
-// matching fn's error), releasing the lock; a panic releases it and passes on.
-func TestClient_Lead_fnEnds(t *testing.T) {
+// leadOnce runs Lead for one term: fn's return resigns it (ctx ends), and
+// leadOnce returns fn's error, or Lead's when it is not that resign's.
+func leadOnce(ctx context.Context, c *lockclient.Client, name string, fn func(*lockclient.Lock) error, opts ...lockclient.LockOption) error {
+	ctx, resign := context.WithCancel(ctx)
+	defer resign()
+	var fnErr error
+	err := c.Lead(ctx, name, func(term *lockclient.Lock) error {
+		fnErr = fn(term)
+		resign()
+		return fnErr
+	}, opts...)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return fnErr
+	}
+	return err
+}
+
+// TestClient_Lead_fnReturnEndsTerm: fn's return (nil, an error, fence.ErrStale
+// after an operator's fence) with its term still held ends the term, not
+// Lead: the lock is released and Lead campaigns again, and a second term
+// begins with a higher token. Only ctx's end makes Lead return, with ctx's error.
+func TestClient_Lead_fnReturnEndsTerm(t *testing.T) {
 	srv := locktest.Start(t)
 	errJob := errors.New("job failed")
 	tests := []struct {
 		name  string
-		fn    func(*lockclient.Lock) error
-		want  error // nil: Lead returns nil
-		cause string
+		ret   func(term *lockclient.Lock, resign context.CancelFunc) error // the first term's fn
+		cause string                                                       // the first term's end
+		terms int                                                          // terms begun
 	}{
-		{"returns nil", func(*lockclient.Lock) error { return nil }, nil, "returned"},
-		{"returns an error", func(*lockclient.Lock) error { return fmt.Errorf("run: %w", errJob) }, errJob, "failed"},
-		{"panics", func(*lockclient.Lock) error { panic("boom") }, nil, "panicked"},
+		{"returns nil", func(*lockclient.Lock, context.CancelFunc) error { return nil }, "returned", 2},
+		{"returns an error", func(*lockclient.Lock, context.CancelFunc) error { return fmt.Errorf("run: %w", errJob) }, "failed", 2},
+		{"returns fence.ErrStale", func(l *lockclient.Lock, _ context.CancelFunc) error {
+			return fmt.Errorf("write: %w", &fence.StaleError{Resource: l.Resource(), Presented: l.Token(), Seen: l.Token() + 5})
+		}, "failed", 2},
+		{"ctx ends", func(_ *lockclient.Lock, resign context.CancelFunc) error { resign(); return nil }, "resigned", 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			obs := &termRecorder{}
 			c := newClient(t, srv.Client(t), lockclient.WithObserver(obs))
-			var term *lockclient.Lock
-			var err error
-			var panicked any
-			func() {
-				defer func() { panicked = recover() }()
-				err = c.Lead(t.Context(), "job", func(l *lockclient.Lock) error { term = l; return tt.fn(l) })
-			}()
-			if tt.cause == "panicked" {
-				if panicked != "boom" {
-					t.Fatalf("recovered %v, want the panic re-raised", panicked)
+			ctx, resign := context.WithCancel(t.Context())
+			defer resign()
+			var terms []*lockclient.Lock
+			err := c.Lead(ctx, "job", func(term *lockclient.Lock) error {
+				terms = append(terms, term)
+				if len(terms) == 1 {
+					if term.Context().Err() != nil {
+						t.Errorf("first term ended before fn returned: %v", context.Cause(term.Context()))
+					}
+					return tt.ret(term, resign)
 				}
-			} else if panicked != nil {
-				t.Fatalf("panic %v", panicked)
+				// The second term: the first ended released, and this one holds the lock.
+				first := terms[0]
+				if cause := context.Cause(first.Context()); !errors.Is(cause, lockclient.ErrReleased) {
+					t.Errorf("first term ended with %v, want ErrReleased", cause)
+				}
+				if info, err := c.Holder(t.Context(), "job"); err != nil || info.Token != term.Token() {
+					t.Errorf("Holder in the second term = %+v, %v; want token %d", info, err, term.Token())
+				}
+				resign()
+				return nil
+			})
+			if !errors.Is(err, context.Canceled) {
+				t.Fatalf("Lead = %v, want context.Canceled (only ctx's end makes it return)", err)
 			}
-			var te *lockclient.TermError
-			switch {
-			case tt.want == nil && err != nil:
-				t.Fatalf("Lead = %v, want nil", err)
-			case tt.want != nil && (!errors.Is(err, tt.want) || !errors.As(err, &te) || te.Token != term.Token() || errors.Is(err, fence.ErrLost)):
-				t.Fatalf("Lead = %v, want a *TermError of term %d matching %v and not fence.ErrLost", err, term.Token(), tt.want)
+			if len(terms) != tt.terms {
+				t.Fatalf("%d terms begun, want %d", len(terms), tt.terms)
 			}
-			if !isClosed(term.Done()) {
-				t.Fatal("term still open after Lead returned")
+			want := []string{fmt.Sprintf("begun %d", terms[0].Token()), fmt.Sprintf("ended %d %s", terms[0].Token(), tt.cause)}
+			if tt.terms == 2 {
+				if terms[1].Token() <= terms[0].Token() {
+					t.Fatalf("second term's token %d not above the first's %d", terms[1].Token(), terms[0].Token())
+				}
+				want = append(want, fmt.Sprintf("begun %d", terms[1].Token()), fmt.Sprintf("ended %d resigned", terms[1].Token()))
+			}
+			if got := obs.events(); !slices.Equal(got, want) {
+				t.Fatalf("terms %q, want %q", got, want)
+			}
+			for _, term := range terms {
+				if !isClosed(term.Done()) {
+					t.Fatalf("term %d still open after Lead returned", term.Token())
+				}
 			}
 			if _, err := c.Holder(t.Context(), "job"); !errors.Is(err, lockclient.ErrNotHeld) {
 				t.Fatalf("Holder after Lead = %v, want the lock released", err)
 			}
-			if got, want := obs.events(), []string{fmt.Sprintf("begun %d", term.Token()), fmt.Sprintf("ended %d %s", term.Token(), tt.cause)}; !slices.Equal(got, want) {
-				t.Fatalf("terms %q, want %q", got, want)
-			}
 		})
+	}
+}
+
+// TestClient_Lead_panic: a panic in fn releases the term and passes on.
+func TestClient_Lead_panic(t *testing.T) {
+	srv := locktest.Start(t)
+	obs := &termRecorder{}
+	c := newClient(t, srv.Client(t), lockclient.WithObserver(obs))
+	var term *lockclient.Lock
+	var panicked any
+	func() {
+		defer func() { panicked = recover() }()
+		c.Lead(t.Context(), "job", func(l *lockclient.Lock) error { term = l; panic("boom") })
+	}()
+	if panicked != "boom" {
+		t.Fatalf("recovered %v, want the panic re-raised", panicked)
+	}
+	if !isClosed(term.Done()) {
+		t.Fatal("term still open after the panic")
+	}
+	if _, err := c.Holder(t.Context(), "job"); !errors.Is(err, lockclient.ErrNotHeld) {
+		t.Fatalf("Holder after the panic = %v, want the lock released", err)
+	}
+	if got, want := obs.events(), []string{fmt.Sprintf("begun %d", term.Token()), fmt.Sprintf("ended %d panicked", term.Token())}; !slices.Equal(got, want) {
+		t.Fatalf("terms %q, want %q", got, want)
 	}
 }
 

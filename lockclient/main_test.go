@@ -99,6 +99,7 @@ func (termPrinter) Acquired(string, time.Duration, error)           {}
 func (termPrinter) Ended(string, fence.Token, time.Duration, error) {}
 func (termPrinter) KeepAlive(time.Duration, error)                  {}
 func (termPrinter) Session(int, error)                              {}
+func (termPrinter) Retried(string, error)                           {}
 func (termPrinter) TermBegun(string, fence.Token)                   {}
 func (termPrinter) TermEnded(_ string, tok fence.Token, _ time.Duration, cause string) {
 	fmt.Println("ended", tok, cause)

@@ -5,11 +5,18 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/connectivity"
+	"google.golang.org/grpc/status"
 )
 
 // Observer is told what a Client does, for metrics. Its methods are called
@@ -18,7 +25,8 @@ import (
 // called concurrently. The lockmetrics package implements it with Prometheus.
 type Observer interface {
 	// Acquired reports the end of one acquire call of name (a set's first
-	// name) and how long it took. err is nil when the lock was granted, matches
+	// name; a granted permit's slot, "name/0001", as Ended names it) and how
+	// long it took. err is nil when the lock was granted, matches
 	// ErrHeld when another holder had it, and is otherwise the call's error.
 	Acquired(name string, wait time.Duration, err error)
 	// Ended reports that a lock ended, how long it was held and its cause
@@ -34,18 +42,31 @@ type Observer interface {
 	// ErrSessionLost when the session was lost, and then locks is the number of
 	// locks that ended with it (their Done channels closed just before).
 	Session(locks int, err error)
-}
-
-// RetryObserver, when the Observer also implements it, is told of each request
-// etcd refused as overloaded ("too many requests") and the Client sends again.
-// op is "acquire", "release", "renew" or "grant".
-type RetryObserver interface {
+	// Retried reports a request sent again: op "acquire", "release", "renew"
+	// or "grant" when etcd refused it as overloaded ("too many requests"), and
+	// op "connect" once per interval (5 s) that a call waits on an etcd it
+	// cannot reach, with the last connection error.
 	Retried(op string, err error)
+	// TermBegun reports a term of Lead won, before fn runs.
+	TermBegun(name string, token fence.Token)
+	// TermEnded reports the end of a begun term, after its lock was released
+	// or lost, once per term, with cause one of
+	//
+	//	resigned       Lead's ctx ended; released for a successor, Lead returns
+	//	returned       fn returned nil; released, Lead campaigns again
+	//	failed         fn returned an error; released, Lead campaigns again after a pause
+	//	panicked       fn panicked; released, the panic passed on
+	//	lease_expired  the session lease ran out (lost)
+	//	not_renewed    a WithManualRenewal term was not renewed in time (lost)
+	//	key_deleted    someone else deleted the lock's key (lost)
+	//	max_hold       the term reached its WithMaxHold (lost)
+	//	closed         the Client was closed; Lead returns ErrClosed
+	TermEnded(name string, token fence.Token, held time.Duration, cause string)
 }
 
 // WithLogger makes the Client log through l with slog attributes: grants and
-// waits (Info/Debug), releases (Info), losses with their cause and keepalive
-// failures (Warn). A nil l, the default, logs nothing.
+// waits (Info/Debug), releases (Info), losses with their cause, keepalive
+// failures and waits on an unreachable etcd (Warn). A nil l, the default, logs nothing.
 func WithLogger(l *slog.Logger) Option {
 	return func(o *options) error {
 		o.log = l
@@ -53,8 +74,8 @@ func WithLogger(l *slog.Logger) Option {
 	}
 }
 
-// WithObserver makes the Client report acquisitions, lock ends, keepalives and
-// sessions to obs (see Observer). A nil obs, the default, reports nothing.
+// WithObserver makes the Client report acquisitions, lock ends, keepalives,
+// sessions, retries and Lead's terms to obs (see Observer). A nil obs, the default, reports nothing.
 func WithObserver(obs Observer) Option {
 	return func(o *options) error {
 		o.obs = obs
@@ -66,6 +87,9 @@ func WithObserver(obs Observer) Option {
 // The caller checks that there is an Observer or a logger.
 func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, wait bool) {
 	d := time.Since(start)
+	if err == nil && l != nil {
+		name = l.name // a permit's slot: its release and end carry the same name
+	}
 	if c.obs != nil {
 		c.obs.Acquired(name, d, err)
 	}
@@ -171,40 +195,24 @@ func (c *Client) sessionLost(lease clientv3.LeaseID, why string, locks int) {
 
 // retried reports a request etcd refused as overloaded, sent again.
 func (c *Client) retried(op string, err error) {
-	if ro, ok := c.obs.(RetryObserver); ok {
-		ro.Retried(op, err)
+	if c.obs != nil {
+		c.obs.Retried(op, err)
 	}
 	c.logAt(slog.LevelWarn, "etcd overloaded, retrying", slog.String("op", op), slog.Any("error", err))
 }
 
-// LeaderObserver is told about the terms of Lead when the Observer also
-// implements it (lockmetrics.Metrics does); cheap, never blocking. TermBegun
-// comes once per term before fn runs; TermEnded once per begun term, after its
-// lock was released or lost, with cause one of
-//
-//	resigned       Lead's ctx ended; released for a successor
-//	returned       fn returned nil; released, Lead returned nil
-//	failed         fn returned an error; released, Lead returned a *TermError
-//	panicked       fn panicked; released, the panic passed on
-//	lease_expired  the session lease ran out (lost)
-//	not_renewed    a WithManualRenewal term was not renewed in time (lost)
-//	key_deleted    someone else deleted the lock's key (lost)
-//	closed         the Client was closed
-type LeaderObserver interface {
-	TermBegun(name string, token fence.Token)
-	TermEnded(name string, token fence.Token, held time.Duration, cause string)
-}
-
+// termBegun reports a term of Lead begun.
 func (c *Client) termBegun(l *Lock) {
-	if lo, ok := c.obs.(LeaderObserver); ok {
-		lo.TermBegun(l.name, l.token)
+	if c.obs != nil {
+		c.obs.TermBegun(l.name, l.token)
 	}
 	c.logAt(slog.LevelInfo, "leader term begun", slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
 }
 
+// termEnded reports the end of a term of Lead, with fn's error if it failed.
 func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr error) {
-	if lo, ok := c.obs.(LeaderObserver); ok {
-		lo.TermEnded(l.name, l.token, held, cause)
+	if c.obs != nil {
+		c.obs.TermEnded(l.name, l.token, held, cause)
 	}
 	lvl := slog.LevelWarn
 	if cause == causeResigned || cause == causeReturned || cause == causeClosed {
@@ -220,6 +228,36 @@ func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr erro
 
 func (c *Client) campaignFailed(name string, err error) {
 	c.logAt(slog.LevelWarn, "leader campaign failed, retrying", slog.String("lock", name), slog.Any("error", err))
+}
+
+// unreachableEvery is how often a call waiting on an etcd it cannot reach says
+// so (nanoseconds; tests shorten it).
+var unreachableEvery atomic.Int64
+
+func init() { unreachableEvery.Store(int64(5 * time.Second)) }
+
+func reportEvery() time.Duration { return time.Duration(unreachableEvery.Load()) }
+
+// unreachable reports that a call has waited for a connection to etcd for
+// waited, with the last connection error.
+func (c *Client) unreachable(waited time.Duration, err error) {
+	if c.obs != nil {
+		c.obs.Retried("connect", err)
+	}
+	c.logAt(slog.LevelWarn, "etcd unreachable, waiting", slog.String("endpoints", strings.Join(c.cli.Endpoints(), ",")),
+		slog.Duration("waited", waited.Round(time.Millisecond)), slog.Any("error", err))
+}
+
+// connError says why conn is not up: an RPC that does not wait for a
+// connection fails at once with grpc's last dial error, sending nothing.
+func connError(ctx context.Context, conn *grpc.ClientConn, st connectivity.State) error {
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	_, err := pb.NewMaintenanceClient(conn).Status(ctx, &pb.StatusRequest{}, grpc.WaitForReady(false))
+	if status.Code(err) == codes.Unavailable {
+		return err
+	}
+	return fmt.Errorf("connection %s", strings.ToLower(st.String()))
 }
 
 // logAt logs msg with attrs when the Client has a logger.

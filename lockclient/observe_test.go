@@ -25,6 +25,7 @@ type recorder struct {
 	kaErrors    int
 	sessions    int // Session calls with a nil error
 	sessionLoss []int
+	retried     []string // ops
 }
 
 var _ lockclient.Observer = (*recorder)(nil)
@@ -92,6 +93,15 @@ func (r *recorder) KeepAlive(rtt time.Duration, err error) {
 		r.kaErrors++
 	}
 }
+
+func (r *recorder) Retried(op string, err error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.retried = append(r.retried, op)
+}
+
+func (r *recorder) TermBegun(string, fence.Token)                        {}
+func (r *recorder) TermEnded(string, fence.Token, time.Duration, string) {}
 
 func (r *recorder) snapshot() (acq, ended []string, ka int) {
 	r.mu.Lock()
@@ -297,5 +307,43 @@ func TestClient_WithLogger_nilIsSilent(t *testing.T) {
 	l := mustAcquire(t, c, "quiet")
 	if err := l.Release(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestClient_permitNamed: a permit's grant is logged and reported under its
+// slot's name, as its release and end are: one name in both.
+func TestClient_permitNamed(t *testing.T) {
+	srv := locktest.Start(t)
+	rec := &recorder{}
+	var logs logBuffer
+	c := newClient(t, srv.Client(t), lockclient.WithObserver(rec), lockclient.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))
+	first, err := c.AcquirePermit(t.Context(), "settle", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := c.TryAcquirePermit(t.Context(), "settle", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []*lockclient.Lock{first, second} {
+		if err := p.Release(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	recs := logs.records(t)
+	for _, p := range []*lockclient.Lock{first, second} {
+		slot := p.Resource() // "settle/0000", "settle/0001"
+		granted, released := find(recs, "lock granted", slot), find(recs, "lock released", slot)
+		if granted == nil || released == nil {
+			t.Fatalf("slot %q: grant logged %v, release logged %v; want both under lock=%q; log:\n%s", slot, granted, released, slot, logs.buf.String())
+		}
+	}
+	acq, ended, _ := rec.snapshot()
+	want := []string{first.Resource() + " granted", second.Resource() + " granted"}
+	if !slices.Equal(acq, want) {
+		t.Fatalf("Observer told Acquired %q, want %q", acq, want)
+	}
+	if want := []string{first.Resource() + " released", second.Resource() + " released"}; !slices.Equal(ended, want) {
+		t.Fatalf("Observer told Ended %q, want %q", ended, want)
 	}
 }

@@ -181,9 +181,12 @@ func (w mxWorker) close() {
 // lost sessions and nothing else.
 type lossCounter struct{ n, started atomic.Int64 }
 
-func (*lossCounter) Acquired(string, time.Duration, error)           {}
-func (*lossCounter) Ended(string, fence.Token, time.Duration, error) {}
-func (*lossCounter) KeepAlive(time.Duration, error)                  {}
+func (*lossCounter) Acquired(string, time.Duration, error)                {}
+func (*lossCounter) Ended(string, fence.Token, time.Duration, error)      {}
+func (*lossCounter) KeepAlive(time.Duration, error)                       {}
+func (*lossCounter) Retried(string, error)                                {}
+func (*lossCounter) TermBegun(string, fence.Token)                        {}
+func (*lossCounter) TermEnded(string, fence.Token, time.Duration, string) {}
 func (c *lossCounter) Session(_ int, err error) {
 	if err == nil {
 		c.started.Add(1)

@@ -94,8 +94,11 @@ var errEtcdClosed = errors.New("the etcd client was closed")
 
 // connected waits until the etcd client's connection is up, so that a grant's
 // send time, from which the session deadline counts, is not spent dialing.
+// Each interval it waits is reported (unreachable).
 func (c *Client) connected(ctx context.Context) error {
 	conn := c.cli.ActiveConnection()
+	start := time.Now()
+	next := start.Add(reportEvery())
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		switch st {
 		case connectivity.Idle:
@@ -103,8 +106,15 @@ func (c *Client) connected(ctx context.Context) error {
 		case connectivity.Shutdown:
 			return errEtcdClosed
 		}
-		if !conn.WaitForStateChange(ctx, st) {
+		wctx, cancel := context.WithDeadline(ctx, next)
+		changed := conn.WaitForStateChange(wctx, st)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
 			return ctx.Err()
+		case !changed:
+			c.unreachable(time.Since(start), connError(ctx, conn, st))
+			next = time.Now().Add(reportEvery())
 		}
 	}
 	return nil

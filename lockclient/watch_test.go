@@ -135,7 +135,7 @@ func TestClient_Watch_events(t *testing.T) {
 
 	d := newClient(t, srv.Client(t))
 	var term fence.Token
-	err = d.Lead(t.Context(), "job", func(l *lockclient.Lock) error {
+	err = leadOnce(t.Context(), d, "job", func(l *lockclient.Lock) error {
 		term = l.Token()
 		ev := wantEvent(t, ch, lockclient.EventTaken, l.Token(), false)
 		if string(ev.Holder.Value) != "10.1.2.3:7000" {
@@ -241,7 +241,7 @@ func TestClient_Watch_memberRestart(t *testing.T) {
 	var terms []fence.Token
 	lead := func(n int) {
 		for i := range n {
-			err := cands[i%2].Lead(t.Context(), "scheduler", func(l *lockclient.Lock) error {
+			err := leadOnce(t.Context(), cands[i%2], "scheduler", func(l *lockclient.Lock) error {
 				terms = append(terms, l.Token())
 				return nil
 			})

@@ -7,11 +7,13 @@ import (
 	"database/sql"
 	"errors"
 	"log"
+	"log/slog"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 
 	"github.com/fencegate/fencegate/adapters/pgxfence"
 	"github.com/fencegate/fencegate/adapters/sqlfence"
@@ -25,11 +27,19 @@ import (
 // token, stop if a newer holder wrote.
 func Example_pgx() {
 	ctx := context.Background()
-	etcd, err := clientv3.New(clientv3.Config{Endpoints: []string{"127.0.0.1:2379"}})
+	etcd, err := clientv3.New(clientv3.Config{
+		Endpoints: []string{"127.0.0.1:2379"},
+		// etcd's client logs through its own zap logger: nil prints its JSON warnings
+		// ("retrying of unary invoker failed") on stderr; give yours, or zap.NewNop().
+		Logger: zap.NewNop(),
+	})
 	if err != nil {
 		log.Fatal(err)
 	}
-	locks, err := lockclient.New(etcd) // one session lease, 10 s, renewed every 3 s
+	// lockclient logs through slog: grants, losses, and a wait on an unreachable etcd
+	// ("etcd unreachable, waiting", every 5 s, naming the endpoints and the error).
+	// One session lease, 10 s, renewed every 3 s.
+	locks, err := lockclient.New(etcd, lockclient.WithLogger(slog.Default()))
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -13,11 +13,14 @@ import (
 
 type nopObserver struct{}
 
-func (nopObserver) Acquired(string, time.Duration, error)           {}
-func (nopObserver) Ended(string, fence.Token, time.Duration, error) {}
-func (nopObserver) KeepAlive(time.Duration, error)                  {}
-func (nopObserver) Session(int, error)                              {}
-func (nopObserver) FencedWrite(string, string, error)               {}
+func (nopObserver) Acquired(string, time.Duration, error)                {}
+func (nopObserver) Ended(string, fence.Token, time.Duration, error)      {}
+func (nopObserver) KeepAlive(time.Duration, error)                       {}
+func (nopObserver) Session(int, error)                                   {}
+func (nopObserver) Retried(string, error)                                {}
+func (nopObserver) TermBegun(string, fence.Token)                        {}
+func (nopObserver) TermEnded(string, fence.Token, time.Duration, string) {}
+func (nopObserver) FencedWrite(string, string, error)                    {}
 
 type observer interface {
 	lockclient.Observer

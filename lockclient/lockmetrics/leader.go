@@ -6,10 +6,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/lockclient"
 )
-
-var _ lockclient.LeaderObserver = (*Metrics)(nil)
 
 // leaderMetrics are the collectors of Lead's terms. Unlike lock names, the
 // names a process campaigns for are few and fixed by its code, so they are
@@ -35,14 +32,14 @@ func (l *leaderMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{l.leader, l.begun, l.ended}
 }
 
-// TermBegun implements lockclient.LeaderObserver: leader{name} is 1 and a
+// TermBegun implements lockclient.Observer: leader{name} is 1 and a
 // term is counted begun.
 func (m *Metrics) TermBegun(name string, _ fence.Token) {
 	m.lead.leader.WithLabelValues(name).Set(1)
 	m.lead.begun.WithLabelValues(name).Inc()
 }
 
-// TermEnded implements lockclient.LeaderObserver: leader{name} is 0 and the
+// TermEnded implements lockclient.Observer: leader{name} is 0 and the
 // term is counted ended under its cause.
 func (m *Metrics) TermEnded(name string, _ fence.Token, _ time.Duration, cause string) {
 	m.lead.leader.WithLabelValues(name).Set(0)

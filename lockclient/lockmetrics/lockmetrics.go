@@ -28,7 +28,8 @@
 //	fencegate_leader{name}                      gauge: 1 while this process holds a term of Lead for name (is-leader), else 0
 //	fencegate_leader_terms_begun_total{name}    counter: terms of Lead begun
 //	fencegate_leader_terms_ended_total{name,cause} counter: terms ended by cause: resigned, returned, failed, panicked, lease_expired, not_renewed, key_deleted, max_hold, closed
-//	fencegate_etcd_retries_total{op}            counter: requests an overloaded etcd refused before acting, sent again (acquire, release, renew, grant)
+//	fencegate_etcd_retries_total{op}            counter: requests an overloaded etcd refused before acting, sent again (acquire, release, renew, grant);
+//	                                            op connect: intervals (5 s) a call waited on an etcd it could not reach
 //
 // Lock names are not labels: they are unbounded. The names given to Lead are
 // (a process campaigns for a few names fixed by its code). Every method is a few atomic
@@ -155,7 +156,7 @@ func New(reg prometheus.Registerer, opts ...Option) (*Metrics, error) {
 			Help: "Fenced writes by adapter and result: accepted, stale (refused, a higher token is stored), lost (refused, the lock is known lost), error."}, []string{"adapter", "result"}),
 	}
 	m.retries = prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "etcd_retries_total",
-		Help: "Requests an overloaded etcd refused before acting on them (too many requests), sent again, by op."}, []string{"op"})
+		Help: "Requests an overloaded etcd refused before acting on them (too many requests), sent again, by op; op connect: intervals a call waited on an etcd it could not reach."}, []string{"op"})
 	m.granted = m.acquisitions.WithLabelValues("granted")
 	m.heldByOther = m.acquisitions.WithLabelValues("held_by_other")
 	m.acqErrors = m.acquisitions.WithLabelValues("error")
@@ -232,8 +233,7 @@ func (m *Metrics) FencedWrite(adapter, _ string, err error) {
 	m.writes.WithLabelValues(adapter, grant.WriteResult(err)).Inc()
 }
 
-var _ lockclient.RetryObserver = (*Metrics)(nil)
-
-// Retried implements lockclient.RetryObserver: one request etcd refused as
-// overloaded and the Client sent again, counted under its op.
+// Retried implements lockclient.Observer: one request etcd refused as
+// overloaded and the Client sent again, or one interval a call waited on an
+// unreachable etcd (op "connect"), counted under its op.
 func (m *Metrics) Retried(op string, _ error) { m.retries.WithLabelValues(op).Inc() }

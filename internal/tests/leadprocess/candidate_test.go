@@ -3,6 +3,7 @@ package leadprocess_test
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -23,11 +24,14 @@ import (
 // The candidate process: this test binary run again with candidateEnv set to
 // "ENDPOINTS|SQLITE-FILE|NAME". It runs Lead(NAME) with WithTTL(testTTL) until
 // SIGTERM (which ends Lead's ctx: a resign). While it leads it makes a fenced
-// write every 50 ms (a row of its token in lead_log). It prints, one line each,
-// with times in Unix nanoseconds on the machine's one clock:
+// write every 50 ms (a row of its token in lead_log); a write refused with
+// fence.ErrStale (a newer token wrote, or an operator fenced) makes fn return
+// it: the term ends and Lead campaigns again. It prints, one line each, with
+// times in Unix nanoseconds on the machine's one clock:
 //
 //	begun TOKEN T          fn was called for a term
 //	write TOKEN SEQ ok|refused ERR
+//	stepdown TOKEN T       fn returns after a write refused with fence.ErrStale
 //	lockended TOKEN T      the term's Lock ends (Observer.Ended: just before Done
 //	                       closes, and before a release's Txn is sent)
 //	ended TOKEN T CAUSE    fn saw the term's Done closed
@@ -49,7 +53,10 @@ func say(format string, args ...any) {
 // deadlinePrinter is the candidate's Observer: it prints each new deadline.
 type deadlinePrinter struct{}
 
-func (deadlinePrinter) Acquired(string, time.Duration, error) {}
+func (deadlinePrinter) Acquired(string, time.Duration, error)                {}
+func (deadlinePrinter) Retried(string, error)                                {}
+func (deadlinePrinter) TermBegun(string, fence.Token)                        {}
+func (deadlinePrinter) TermEnded(string, fence.Token, time.Duration, string) {}
 func (deadlinePrinter) Ended(_ string, tok fence.Token, _ time.Duration, _ error) {
 	say("lockended %d %d", tok, time.Now().UnixNano()) // just before Done closes (and before a release's Txn)
 }
@@ -105,6 +112,10 @@ func runCandidate(spec string) int {
 			wcancel()
 			if err != nil {
 				say("write %d %d refused %v", tok, seq, err)
+				if errors.Is(err, fence.ErrStale) {
+					say("stepdown %d %d", tok, time.Now().UnixNano())
+					return err // this term is over: Lead releases it and campaigns again
+				}
 			} else {
 				say("write %d %d ok", tok, seq)
 			}
