@@ -17,8 +17,9 @@ import (
 //
 // fn's return ends the term, never Lead: whether fn returned nil, an error
 // (fence.ErrStale after an operator's fence, say) or its term was lost, the
-// lock is released and Lead campaigns again, after a pause when fn failed
-// (100 ms, doubling to 1 s while terms fail in a row). A panic in fn releases
+// lock is released and Lead campaigns again, after a pause when fn returned
+// by itself (100 ms, doubling to 1 s while terms end so in a row), so that a
+// fn that returns at once does not spin. A panic in fn releases
 // the lock and passes on. Lead returns only when ctx ends (ctx's error; a held
 // term is released at once), the Client is closed (ErrClosed), or etcd
 // refuses the campaign for good (permission denied, auth failed); bad input
@@ -47,7 +48,7 @@ func (c *Client) Lead(ctx context.Context, name string, fn func(term *Lock) erro
 			return ctx.Err()
 		case causeClosed:
 			return ErrClosed
-		case causeFailed: // so that a failing fn does not spin
+		case causeFailed, causeReturned: // so that fn does not spin
 			if err := c.sleep(ctx, failed); err != nil {
 				return err
 			}
