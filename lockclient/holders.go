@@ -34,6 +34,9 @@ type Info struct {
 	// Semaphore is, for a permit (AcquirePermit), the semaphore's name; Name is
 	// then the permit's slot name ("jobs/0002"). "" for a lock.
 	Semaphore string
+	// Waiting lists, in line order, the callers waiting for the lock (Holder
+	// only; nil from List and Watch).
+	Waiting []Info
 }
 
 // holderValue is what a lock key stores. Seq makes every acquire attempt's value
