@@ -37,19 +37,30 @@ type fairGrant struct {
 // fairLine runs waiter goroutines, each on a Client of its own, and checks
 // that no more than limit of them hold at once (inside counts the holders:
 // a waiter adds itself when granted, and the test takes it out before it
-// releases the waiter's lock, in release).
+// releases the waiter's lock, in release; overlaps counts the grants made
+// while limit held, told by the test's goroutine).
 type fairLine struct {
-	t      *testing.T
-	srv    *locktest.Cluster
-	limit  int32
-	inside atomic.Int32
-	grants chan fairGrant
-	errs   []chan error         // each waiter's Acquire error, when it returns one
-	stop   []context.CancelFunc // each waiter's ctx
+	t        *testing.T
+	srv      *locktest.Cluster
+	limit    int32
+	inside   atomic.Int32
+	overlaps atomic.Int32
+	grants   chan fairGrant
+	errs     []chan error         // each waiter's Acquire error, when it returns one
+	stop     []context.CancelFunc // each waiter's ctx
 }
 
 func newFairLine(t *testing.T, srv *locktest.Cluster, limit int32) *fairLine {
-	return &fairLine{t: t, srv: srv, limit: limit, grants: make(chan fairGrant, 64)}
+	f := &fairLine{t: t, srv: srv, limit: limit, grants: make(chan fairGrant, 64)}
+	t.Cleanup(f.checkOverlaps)
+	return f
+}
+
+func (f *fairLine) checkOverlaps() {
+	f.t.Helper()
+	if n := f.overlaps.Swap(0); n > 0 {
+		f.t.Errorf("%d grants made while %d others held", n, f.limit)
+	}
 }
 
 // client returns a new Client with its own etcd connection and identity id,
@@ -78,8 +89,8 @@ func (f *fairLine) start(acquire func(ctx context.Context) (*lockclient.Lock, er
 			errc <- err
 			return
 		}
-		if n := f.inside.Add(1); n > f.limit {
-			f.t.Errorf("waiter %d granted %s token %d while %d others hold it", idx, l.Resource(), l.Token(), n-1)
+		if f.inside.Add(1) > f.limit {
+			f.overlaps.Add(1)
 		}
 		f.grants <- fairGrant{idx, l}
 	}()
@@ -91,6 +102,7 @@ func (f *fairLine) next() fairGrant {
 	f.t.Helper()
 	select {
 	case g := <-f.grants:
+		f.checkOverlaps()
 		return g
 	case <-time.After(2 * time.Minute):
 		f.t.Fatal("no waiter was granted")
