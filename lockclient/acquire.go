@@ -14,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxSetSize is the most names one AcquireSet takes: etcd's default
+// maxSetSize is the most names one AcquireSet takes: etcd's default
 // --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
-const MaxSetSize = 128
+const maxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
 // is granted or ctx ends. ctx is its only bound: it waits for the holder and,
@@ -47,7 +47,7 @@ func (c *Client) TryAcquire(ctx context.Context, name string, opts ...LockOption
 // Holder and List show its names in Info.Set.
 //
 // Errors are those of Acquire; fence.ErrInvalidArgument also for no names, a
-// name listed twice or more than MaxSetSize names.
+// name listed twice or more than 128 names (etcd's default --max-txn-ops).
 func (c *Client) AcquireSet(ctx context.Context, names []string, opts ...LockOption) (*Lock, error) {
 	return c.acquireNames(ctx, names, opts, true, true)
 }

@@ -185,7 +185,7 @@ func BenchmarkLockclient(b *testing.B) {
 	cl := locktest.StartCluster(b, 3)
 	newLC := func() *lockclient.Client { return newClient(b, cl.Client(b)) }
 	newSession := func() *concurrency.Session {
-		s, err := concurrency.NewSession(cl.Client(b), concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		s, err := concurrency.NewSession(cl.Client(b), concurrency.WithTTL(int(defaultTTL/time.Second)))
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -23,7 +23,7 @@ import (
 // due at once.
 func TestRenewalDue(t *testing.T) {
 	last := time.Unix(1000, 0)
-	third := lockclient.DefaultTTL / 3
+	third := defaultTTL / 3
 	tests := []struct {
 		name                 string
 		opts                 []lockclient.Option
@@ -31,10 +31,10 @@ func TestRenewalDue(t *testing.T) {
 		want                 time.Duration // after last
 	}{
 		{name: "busy", answered: true, busy: true, want: third},
-		{name: "idle", answered: true, want: lockclient.DefaultTTL / 2},
+		{name: "idle", answered: true, want: defaultTTL / 2},
 		{name: "idle, etcd slow", answered: true, slow: true, want: third},
 		{name: "busy, unanswered", busy: true, want: third},
-		{name: "idle, unanswered", want: lockclient.DefaultTTL / 4},
+		{name: "idle, unanswered", want: defaultTTL / 4},
 		{name: "idle, unanswered, etcd slow", slow: true, want: third},
 		{name: "long interval: idle as busy", opts: []lockclient.Option{lockclient.WithRenewInterval(6 * time.Second)}, answered: true, want: 6 * time.Second},
 		{name: "long interval, idle, unanswered", opts: []lockclient.Option{lockclient.WithRenewInterval(6 * time.Second)}, want: 2 * time.Second},
@@ -58,12 +58,12 @@ func TestRenewalDue(t *testing.T) {
 		// renewal before them set, with time left for an answer.
 		first, _ := lockclient.RenewalDue(nil, last, true, false, false)
 		retry, _ := lockclient.RenewalDue(nil, first, false, false, false)
-		if deadline := last.Add(lockclient.DefaultTTL); !retry.Before(deadline) || deadline.Sub(retry) < lockclient.DefaultTTL/5 {
-			t.Fatalf("retry %v after the last renewal, deadline %v after it", retry.Sub(last), lockclient.DefaultTTL)
+		if deadline := last.Add(defaultTTL); !retry.Before(deadline) || deadline.Sub(retry) < defaultTTL/5 {
+			t.Fatalf("retry %v after the last renewal, deadline %v after it", retry.Sub(last), defaultTTL)
 		}
 	})
 	t.Run("busy long after the last renewal", func(t *testing.T) {
-		now := last.Add(lockclient.DefaultTTL * 2 / 5) // an idle renewal nearly due
+		now := last.Add(defaultTTL * 2 / 5) // an idle renewal nearly due
 		due, _ := lockclient.RenewalDue(nil, last, true, false, true)
 		if due.After(now) {
 			t.Fatalf("a lock taken %v after the last renewal: next renewal %v later, want at once", now.Sub(last), due.Sub(now))
@@ -352,7 +352,7 @@ func TestClient_sessionLost_idle(t *testing.T) {
 	rec := &recorder{}
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
-	resp, err := admin.Get(t.Context(), lockclient.DefaultPrefix+"a")
+	resp, err := admin.Get(t.Context(), defaultPrefix+"a")
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("Get: %v, %d keys", err, len(resp.Kvs))
 	}

@@ -164,10 +164,10 @@ func (c *Client) takeLocksLocked() []*Lock {
 
 // Defaults for New.
 const (
-	// DefaultTTL is the session lease's time to live.
-	DefaultTTL = 10 * time.Second
-	// DefaultPrefix is the key prefix under which lock keys live.
-	DefaultPrefix = "/fencegate/locks/"
+	// defaultTTL is the session lease's time to live.
+	defaultTTL = 10 * time.Second
+	// defaultPrefix is the key prefix under which lock keys live.
+	defaultPrefix = "/fencegate/locks/"
 	// MinTTL is the shortest session TTL and lock lease this package accepts:
 	// etcd silently raises a lease under 1.5 x its election timeout (2 s by
 	// default). Deadlines count from the TTL etcd returns, so a cluster with a
@@ -256,7 +256,7 @@ func WithIdentity(id string) Option {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: DefaultTTL, prefix: DefaultPrefix}
+	o := options{ttl: defaultTTL, prefix: defaultPrefix}
 	for i, opt := range opts {
 		if opt == nil {
 			return o, invalid("New: option %d is nil", i)
@@ -287,18 +287,18 @@ type lockOptions struct {
 	maxHold time.Duration // WithMaxHold; 0: none
 }
 
-// MaxValueSize is the largest value WithValue accepts: with its base64 form,
+// maxValueSize is the largest value WithValue accepts: with its base64 form,
 // the holder fields and the key it stays under etcd's default request limit
 // (--max-request-bytes, 1.5 MiB).
-const MaxValueSize = 1 << 20
+const maxValueSize = 1 << 20
 
 // WithValue stores value with the lock while it is held (a leader's address),
 // readable by everyone: Holder and List return it as Info.Value, Watch reports
-// it with each grant. It must be at most MaxValueSize bytes.
+// it with each grant. It must be at most 1 MiB.
 func WithValue(value []byte) LockOption {
 	return func(o *lockOptions) error {
-		if len(value) > MaxValueSize {
-			return invalid("WithValue: value is %d bytes, the limit is %d", len(value), MaxValueSize)
+		if len(value) > maxValueSize {
+			return invalid("WithValue: value is %d bytes, the limit is %d", len(value), maxValueSize)
 		}
 		o.value = append([]byte{}, value...) // the caller may reuse its slice
 		return nil

@@ -117,8 +117,8 @@ func checkSet(names []string) ([]string, error) {
 	switch {
 	case len(names) == 0:
 		return nil, invalid("lock set: no names")
-	case len(names) > MaxSetSize:
-		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), MaxSetSize)
+	case len(names) > maxSetSize:
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), maxSetSize)
 	}
 	for _, n := range names {
 		if err := checkName(n); err != nil {

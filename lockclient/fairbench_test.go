@@ -138,7 +138,7 @@ func mutexContenders(b *testing.B, srv *locktest.Cluster, n int) contenders {
 	sessions := make([]*concurrency.Session, n)
 	var ws contenders
 	for i := range sessions {
-		s, err := concurrency.NewSession(srv.Client(b), concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		s, err := concurrency.NewSession(srv.Client(b), concurrency.WithTTL(int(defaultTTL/time.Second)))
 		if err != nil {
 			b.Fatal(err)
 		}

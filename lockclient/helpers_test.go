@@ -147,3 +147,12 @@ func hammer(ctx context.Context, wg *sync.WaitGroup, ex *exclusion, n int, names
 func lostAt(err error, l *lockclient.Lock) bool {
 	return errors.Is(err, fence.ErrLost) && strings.Contains(err.Error(), fmt.Sprintf("%q at token %d", l.Resource(), l.Token()))
 }
+
+// lockclient's documented defaults and limits, as the tests rely on them.
+const (
+	defaultPrefix = "/fencegate/locks/"
+	defaultTTL    = 10 * time.Second
+	maxValueSize  = 1 << 20
+	maxSetSize    = 128
+	maxPermits    = 1024
+)

@@ -156,7 +156,7 @@ func handOff(b *testing.B, cli *clientv3.Client, ep string, near, far *lockclien
 	waitWatchers(b, ep, base+1)
 	wctx, cancel := context.WithCancel(b.Context())
 	defer cancel()
-	deletes := cli.Watch(wctx, lockclient.DefaultPrefix+"job", clientv3.WithRev(int64(held.Token())+1), clientv3.WithFilterPut())
+	deletes := cli.Watch(wctx, defaultPrefix+"job", clientv3.WithRev(int64(held.Token())+1), clientv3.WithFilterPut())
 	start := time.Now()
 	if err := held.Release(b.Context()); err != nil {
 		b.Fatal(err)

@@ -96,7 +96,7 @@ func TestClient_Lead_badInput(t *testing.T) {
 		{"control character", "a\nb", fn, nil, "control"},
 		{"nil function", "scheduler", nil, nil, "nil function"},
 		{"nil option", "scheduler", fn, []lockclient.LockOption{nil}, "option 0 is nil"},
-		{"value over the limit", "scheduler", fn, []lockclient.LockOption{lockclient.WithValue(make([]byte, lockclient.MaxValueSize+1))}, "limit"},
+		{"value over the limit", "scheduler", fn, []lockclient.LockOption{lockclient.WithValue(make([]byte, maxValueSize+1))}, "limit"},
 		{"value over etcd's request size", "scheduler", fn, []lockclient.LockOption{lockclient.WithValue(make([]byte, 2<<20))}, "limit"},
 	}
 	// A cancelled context: any I/O before the check would return its error instead.
@@ -111,7 +111,7 @@ func TestClient_Lead_badInput(t *testing.T) {
 		})
 	}
 	// The largest value allowed is stored and read back.
-	big := bytes.Repeat([]byte{0xfe}, lockclient.MaxValueSize)
+	big := bytes.Repeat([]byte{0xfe}, maxValueSize)
 	err := leadOnce(t.Context(), c, "big-value", func(term *lockclient.Lock) error {
 		info, err := c.Holder(t.Context(), "big-value")
 		if err != nil {

@@ -30,7 +30,7 @@ type namesKind struct {
 // maxInline is the largest value an attempt carries twice (the lock key's put
 // and the place's, in the two branches of one Txn); a larger one first tries
 // the key alone, then, refused, queues with a Txn of its own, so a request
-// stays under etcd's limit (1.5 MiB by default) up to MaxValueSize.
+// stays under etcd's limit (1.5 MiB by default) up to WithValue's 1 MiB.
 const maxInline = 256 << 10
 
 // A name's line is its lock key and every key from it up to lineEnd: its
@@ -100,7 +100,7 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k, clientv3.WithRange(lineEnd(k)))
 	}
-	mark := c.storesSessionKey(lease) && len(keys) < MaxSetSize // a Txn takes at most 128 operations
+	mark := c.storesSessionKey(lease) && len(keys) < maxSetSize // a Txn takes at most 128 operations
 	var session []clientv3.Op
 	if mark {
 		session = []clientv3.Op{clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease))}

@@ -195,7 +195,7 @@ func TestClient_WithObserver_events(t *testing.T) {
 	waitClosed(t, lm.Done(), "unrenewed lock's Done")
 	// key deleted by someone else, found by Renew
 	lk := mustAcquire(t, c, "k")
-	if _, err := srv.Client(t).Delete(ctx, lockclient.DefaultPrefix+"k"); err != nil {
+	if _, err := srv.Client(t).Delete(ctx, defaultPrefix+"k"); err != nil {
 		t.Fatal(err)
 	}
 	if err := lk.Renew(ctx); !errors.Is(err, fence.ErrLost) {

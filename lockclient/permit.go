@@ -3,7 +3,6 @@ package lockclient
 import (
 	"bytes"
 	"context"
-	"fmt"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -15,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// MaxPermits is the largest n AcquirePermit accepts: a slot's index is four
+// maxPermits is the largest n AcquirePermit accepts: a slot's index is four
 // decimal digits, and one Txn reads every slot of a semaphore.
-const MaxPermits = lockname.MaxSlots
+const maxPermits = lockname.MaxSlots
 
 // AcquirePermit takes one of n permits of the semaphore name, waiting while n
 // are held, until it is granted or ctx ends. A permit is a *Lock on a slot
@@ -27,7 +26,7 @@ const MaxPermits = lockname.MaxSlots
 // the package doc (Semaphores) for what a permit fences and what n means.
 //
 // Errors: those of Acquire; fence.ErrInvalidArgument also for n < 1 or above
-// MaxPermits (before any I/O) and when name is a lock, not a semaphore.
+// 1024 (before any I/O) and when name is a lock, not a semaphore.
 func (c *Client) AcquirePermit(ctx context.Context, name string, n int, opts ...LockOption) (*Lock, error) {
 	return c.permitObserved(ctx, name, n, opts, true)
 }
@@ -72,8 +71,8 @@ func (c *Client) newPermitRequest(name string, n int, opts []LockOption, wait bo
 	if err := fence.CheckResource(slotName(name, 0)); err != nil {
 		return nil, invalid("semaphore %q: name too long for its slot names", name)
 	}
-	if n < 1 || n > MaxPermits {
-		return nil, invalid("semaphore %q: %d permits, want 1 to %d", name, n, MaxPermits)
+	if n < 1 || n > maxPermits {
+		return nil, invalid("semaphore %q: %d permits, want 1 to %d", name, n, maxPermits)
 	}
 	lo, err := buildLockOptions(c.ttl, opts)
 	if err != nil {
@@ -379,19 +378,4 @@ func (c *Client) waitSlotFreed(ctx context.Context, p *permitKind, rev int64) er
 		},
 		reread: func(context.Context) (int64, bool, error) { return 0, true, nil },
 	})
-}
-
-// Permits returns the holders of the semaphore name's permits, by slot, as
-// List reports them (Info.Semaphore is name); none when no permit is held.
-//
-// Errors: fence.ErrInvalidArgument for a bad name; ErrClosed; etcd's error.
-func (c *Client) Permits(ctx context.Context, name string) ([]Info, error) {
-	if err := checkName(name); err != nil {
-		return nil, err
-	}
-	infos, err := c.list(ctx, c.key(name)+"/")
-	if err != nil {
-		return nil, fmt.Errorf("lockclient: permits of %q: %w", name, err)
-	}
-	return infos, nil
 }

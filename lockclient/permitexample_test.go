@@ -51,12 +51,14 @@ func ExampleClient_AcquirePermit() {
 	// fence.Exec(a.Context(), store, a, ...) fences the writes of slot a.Resource().
 	_, err = locks.TryAcquirePermit(ctx, "exports", 2)
 	fmt.Println(a.Resource(), b.Resource(), "third:", errors.Is(err, lockclient.ErrHeld))
-	holders, err := locks.Permits(ctx, "exports")
+	holders, err := locks.List(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}
 	for _, h := range holders {
-		fmt.Println(h.Name, h.ClientID, h.Token == a.Token() || h.Token == b.Token())
+		if h.Semaphore == "exports" {
+			fmt.Println(h.Name, h.ClientID, h.Token == a.Token() || h.Token == b.Token())
+		}
 	}
 	for _, p := range []*lockclient.Lock{a, b} {
 		if err := p.Release(ctx); err != nil {

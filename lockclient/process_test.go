@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -142,7 +141,7 @@ func TestLead_frozenCause(t *testing.T) {
 		if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
 			t.Fatal(err)
 		}
-		waitKeyGone(t, cli, lockclient.DefaultPrefix+"scheduler")
+		waitKeyGone(t, cli, defaultPrefix+"scheduler")
 		if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
 			t.Fatal(err)
 		}

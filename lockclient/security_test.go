@@ -49,7 +49,7 @@ func startSecureEtcd(t *testing.T) *secureEtcd {
 		{"grant root role", func() error { _, err := root.UserGrantRole(ctx, "root", "root"); return err }},
 		{"add role", func() error { _, err := root.RoleAdd(ctx, "fencegate-locks"); return err }},
 		{"grant prefix", func() error {
-			p := lockclient.DefaultPrefix
+			p := defaultPrefix
 			_, err := root.RoleGrantPermission(ctx, "fencegate-locks", p, clientv3.GetPrefixRangeEnd(p), clientv3.PermissionType(clientv3.PermReadWrite))
 			return err
 		}},

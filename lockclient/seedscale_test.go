@@ -274,7 +274,7 @@ func startSeedWorkers(b *testing.B, variant string, n int, conns []*clientv3.Cli
 	sem := make(chan struct{}, 256)
 	// At most seedWarmRate a second, and over at least a renewal interval, so
 	// that renewals are spread as those of servers started at different times.
-	rate := min(float64(seedWarmRate), float64(n)/(lockclient.DefaultTTL/3+time.Second).Seconds())
+	rate := min(float64(seedWarmRate), float64(n)/(defaultTTL/3+time.Second).Seconds())
 	start := time.Now()
 	for i := range n {
 		if wait := time.Until(start.Add(time.Duration(float64(i) / rate * float64(time.Second)))); wait > 0 {
@@ -317,14 +317,14 @@ func startSeedWorkers(b *testing.B, variant string, n int, conns []*clientv3.Cli
 func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (seedWorker, error) {
 	switch variant {
 	case "mutex":
-		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(int(defaultTTL/time.Second)))
 		if err != nil {
 			return nil, err
 		}
 		return mxWorker{s: s}, nil
 	case "mutex-own":
 		own := ownLessor(cli)
-		s, err := concurrency.NewSession(own, concurrency.WithTTL(int(lockclient.DefaultTTL/time.Second)))
+		s, err := concurrency.NewSession(own, concurrency.WithTTL(int(defaultTTL/time.Second)))
 		if err != nil {
 			own.Lease.Close()
 			return nil, err
@@ -333,7 +333,7 @@ func newSeedWorker(variant string, cli *clientv3.Client, losses *lossCounter) (s
 	}
 	opts := []lockclient.Option{lockclient.WithObserver(losses)}
 	if variant == "lockclient-half" {
-		opts = append(opts, lockclient.WithRenewInterval(lockclient.DefaultTTL/2))
+		opts = append(opts, lockclient.WithRenewInterval(defaultTTL/2))
 	}
 	c, err := lockclient.New(cli, opts...)
 	if err != nil {

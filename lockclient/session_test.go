@@ -15,7 +15,7 @@ import (
 // held: etcd deletes its keys, and the holder's next keepalive finds it gone.
 func revokeSession(t *testing.T, admin *clientv3.Client, name string) {
 	t.Helper()
-	resp, err := admin.Get(t.Context(), lockclient.DefaultPrefix+name)
+	resp, err := admin.Get(t.Context(), defaultPrefix+name)
 	if err != nil || len(resp.Kvs) == 0 {
 		t.Fatalf("Get %q: %v, %d keys", name, err, len(resp.Kvs))
 	}

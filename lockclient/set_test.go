@@ -158,7 +158,7 @@ func TestClient_AcquireSet_oneToken(t *testing.T) {
 		t.Fatalf("CheckSingle(held lock) = %v", err)
 	}
 	for _, n := range want {
-		resp, err := cli.Get(t.Context(), lockclient.DefaultPrefix+n)
+		resp, err := cli.Get(t.Context(), defaultPrefix+n)
 		if err != nil || len(resp.Kvs) != 1 || fence.Token(resp.Kvs[0].CreateRevision) != s.Token() {
 			t.Fatalf("key %q: %v, %v; want create revision %d", n, resp, err, s.Token())
 		}
@@ -217,7 +217,7 @@ func TestClient_AcquireSet_successorWaits(t *testing.T) {
 	if l == nil || l.Token() <= s.Token() {
 		t.Fatalf("successor %v after set token %d", l, s.Token())
 	}
-	if resp, err := cli.Get(t.Context(), lockclient.DefaultPrefix+"a"); err != nil || len(resp.Kvs) != 0 {
+	if resp, err := cli.Get(t.Context(), defaultPrefix+"a"); err != nil || len(resp.Kvs) != 0 {
 		t.Fatalf("key a after release: %v, %v", resp, err)
 	}
 	if err := s.Release(t.Context()); !errors.Is(err, lockclient.ErrNotHeld) {
@@ -264,7 +264,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 	}
 	t.Cleanup(func() { cli.Close() })
 	c := newClient(t, cli)
-	many := make([]string, lockclient.MaxSetSize+1)
+	many := make([]string, maxSetSize+1)
 	for i := range many {
 		many[i] = fmt.Sprintf("n%d", i)
 	}
@@ -323,7 +323,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 func TestClient_AcquireSet_maxSize(t *testing.T) {
 	srv := locktest.Start(t)
 	c := newClient(t, srv.Client(t))
-	names := make([]string, lockclient.MaxSetSize)
+	names := make([]string, maxSetSize)
 	for i := range names {
 		names[i] = fmt.Sprintf("%s-%03d", strings.Repeat("r", 190), i)
 	}

@@ -129,7 +129,7 @@ func TestClient_TryAcquireSet_leaseNotFound(t *testing.T) {
 			cli := srv.Client(t)
 			c := newClient(t, cli, lockclient.WithTTL(60*time.Second))
 			held := mustAcquire(t, c, "a")
-			resp, err := cli.Get(t.Context(), lockclient.DefaultPrefix+"a")
+			resp, err := cli.Get(t.Context(), defaultPrefix+"a")
 			if err != nil || len(resp.Kvs) != 1 {
 				t.Fatalf("Get the held key: %v", err)
 			}

@@ -39,5 +39,5 @@ func isMark(val []byte) bool { return string(val) == semaphoreMark }
 
 // semaphoreErr is the error of Acquire (or Holder) on a semaphore's name.
 func semaphoreErr(op, name string) error {
-	return invalid("%s(%q): %q is a semaphore (AcquirePermit, Permits), not a lock", op, name, name)
+	return invalid("%s(%q): %q is a semaphore (AcquirePermit; List shows its permits), not a lock", op, name, name)
 }

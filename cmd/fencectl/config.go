@@ -12,7 +12,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
-	"github.com/fencegate/fencegate/lockclient"
 )
 
 // config is what the flags and the environment say; flags win.
@@ -36,7 +35,7 @@ type config struct {
 func defaultConfig() config {
 	c := config{
 		endpoints: "127.0.0.1:2379",
-		prefix:    lockclient.DefaultPrefix,
+		prefix:    "/fencegate/locks/", // lockclient's default
 		timeout:   5 * time.Second,
 	}
 	for env, p := range map[string]*string{

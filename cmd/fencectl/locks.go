@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -223,7 +224,7 @@ func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) err
 		sem = errors.Is(err, fence.ErrInvalidArgument) // a semaphore's name: show its permits
 	}
 	if sem {
-		infos, err = lc.Permits(ctx, name)
+		infos, err = permits(ctx, lc, name)
 		if err == nil && len(infos) == 0 {
 			return fmt.Errorf("no permit of %q held under %q", name, cfg.prefix)
 		}
@@ -239,6 +240,12 @@ func cmdShow(ctx context.Context, cfg *config, args []string, out io.Writer) err
 		return err
 	}
 	return printLocks(out, cfg.json, infos, marks)
+}
+
+// permits lists the holders of the permits of semaphore name.
+func permits(ctx context.Context, lc *lockclient.Client, name string) ([]lockclient.Info, error) {
+	infos, err := lc.List(ctx)
+	return slices.DeleteFunc(infos, func(in lockclient.Info) bool { return in.Semaphore != name }), err
 }
 
 func cmdRelease(ctx context.Context, cfg *config, args []string, out io.Writer) error {

@@ -31,7 +31,7 @@ func TestRun_TLSAndAuth(t *testing.T) {
 	}
 	root := newCli("", "")
 	ctx := t.Context()
-	p := lockclient.DefaultPrefix
+	p := "/fencegate/locks/"
 	steps := []func() error{
 		func() error {
 			_, err := root.RoleAdd(ctx, "root")

@@ -7,7 +7,7 @@ import (
 )
 
 // MaxSlots bounds a semaphore's slot indices: four decimal digits
-// (lockclient.MaxPermits).
+// (AcquirePermit's largest n).
 const MaxSlots = 1024
 
 // slotDigits is the width of a slot's index in its name.
