@@ -11,7 +11,6 @@ import (
 	"go.etcd.io/etcd/client/pkg/v3/transport"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
-
 )
 
 // config is what the flags and the environment say; flags win.
