@@ -140,7 +140,7 @@ func (c *Client) txnPermit(ctx context.Context, p *permitKind, lease clientv3.Le
 		extra = append(extra, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
 	}
 	p.place = ""
-	if marked && p.wait {
+	if marked && p.wait && len(val) <= maxInline { // a larger value waits without a place
 		p.place = c.placeKey(p.slots, lease) // slots + "\x00" + ...: in semLine
 		queue = []clientv3.Op{clientv3.OpPut(p.place, string(val), clientv3.WithLease(lease))}
 		keys = append(keys, p.place)
@@ -225,8 +225,17 @@ func (p *permitKind) blocked(ctx context.Context, a *attempt) (*granted, bool, e
 		p.slot = free
 		return nil, false, nil
 	}
-	if p.wait {
+	switch {
+	case p.wait && len(p.val) <= maxInline:
 		return nil, false, nil // the next attempt queues
+	case p.wait && slices.Contains(s.taken, nil):
+		return nil, false, nil // a free slot behind waiters: try the first one again
+	case p.wait:
+		c.waiting(ctx, p.name, s.taken[0])
+		if err := c.waitSlotFreed(ctx, p, p.out.rev); err != nil {
+			return nil, true, err
+		}
+		return nil, false, nil
 	}
 	held := slices.DeleteFunc(append(slices.Clone(s.taken), s.line...), func(kv *mvccpb.KeyValue) bool { return kv == nil })
 	info := decodeInfo(c.nameOf(held[0]), held[0])

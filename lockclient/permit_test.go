@@ -102,6 +102,10 @@ func TestClient_AcquirePermit_waits(t *testing.T) {
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))
 	held := mustPermit(t, a, "reports", 1)
+	if _, err := b.TryAcquire(t.Context(), "other"); err != nil { // grant b's session first
+		t.Fatal(err)
+	}
+	before := revision(t, srv.Client(t))
 	got := make(chan *lockclient.Lock, 1)
 	go func() {
 		p, err := b.AcquirePermit(t.Context(), "reports", 1)
@@ -110,26 +114,21 @@ func TestClient_AcquirePermit_waits(t *testing.T) {
 		}
 		got <- p
 	}()
-	// The waiter writes nothing: etcd's revision stays while it waits.
-	waitForWaiter(t, srv, "reports/0000")
+	// The waiter writes its place in line once, then nothing while it waits.
+	cli := srv.Client(t)
+	for revision(t, cli) == before {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(300 * time.Millisecond) // if it wrote more, it shows
+	if after := revision(t, cli); after != before+1 {
+		t.Fatalf("etcd revision moved from %d to %d while the waiter waited; want its place alone", before, after)
+	}
 	if err := held.Release(t.Context()); err != nil {
 		t.Fatal(err)
 	}
 	p := <-got
 	if p == nil || p.Resource() != "reports/0000" || p.Token() <= held.Token() {
 		t.Fatalf("waiter got %v", p)
-	}
-}
-
-// waitForWaiter gives the waiter time to reach its wait and fails if etcd's
-// revision moved meanwhile: waiting writes nothing.
-func waitForWaiter(t *testing.T, srv *locktest.Cluster, slot string) {
-	t.Helper()
-	cli := srv.Client(t)
-	before := revision(t, cli)
-	time.Sleep(300 * time.Millisecond) // lets the waiter reach its wait, if it writes it shows
-	if after := revision(t, cli); after != before {
-		t.Fatalf("etcd revision moved from %d to %d while the waiter for %s waited", before, after, slot)
 	}
 }
 

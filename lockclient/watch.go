@@ -74,6 +74,7 @@ type watcher struct {
 	lines   map[string]map[string]*mvccpb.KeyValue // each name's line: its keys by key
 	held    map[string]*mvccpb.KeyValue            // the head of each name's line, as last reported
 	touched map[string]int64                       // names whose lines changed, at which revision
+	at      int64                                  // the revision of the changes in touched
 	rev     int64                                  // the revision after the last read; 0 before the first
 	gone    map[int64]bool                         // expired, by lease, among the deletes at goneRev
 	goneRev int64
@@ -82,7 +83,17 @@ type watcher struct {
 func (w *watcher) run(ctx context.Context) {
 	w.c.wait(ctx, watchSpec{
 		key: w.key, prefix: w.prefix, end: w.lineEnd(), prevKV: true,
-		event: func(ev *clientv3.Event) bool { w.apply(ev); return false },
+		event: func(ev *clientv3.Event) bool {
+			// The changes of one revision (one Txn, one lease's expiry) are
+			// reported together, and a hold that begins and ends within one
+			// watch response is still reported.
+			if len(w.touched) > 0 && ev.Kv.ModRevision != w.at && !w.settleTouched(ctx) {
+				return true
+			}
+			w.at = ev.Kv.ModRevision
+			w.apply(ev)
+			return false
+		},
 		flush: func() bool { return !w.settleTouched(ctx) },
 		reread: func(ctx context.Context) (int64, bool, error) {
 			err := w.read(ctx)
