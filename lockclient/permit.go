@@ -18,7 +18,9 @@ const maxPermits = lockname.MaxSlots
 // are held, until it is granted or ctx ends. A permit is a *Lock on a slot
 // name/NNNN (the first free slot below n) with its own token, on the same
 // session, lease and loss signals as Acquire's; waiters are served in order
-// of arrival (the first free slot to the oldest). See
+// of arrival (the first free slot to the oldest), except that one whose
+// WithValue value is over 256 KiB waits without a place and tries again when
+// a slot is freed. See
 // the package doc (Semaphores) for what a permit fences and what n means.
 //
 // Errors: those of Acquire; fence.ErrInvalidArgument also for n < 1 or above
