@@ -29,7 +29,7 @@ func commands() []*command {
 			example: "fencectl list -dsn postgres://app@db.internal/app",
 			flags:   etcdFlags | dsnFlag | jsonFlag, run: cmdList},
 		{name: "show", args: "NAME | SEMAPHORE/*", short: "one lock, or a semaphore's permits",
-			about:   "Print the lock (or permit slot) NAME as list does; SEMAPHORE/* (or the\nsemaphore's name) prints every permit held of it, one slot a line.",
+			about:   "Print the lock (or permit slot) NAME as list does, then who waits for it,\nin line order, with the token each will hold (-json: \"waiting\"). SEMAPHORE/*\n(or the semaphore's name) prints every permit held of it, one slot a line.",
 			example: "fencectl show invoice-42",
 			flags:   etcdFlags | dsnFlag | jsonFlag, nargs: 1, run: cmdShow},
 		{name: "release", args: "NAME TOKEN", short: "release NAME only if it still carries TOKEN",
