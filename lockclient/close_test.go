@@ -422,3 +422,29 @@ func closeInFlight(t *testing.T, call closeCall, mode proxyMode, target, prefix 
 	p.stop()
 	goroutinesBack(t, base)
 }
+
+// TestClient_Watch_ctxEnds: when a Watch's ctx ends its channel closes and
+// its goroutines end, while the Client lives on (it holds no session here,
+// so none of its goroutines is left).
+func TestClient_Watch_ctxEnds(t *testing.T) {
+	srv := locktest.Start(t)
+	c := newClient(t, srv.Client(t))
+	for _, prefix := range []bool{false, true} {
+		ctx, cancel := context.WithCancel(t.Context())
+		watch := c.Watch
+		if prefix {
+			watch = c.WatchPrefix
+		}
+		ch, err := watch(ctx, "job")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !prefix {
+			<-ch // the initial state (a prefix reports only held names: none)
+		}
+		cancel()
+		for range ch {
+		}
+		noClientGoroutines(t)
+	}
+}
