@@ -138,7 +138,9 @@ func (c *Client) acquireNames(ctx context.Context, names []string, opts []LockOp
 
 // observed runs one acquire call of any kind: a try is bounded like every call
 // but a wait (see bounded); the observer and the log see its outcome.
-func (c *Client) observed(ctx context.Context, name string, wait bool, run func(context.Context) (*Lock, error)) (*Lock, error) {
+func (c *Client) observed(ctx context.Context, name string, wait bool, run func(context.Context) (*Lock, error)) (l *Lock, err error) {
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	var start time.Time
 	if c.obs != nil || c.log != nil {
 		start = time.Now()
@@ -147,8 +149,9 @@ func (c *Client) observed(ctx context.Context, name string, wait bool, run func(
 	if !wait {
 		rctx, cancel = c.bounded(ctx)
 	}
-	l, err := run(rctx)
+	l, err = run(rctx)
 	cancel()
+	err = closedErr(ctx, err) // what the observer sees too
 	if c.obs != nil || c.log != nil {
 		c.acquired(ctx, name, start, l, err, wait)
 	}

@@ -40,8 +40,11 @@ type Client struct {
 	grantSem chan struct{}  // one session grant at a time
 	stop     chan struct{}  // closed by Close
 	poke     chan struct{}  // wakes the loop: an earlier manual deadline, a new pending delete
-	loops    sync.WaitGroup // the running session's goroutines
+	loops    sync.WaitGroup // every goroutine of the Client (spawn); Close waits for them
 	done     chan struct{}  // closed by Close
+
+	closing  context.Context         // cancelled (cause ErrClosed) by Close first: every call derives from it (call)
+	closeNow context.CancelCauseFunc // cancels closing
 
 	mu        sync.Mutex
 	state     state
@@ -78,6 +81,7 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 		done:     make(chan struct{}),
 		locks:    make(map[string]*Lock),
 	}
+	c.closing, c.closeNow = context.WithCancelCause(context.Background())
 	host, _ := os.Hostname()
 	pid := os.Getpid()
 	var b [8]byte
@@ -98,10 +102,14 @@ func (c *Client) key(name string) string { return c.prefix + name }
 // Close releases every lock the Client holds, deleting their keys in one Txn
 // conditioned on their tokens (watchers see them released), revokes its
 // session lease (a second etcd write) and ends its goroutines; every held Lock
-// ends with cause ErrClosed and every later call returns ErrClosed. Close is
-// idempotent. If etcd cannot be reached within the TTL, Close returns that
-// error; the lease expires by itself.
+// ends with cause ErrClosed and every later call returns ErrClosed. Every call
+// in flight (a wait, a Lead, a Watch, whose channel closes) ends with ErrClosed
+// as soon as its etcd request is cancelled, without waiting on etcd; no
+// goroutine of the Client outlives Close. Close is idempotent. If etcd cannot
+// be reached within the TTL, Close returns that error; the lease expires by
+// itself.
 func (c *Client) Close() error {
+	c.closeNow(ErrClosed)
 	c.mu.Lock()
 	if c.state == closed {
 		c.mu.Unlock()

@@ -106,13 +106,15 @@ func decodeInfo(name string, kv *mvccpb.KeyValue) Info {
 //
 // Errors: a *NotHeldError (Current 0) when nobody holds it;
 // fence.ErrInvalidArgument for a bad name; ErrClosed; etcd's error.
-func (c *Client) Holder(ctx context.Context, name string) (Info, error) {
+func (c *Client) Holder(ctx context.Context, name string) (_ Info, err error) {
 	if err := checkLockName(name); err != nil {
 		return Info{}, err
 	}
 	if err := c.usable(); err != nil {
 		return Info{}, err
 	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	key := c.key(name)
@@ -158,10 +160,12 @@ func (c *Client) List(ctx context.Context) ([]Info, error) {
 }
 
 // list is List of the keys under from.
-func (c *Client) list(ctx context.Context, from string) ([]Info, error) {
+func (c *Client) list(ctx context.Context, from string) (_ []Info, err error) {
 	if err := c.usable(); err != nil {
 		return nil, err
 	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	resp, err := c.cli.Get(ctx, from, clientv3.WithPrefix(), clientv3.WithSort(clientv3.SortByKey, clientv3.SortAscend))
@@ -275,10 +279,12 @@ func (c *Client) usable() error {
 // holder granted before the call.
 //
 // Errors: ErrClosed; etcd's error.
-func (c *Client) NextToken(ctx context.Context) (fence.Token, error) {
+func (c *Client) NextToken(ctx context.Context) (_ fence.Token, err error) {
 	if err := c.usable(); err != nil {
 		return 0, err
 	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	resp, err := c.cli.Get(ctx, c.prefix, clientv3.WithPrefix(), clientv3.WithCountOnly())

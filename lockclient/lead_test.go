@@ -378,4 +378,5 @@ func TestClient_Lead_closed(t *testing.T) {
 	if cause := context.Cause(term.Context()); !errors.Is(cause, lockclient.ErrClosed) {
 		t.Fatalf("term cause %v, want ErrClosed", cause)
 	}
+	noClientGoroutines(t)
 }

@@ -161,7 +161,7 @@ func (l *Lock) end(cause error) {
 //
 // Errors: fence.ErrLost when the lock is lost (it ends so); a *NotHeldError
 // after Release or for a nil Lock; ErrClosed; etcd's error (the lock is as it was).
-func (l *Lock) Renew(ctx context.Context) error {
+func (l *Lock) Renew(ctx context.Context) (err error) {
 	if l == nil {
 		return errNilLock
 	}
@@ -169,6 +169,8 @@ func (l *Lock) Renew(ctx context.Context) error {
 		return l.endedErr()
 	}
 	c := l.c
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	ctx, cancel := c.bounded(ctx)
 	defer cancel()
 	sent := time.Now()
@@ -203,11 +205,13 @@ func (l *Lock) Renew(ctx context.Context) error {
 // Errors: a *NotHeldError when a key no longer carries the token (its other keys
 // are deleted in the background), after Release or for a nil Lock; fence.ErrLost
 // when it was lost before; ErrClosed; etcd's error.
-func (l *Lock) Release(ctx context.Context) error {
+func (l *Lock) Release(ctx context.Context) (err error) {
 	if l == nil {
 		return errNilLock
 	}
 	c := l.c
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	c.mu.Lock()
 	held := c.unregisterLocked(l)
 	c.mu.Unlock()
@@ -219,7 +223,7 @@ func (l *Lock) Release(ctx context.Context) error {
 		return l.endedErr()
 	}
 	l.end(ErrReleased)
-	err := c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
+	err = c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {
 		c.pendDeletes(l.keys, l.token)
@@ -232,7 +236,7 @@ func (l *Lock) Release(ctx context.Context) error {
 //
 // Errors: a *NotHeldError when the key is gone or carries another token;
 // fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
-func (c *Client) Release(ctx context.Context, name string, token fence.Token) error {
+func (c *Client) Release(ctx context.Context, name string, token fence.Token) (err error) {
 	if err := checkLockName(name); err != nil {
 		return err
 	}
@@ -248,6 +252,8 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) er
 	if l != nil && l.token == token {
 		return l.Release(ctx)
 	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
 	key, err := c.keyOf(ctx, name, token)
 	if err != nil {
 		return err

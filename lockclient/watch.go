@@ -41,24 +41,18 @@ func (c *Client) WatchPrefix(ctx context.Context, prefix string) (<-chan Event, 
 }
 
 func (c *Client) startWatch(ctx context.Context, name string, prefix bool) (<-chan Event, error) {
-	if err := c.usable(); err != nil {
-		return nil, err
-	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, end := c.call(ctx) // Close ends the watch
 	w := &watcher{c: c, name: name, key: c.key(name), prefix: prefix, out: make(chan Event, 16),
 		lines: map[string]map[string]*mvccpb.KeyValue{}, held: map[string]*mvccpb.KeyValue{}, touched: map[string]int64{}}
-	go func() {
-		select {
-		case <-c.done: // Close
-			cancel()
-		case <-ctx.Done():
-		}
-	}()
-	go func() {
+	run := func() {
+		defer end(nil)
 		defer close(w.out)
-		defer cancel()
 		w.run(ctx)
-	}()
+	}
+	if !c.spawn(run) {
+		end(nil)
+		return nil, ErrClosed
+	}
 	return w.out, nil
 }
 

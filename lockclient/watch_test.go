@@ -185,6 +185,9 @@ func TestClient_WatchPrefix(t *testing.T) {
 		t.Fatalf("Watch(\"\") = %v, want fence.ErrInvalidArgument", err)
 	}
 	c.Close()
+	for range ch { // Close ends the watch: its channel closes
+	}
+	noClientGoroutines(t)
 	if _, err := c.Watch(t.Context(), "x"); !errors.Is(err, lockclient.ErrClosed) {
 		t.Fatalf("Watch after Close = %v, want ErrClosed", err)
 	}

@@ -246,7 +246,7 @@ func exitStatus(cmd *exec.Cmd, _ error) int {
 func execFailed(stderr io.Writer, err error) int {
 	if errors.Is(err, context.Canceled) {
 		fmt.Fprintln(stderr, "fencectl exec: interrupted while waiting for the lock")
-		return 1
+		return exitInterrupted
 	}
 	fmt.Fprintf(stderr, "fencectl exec: %v\n", err)
 	return 1

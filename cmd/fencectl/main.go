@@ -39,7 +39,8 @@
 // RESOURCE with neither a lock held nor a mark stored unless -new is given.
 //
 // Exit status: 0 success, 1 failure (etcd or the database unreachable, an unknown
-// lock, a token that does not hold the lock), 2 bad usage.
+// lock, a token that does not hold the lock), 2 bad usage, 130 interrupted (SIGINT
+// or SIGTERM ended the command before it was done, etcd answering or not).
 //
 // exec takes the lock NAME, waiting while another holds it (-try: exit at once
 // with status 75 instead, running nothing), runs COMMAND with FENCEGATE_LOCK
@@ -52,7 +53,8 @@
 // frozen or cut-off fencectl keeps the lock. An interrupt or SIGTERM is passed on
 // to COMMAND the same way, then the lock is released. Status 1 means fencectl
 // failed before COMMAND ran: etcd did not answer within -timeout, at the start or
-// while waiting (it is asked every -timeout). A fencectl that is itself frozen
+// while waiting (it is asked every -timeout); 130 that an interrupt or SIGTERM
+// came before COMMAND ran. A fencectl that is itself frozen
 // past its lease cannot stop COMMAND until it wakes: COMMAND's writes fenced with
 // FENCEGATE_TOKEN are what the database refuses once a successor wrote.
 package main
@@ -65,13 +67,24 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"syscall"
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
+}
+
+// exitInterrupted is the status of a command that SIGINT or SIGTERM ended
+// before it was done (128+SIGINT, as shells report an interrupt).
+const exitInterrupted = 130
+
+// runMain is main without os.Exit: an interrupt (SIGINT) or SIGTERM cancels
+// the command's context, so that it ends cleanly, saying so, with
+// exitInterrupted, even while etcd does not answer.
+func runMain(args []string, stdout, stderr io.Writer) int {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return run(ctx, args, stdout, stderr)
 }
 
 // run is fencectl with its arguments (without the program name); it returns the
@@ -116,12 +129,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "fencectl: usage: fencectl %s %s\n", c.name, c.args)
 		return 2
 	}
+	interrupted := ctx
 	if !c.long {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, cfg.timeout)
 		defer cancel()
 	}
 	if err := c.run(ctx, &cfg, args, stdout); err != nil {
+		if interrupted.Err() != nil {
+			fmt.Fprintf(stderr, "fencectl %s: interrupted\n", c.name)
+			return exitInterrupted
+		}
 		fmt.Fprintf(stderr, "fencectl %s: %v\n", c.name, err)
 		if _, ok := err.(usageError); ok {
 			return 2

@@ -23,7 +23,7 @@ var (
 
 func TestMain(m *testing.M) {
 	if os.Getenv(asFencectlEnv) != "" { // the test binary run as fencectl itself
-		os.Exit(run(context.Background(), os.Args[1:], os.Stdout, os.Stderr))
+		os.Exit(runMain(os.Args[1:], os.Stdout, os.Stderr))
 	}
 	code := m.Run()
 	for _, err := range []error{postgres.Close(), mariadb.Close()} {
