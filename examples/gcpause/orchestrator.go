@@ -165,8 +165,10 @@ func replay(ctx context.Context, cfg config, cli *clientv3.Client, s1, s2 *worke
 		return r, err
 	}
 	r.s2Token = e.Token
-	r.expired = r.s2Token > deleteRev
-	tl.add(e.time(), "Server 2 takes %s: token %d, lease to %s", cfg.resource, e.Token, tl.leaseTo(e))
+	if r.expired, err = tookAtExpiry(ctx, cli, lockPrefix+cfg.resource, r.s2Token, deleteRev); err != nil {
+		return r, err
+	}
+	tl.add(e.time(), "Server 2 takes %s: token %d (its place in line), lease to %s", cfg.resource, e.Token, tl.leaseTo(e))
 
 	sleepUntil(ctx, e.time().Add(L/10))
 	if e, err = s2.do(ctx, command{Cmd: "prepare", TotalCents: newTotal}, "prepared"); err != nil {
@@ -214,6 +216,25 @@ func replay(ctx context.Context, cfg config, cli *clientv3.Client, s1, s2 *worke
 }
 
 // awaitDelete returns the revision and the time at which the watched key was deleted.
+// tookAtExpiry reports whether Server 2 could take the lock only once etcd
+// deleted Server 1's key at deleteRev: it asked later (a token above it), or
+// its place was in the lock's line behind that key just before.
+func tookAtExpiry(ctx context.Context, cli *clientv3.Client, key string, s2Token, deleteRev int64) (bool, error) {
+	if s2Token > deleteRev {
+		return true, nil
+	}
+	resp, err := cli.Get(ctx, key, clientv3.WithRange(key+"\x01"), clientv3.WithRev(deleteRev-1), clientv3.WithKeysOnly())
+	if err != nil {
+		return false, fmt.Errorf("etcd: reading the lock's line before the expiry: %w", err)
+	}
+	waiting, ahead := false, false
+	for _, kv := range resp.Kvs {
+		waiting = waiting || kv.CreateRevision == s2Token
+		ahead = ahead || kv.CreateRevision < s2Token
+	}
+	return waiting && ahead, nil
+}
+
 func awaitDelete(ctx context.Context, watch clientv3.WatchChan, within time.Duration) (int64, time.Time, error) {
 	timer := time.NewTimer(within)
 	defer timer.Stop()

@@ -66,7 +66,7 @@ type result struct {
 	s2Wanted invoice // the invoice Server 2 wrote
 	s1Write  event   // Server 1's write after waking
 	s2Write  event   // Server 2's write
-	expired  bool    // etcd deleted Server 1's key before Server 2 took the lock
+	expired  bool    // Server 2 took the lock only when etcd deleted Server 1's key
 	stored   invoice // the row as read back after both workers exited
 	found    bool
 }
