@@ -53,7 +53,7 @@ var rows = []struct {
 	{"freeze", regexp.MustCompile(`^\d+\.\d s\s+Server 1 freezes \(garbage collection\): SIGSTOP`)},
 	{"held", regexp.MustCompile(`^\d+\.\d s\s+Server 2 asks for account-42: held by Server 1 with token (\d+), so it waits$`)},
 	{"expire", regexp.MustCompile(`^\d+\.\d s\s+Server 1's lease runs out: etcd deletes its key`)},
-	{"take2", regexp.MustCompile(`^\d+\.\d s\s+Server 2 takes account-42: token (\d+), lease to \d+\.\d s$`)},
+	{"take2", regexp.MustCompile(`^\d+\.\d s\s+Server 2 takes account-42: token (\d+) \(its place in line\), lease to \d+\.\d s$`)},
 	{"write2", regexp.MustCompile(`^\d+\.\d s\s+Server 2 writes the invoice with token (\d+)(?: and no fencing)?: (.*)$`)},
 	{"write1", regexp.MustCompile(`^\d+\.\d s\s+Server 1 wakes up \(SIGCONT\), writes with token (\d+)(?: and no fencing)?: (.*)$`)},
 	{"noticed", regexp.MustCompile(`^\d+\.\d s\s+Server 1's lock client (?:notices|has still not noticed) its lock is lost`)},

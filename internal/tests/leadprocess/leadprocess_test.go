@@ -162,7 +162,10 @@ func (p *candidate) waitLine(t testing.TB, prefix string) {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("candidate %d never printed %q", p.id, prefix)
+			p.mu.Lock()
+			last := p.lines[max(0, len(p.lines)-10):]
+			p.mu.Unlock()
+			t.Fatalf("candidate %d never printed %q; its last lines: %q", p.id, prefix, last)
 		}
 	}
 }
