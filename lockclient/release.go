@@ -1,0 +1,200 @@
+package lockclient
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/fencegate/fencegate/fence"
+	clientv3 "go.etcd.io/etcd/client/v3"
+)
+
+// WithMaxHold caps how long the lock (a permit, a term of Lead) is held: at d
+// after its acquire was sent it ends by itself, even while every renewal
+// succeeds, with a cause matching ErrMaxHold and fence.ErrLost, and its keys
+// are deleted (conditioned on its token) so the next holder is granted at once.
+// A stuck holder then cannot keep a lock forever; its late writes are fenced as
+// any lost holder's. d must be at least the lock's lease (the session TTL, or
+// WithManualRenewal's lease).
+func WithMaxHold(d time.Duration) LockOption {
+	return func(o *lockOptions) error {
+		if d <= 0 {
+			return invalid("WithMaxHold(%v): not positive", d)
+		}
+		o.maxHold = d
+		return nil
+	}
+}
+
+// checkMaxHold refuses a max hold below the lock's lease: the grant would end
+// before its holder could even be told it is lost by its lease.
+func checkMaxHold(o lockOptions, sessionTTL time.Duration) error {
+	lease := sessionTTL
+	if o.manual {
+		lease = o.lease
+	}
+	if o.maxHold > 0 && o.maxHold < lease {
+		return invalid("WithMaxHold(%v): under the lock's lease %v", o.maxHold, lease)
+	}
+	return nil
+}
+
+// armMaxHold ends l at its max hold, counted from sent, on a timer stopped
+// when l ends first: no goroutine waits for it.
+func (c *Client) armMaxHold(l *Lock, sent time.Time) {
+	if l.maxHold <= 0 {
+		return
+	}
+	t := time.AfterFunc(time.Until(sent.Add(l.maxHold)), func() { c.maxHoldReached(l) })
+	context.AfterFunc(l.ctx, func() { t.Stop() })
+}
+
+// maxHoldReached ends l with ErrMaxHold if it is still held, then deletes its
+// keys as Release does.
+func (c *Client) maxHoldReached(l *Lock) {
+	c.mu.Lock()
+	held := c.unregisterLocked(l)
+	c.mu.Unlock()
+	if !held {
+		return
+	}
+	l.lose(ErrMaxHold)
+	if len(l.names) > 1 {
+		return // lose dropped the set's keys
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
+	defer cancel()
+	var nh *NotHeldError
+	if err := c.deleteKeys(ctx, l.names, l.keys, l.token, l.set); err != nil && !errors.As(err, &nh) {
+		c.pendDeletes(l.keys, l.token)
+	}
+}
+
+// Release releases the lock (or permit slot) name if its key still carries
+// token, for callers that kept only the token: one Txn on its create revision.
+//
+// Errors: a *NotHeldError when the key is gone or carries another token;
+// fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
+func (c *Client) Release(ctx context.Context, name string, token fence.Token) (err error) {
+	if err := checkLockName(name); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
+	}
+	c.mu.Lock()
+	st, l := c.state, c.locks[name]
+	c.mu.Unlock()
+	if st == closed {
+		return ErrClosed
+	}
+	if l != nil && l.token == token {
+		return l.Release(ctx)
+	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
+	key, err := c.keyOf(ctx, name, token)
+	if err != nil {
+		return err
+	}
+	return c.deleteKeys(ctx, []string{name}, []string{key}, token, false)
+}
+
+// keyOf finds the key of name's line that token holds or waits on: the lock
+// key, or a place in its line; a *NotHeldError names the holder when none.
+func (c *Client) keyOf(ctx context.Context, name string, token fence.Token) (string, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	key := c.key(name)
+	resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", fmt.Errorf("lockclient: release %q (token %d): %w", name, token, c.explain(ctx, err))
+	}
+	nh := &NotHeldError{Name: name, Token: token}
+	for _, kv := range resp.Kvs {
+		switch {
+		case fence.Token(kv.CreateRevision) == token:
+			return string(kv.Key), nil
+		case nh.Current == 0 || fence.Token(kv.CreateRevision) < nh.Current:
+			nh.Current = fence.Token(kv.CreateRevision)
+		}
+	}
+	return "", nh
+}
+
+// deleteKeys is the release Txn: delete every key of names only if every one
+// carries token. If some key does not, the keys that still do are deleted in
+// the background, and a *NotHeldError names the first key that does not.
+func (c *Client) deleteKeys(ctx context.Context, names, keys []string, token fence.Token, set bool) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	cmps := make([]clientv3.Cmp, len(keys))
+	dels := make([]clientv3.Op, len(keys))
+	gets := make([]clientv3.Op, len(keys))
+	for i, key := range keys {
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))
+		dels[i] = clientv3.OpDelete(key)
+		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+	}
+	resp, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.explain(ctx, err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	var carrying []string
+	var nh *NotHeldError
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		switch {
+		case len(kvs) == 1 && fence.Token(kvs[0].CreateRevision) == token:
+			carrying = append(carrying, keys[i])
+		case nh == nil:
+			nh = &NotHeldError{Name: names[i], Token: token}
+			if len(kvs) == 1 {
+				nh.Current = fence.Token(kvs[0].CreateRevision)
+			}
+		}
+	}
+	c.pendDeletes(carrying, token)
+	if nh == nil {
+		return &NotHeldError{Name: names[0], Token: token} // cannot happen: the compare failed
+	}
+	return nh
+}
+
+// pendDeletes queues a delete of each of keys, conditioned on token.
+func (c *Client) pendDeletes(keys []string, token fence.Token) {
+	for _, key := range keys {
+		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))})
+	}
+}
+
+// dropSet finishes the loss of a set: its names still registered to it are
+// unregistered, and its keys that still carry its token are deleted in the
+// background, so that its other names do not stay held for the session's life.
+func (c *Client) dropSet(l *Lock) {
+	c.mu.Lock()
+	c.dropLocked(l)
+	c.mu.Unlock()
+	c.pendDeletes(l.keys, l.token)
+}
+
+// dropLocked removes l under each name still registered to it, and from the
+// manual heap if it is there (a session loss or Close empties the heap
+// without it).
+func (c *Client) dropLocked(l *Lock) {
+	for _, n := range l.names {
+		if c.locks[n] == l {
+			delete(c.locks, n)
+		}
+	}
+	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
+		heap.Remove(&c.manual, i)
+	}
+}
