@@ -64,25 +64,6 @@ type Observer interface {
 	TermEnded(name string, token fence.Token, held time.Duration, cause string)
 }
 
-// WithLogger makes the Client log through l with slog attributes: grants and
-// waits (Info/Debug), releases (Info), losses with their cause, keepalive
-// failures and waits on an unreachable etcd (Warn). A nil l, the default, logs nothing.
-func WithLogger(l *slog.Logger) Option {
-	return func(o *options) error {
-		o.log = l
-		return nil
-	}
-}
-
-// WithObserver makes the Client report acquisitions, lock ends, keepalives,
-// sessions, retries and Lead's terms to obs (see Observer). A nil obs, the default, reports nothing.
-func WithObserver(obs Observer) Option {
-	return func(o *options) error {
-		o.obs = obs
-		return nil
-	}
-}
-
 // acquired reports the end of an acquire call.
 // The caller checks that there is an Observer or a logger.
 func (c *Client) acquired(ctx context.Context, name string, start time.Time, l *Lock, err error, wait bool) {

@@ -11,36 +11,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// WithMaxHold caps how long the lock (a permit, a term of Lead) is held: at d
-// after its acquire was sent it ends by itself, even while every renewal
-// succeeds, with a cause matching ErrMaxHold and fence.ErrLost, and its keys
-// are deleted (conditioned on its token) so the next holder is granted at once.
-// A stuck holder then cannot keep a lock forever; its late writes are fenced as
-// any lost holder's. d must be at least the lock's lease (the session TTL, or
-// WithManualRenewal's lease).
-func WithMaxHold(d time.Duration) LockOption {
-	return func(o *lockOptions) error {
-		if d <= 0 {
-			return invalid("WithMaxHold(%v): not positive", d)
-		}
-		o.maxHold = d
-		return nil
-	}
-}
-
-// checkMaxHold refuses a max hold below the lock's lease: the grant would end
-// before its holder could even be told it is lost by its lease.
-func checkMaxHold(o lockOptions, sessionTTL time.Duration) error {
-	lease := sessionTTL
-	if o.manual {
-		lease = o.lease
-	}
-	if o.maxHold > 0 && o.maxHold < lease {
-		return invalid("WithMaxHold(%v): under the lock's lease %v", o.maxHold, lease)
-	}
-	return nil
-}
-
 // armMaxHold ends l at its max hold, counted from sent, on a timer stopped
 // when l ends first: no goroutine waits for it.
 func (c *Client) armMaxHold(l *Lock, sent time.Time) {
