@@ -1,12 +1,8 @@
 package lockclient
 
 import (
-	"bytes"
 	"context"
-	"slices"
-	"strconv"
 	"strings"
-	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
@@ -33,17 +29,6 @@ type namesKind struct {
 // stays under etcd's limit (1.5 MiB by default) up to WithValue's 1 MiB.
 const maxInline = 256 << 10
 
-// A name's line is its lock key and every key from it up to lineEnd: its
-// holder's and its waiters' places (key + "\x00" + a place of its own; no lock
-// name holds a control character). The key with the lowest create revision
-// holds the lock; its create revision is the token.
-func lineEnd(key string) string { return key + "\x01" }
-
-// placeKey is a place in key's line, unique to the session and attempt.
-func (c *Client) placeKey(key string, lease clientv3.LeaseID) string {
-	return key + "\x00" + strconv.FormatInt(int64(lease), 16) + "." + strconv.FormatUint(c.seq.Add(1), 16)
-}
-
 func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, []string, error) {
 	k.place, k.val, k.alone = "", val, false
 	if k.line && (len(val) <= maxInline || k.queue) {
@@ -54,7 +39,7 @@ func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, 
 	if k.alone = k.place != "" && len(val) > maxInline; k.alone {
 		resp, err = a.c.txnQueue(ctx, k.keys[0], a.lease, val, k.place)
 	} else {
-		resp, err = a.c.txnCreate(ctx, k.keys, a.lease, val, k.place)
+		resp, err = a.c.txnCreate(ctx, k.keys, a.lease, val, k.place, len(a.unknown) > 0)
 	}
 	switch {
 	case err != nil && k.place != "":
@@ -91,7 +76,7 @@ func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseI
 // is empty, else, with a place, the place put (unless the name is a
 // semaphore's), and the lines read. The session's first key also stores its
 // session key (sessionKey), by which Watch tells a release from an expiry.
-func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte, place string) (*clientv3.TxnResponse, error) {
+func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.LeaseID, val []byte, place string, whole bool) (*clientv3.TxnResponse, error) {
 	cmps := make([]clientv3.Cmp, len(keys))
 	puts := make([]clientv3.Op, len(keys), len(keys)+1)
 	gets := make([]clientv3.Op, len(keys))
@@ -109,7 +94,7 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 	if place != "" {
 		queue := append([]clientv3.Op{clientv3.OpPut(place, string(val), clientv3.WithLease(lease))}, session...)
 		isSem := clientv3.Compare(clientv3.Value(keys[0]), "=", semaphoreMark)
-		els = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{isSem}, gets, append(queue, gets...))}
+		els = []clientv3.Op{clientv3.OpTxn([]clientv3.Cmp{isSem}, gets, append(queue, lineTail(keys[0], whole)))}
 	}
 	resp, err := retryOverload(ctx, c, "acquire", func() (*clientv3.TxnResponse, error) {
 		return c.cli.Txn(ctx).If(cmps...).Then(append(puts, session...)...).Else(els...).Commit()
@@ -189,69 +174,6 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 	return k.waitHeads(ctx, a, heads)
 }
 
-// head returns the key of line that holds the lock: the lowest create revision.
-func head(line []*mvccpb.KeyValue) *mvccpb.KeyValue {
-	return slices.MinFunc(line, func(x, y *mvccpb.KeyValue) int { return int(x.CreateRevision - y.CreateRevision) })
-}
-
-// pickPlace keeps the call's best place in line: me, or a key an earlier
-// attempt of it put (its answer lost) if that one is ahead. Keys of this
-// Client's lost sessions are deleted rather than waited out.
-func (k *namesKind) pickPlace(ctx context.Context, a *attempt, line []*mvccpb.KeyValue, me *mvccpb.KeyValue) *mvccpb.KeyValue {
-	c := a.c
-	best := me
-	var orphans []*mvccpb.KeyValue
-	for _, kv := range line {
-		switch {
-		case string(kv.Key) == k.place:
-		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
-			orphans = append(orphans, kv)
-		case a.ours(kv) && kv.CreateRevision < best.CreateRevision:
-			best = kv
-		}
-	}
-	if len(orphans) > 0 {
-		c.dropOrphans(ctx, orphans) // if it fails, they are waited out like any other
-	}
-	if best != me {
-		a.keep(best) // forgets the call's other places, me included
-	}
-	return best
-}
-
-// waitTurn waits in line at me until every key ahead of it is gone: then me
-// holds the lock, its create revision the token. It watches only the key just
-// ahead (a delete wakes one waiter, as etcd's Mutex does) and reads the line
-// again after each delete. Done with an error when the wait fails; not done,
-// without a grant, when me was deleted (the caller queues again).
-func (k *namesKind) waitTurn(ctx context.Context, a *attempt, me *mvccpb.KeyValue, line []*mvccpb.KeyValue, rev int64) (*granted, bool, error) {
-	c := a.c
-	var read time.Time // when the read that found me first was sent
-	for {
-		if !slices.ContainsFunc(line, func(kv *mvccpb.KeyValue) bool { return bytes.Equal(kv.Key, me.Key) }) {
-			return nil, false, nil
-		}
-		var ahead *mvccpb.KeyValue
-		for _, kv := range line {
-			if kv.CreateRevision < me.CreateRevision && (ahead == nil || kv.CreateRevision > ahead.CreateRevision) {
-				ahead = kv
-			}
-		}
-		if ahead == nil {
-			return &granted{names: a.r.names, keys: []string{string(me.Key)}, token: fence.Token(me.CreateRevision), sent: read}, false, nil
-		}
-		c.waiting(ctx, a.r.names[0], ahead)
-		if err := c.waitDeleted(ctx, string(ahead.Key), rev); err != nil {
-			return nil, true, err
-		}
-		read = time.Now()
-		var err error
-		if line, rev, err = c.readRange(ctx, k.keys[0], lineEnd(k.keys[0])); err != nil {
-			return nil, true, err
-		}
-	}
-}
-
 // readRange reads the keys from key up to end, retrying transient errors
 // until ctx ends.
 func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
@@ -277,7 +199,7 @@ func (k *namesKind) waitHeads(ctx context.Context, a *attempt, heads []*mvccpb.K
 	var held, ours, orphans []*mvccpb.KeyValue
 	for _, kv := range heads {
 		switch {
-		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
+		case a.orphan(kv):
 			orphans = append(orphans, kv)
 		case a.ours(kv):
 			ours = append(ours, kv)

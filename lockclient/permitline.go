@@ -38,7 +38,7 @@ func (p *permitKind) split(a *attempt, kvs []*mvccpb.KeyValue) semState {
 		switch {
 		case !ok && !place, ok && i >= p.n:
 			continue // a slot of a caller with a larger n: not ours to count
-		case clientv3.LeaseID(kv.Lease) != a.lease && bytes.HasPrefix(kv.Value, c.valuePrefix):
+		case a.orphan(kv):
 			s.orphans = append(s.orphans, kv)
 		case ok && a.ours(kv):
 			s.ours = kv
