@@ -423,7 +423,7 @@ func closeInFlight(t *testing.T, call closeCall, mode proxyMode, target, prefix 
 // its goroutines end, while the Client lives on (it holds no session here,
 // so none of its goroutines is left).
 func TestClient_Watch_ctxEnds(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	for _, prefix := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(t.Context())

@@ -14,9 +14,9 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// testTTL is the session TTL of most tests: etcd's minimum, so that expiry tests
-// are quick.
-const testTTL = 2 * time.Second
+// testTTL is the session TTL of most tests: lockclient.MinTTL, which the test
+// members of locktest grant, so that expiry tests are quick.
+const testTTL = time.Second
 
 func newClient(t testing.TB, cli *clientv3.Client, opts ...lockclient.Option) *lockclient.Client {
 	t.Helper()
