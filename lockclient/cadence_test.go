@@ -351,7 +351,7 @@ func TestClient_sessionLost_idle(t *testing.T) {
 	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	rec := &recorder{}
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
 	resp, err := admin.Get(t.Context(), defaultPrefix+"a")
 	if err != nil || len(resp.Kvs) == 0 {

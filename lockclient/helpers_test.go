@@ -18,6 +18,11 @@ import (
 // members of locktest grant, so that expiry tests are quick.
 const testTTL = time.Second
 
+// roomTTL is the session TTL of parallel tests that end sessions themselves
+// (revoke, release) and count every loss: twice the shortest, it leaves a busy
+// machine room for a late renewal. It costs them no time: they wait no lease out.
+const roomTTL = 2 * testTTL
+
 func newClient(t testing.TB, cli *clientv3.Client, opts ...lockclient.Option) *lockclient.Client {
 	t.Helper()
 	c, err := lockclient.New(cli, opts...)

@@ -133,8 +133,8 @@ func TestClient_Lead_resign(t *testing.T) {
 	t.Parallel()
 	srv := shared.Cluster(t)
 	obsA, obsB := &termRecorder{}, &termRecorder{}
-	a := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(obsA))
-	b := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(obsB))
+	a := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(obsA))
+	b := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(obsB))
 	termsA, termsB := make(chan *lockclient.Lock, 4), make(chan *lockclient.Lock, 4)
 	ctxA, cancelA := context.WithCancel(t.Context())
 	resA := leadAsync(ctxA, a, "scheduler", termsA, lockclient.WithValue([]byte("10.0.0.1:8080")))

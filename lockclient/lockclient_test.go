@@ -22,7 +22,6 @@ var (
 )
 
 func TestClient_Acquire_mutualExclusion(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	clients := make([]*lockclient.Client, 4)
 	for i := range clients {

@@ -29,7 +29,6 @@ func endedByMaxHold(t *testing.T, l *lockclient.Lock) {
 // a lock without the option on the same session lives on, and the freed keys
 // are granted at once to others with higher tokens.
 func TestLock_WithMaxHold_endsRenewedGrant(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 	other := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))

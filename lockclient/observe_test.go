@@ -161,8 +161,8 @@ func TestClient_WithObserver_events(t *testing.T) {
 	rec := &recorder{}
 	var logs logBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
-	other := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
+	other := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL))
 	ctx := t.Context()
 
 	// granted, then released

@@ -298,7 +298,6 @@ func TestClient_AcquirePermit_markDeleted(t *testing.T) {
 // TestClient_AcquirePermit_manySlots: one attempt tries a run of slots; with
 // every slot of the first run held, the next run is tried, up to n.
 func TestClient_AcquirePermit_manySlots(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	const n = 70
@@ -320,7 +319,6 @@ func TestClient_AcquirePermit_manySlots(t *testing.T) {
 // per slot; with WithValue's largest value an attempt still fits etcd's
 // request limit, one slot at a time.
 func TestClient_AcquirePermit_largeValue(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	big := lockclient.WithValue(make([]byte, maxValueSize))

@@ -34,7 +34,7 @@ func TestClient_sessionLost_nextAcquire(t *testing.T) {
 	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	rec := &recorder{}
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
 	m := mustAcquire(t, c, "m", lockclient.WithManualRenewal(0))
 	revokeSession(t, admin, "a")
@@ -72,7 +72,7 @@ func TestClient_sessionLost_waitingAcquireGoesOn(t *testing.T) {
 	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	holder := newClient(t, srv.Client(t))
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL))
 	h := mustAcquire(t, holder, "x")
 	mustAcquire(t, c, "mine") // c's session, to be revoked
 

@@ -81,7 +81,6 @@ func (e *setExclusion) leave(names []string, tok fence.Token) {
 // locks on the same names. No name is ever held twice at once, tokens rise per
 // name, and every goroutine finishes its rounds: nobody deadlocks.
 func TestClient_AcquireSet_mutualExclusion(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	clients := make([]*lockclient.Client, 3)
 	for i := range clients {

@@ -165,7 +165,6 @@ func TestClient_Watch_events(t *testing.T) {
 // TestClient_WatchPrefix reports only the names under the prefix, starting
 // with those held.
 func TestClient_WatchPrefix(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	held := mustAcquire(t, c, "sched-a")
@@ -242,6 +241,7 @@ func TestClient_Watch_compacted(t *testing.T) {
 // three sees every term, in order, while that member is down and restarted;
 // nothing is skipped or repeated.
 func TestClient_Watch_memberRestart(t *testing.T) {
+	t.Parallel()
 	cl := locktest.StartCluster(t, 3)
 	w := newClient(t, cl.MemberClient(t, 0))
 	ch, err := w.Watch(t.Context(), "scheduler")
@@ -283,7 +283,6 @@ func TestClient_Watch_memberRestart(t *testing.T) {
 // Close revokes the session lease right after, and the events are read only
 // after the last Close. A holder cut off from etcd is then watched as expired.
 func TestClient_Watch_releasedNotExpired(t *testing.T) {
-	t.Parallel()
 	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	w := newClient(t, cli)
