@@ -9,18 +9,18 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 func TestNew_badOptions(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	tests := []struct {
 		name string
 		opts []lockclient.Option
 		msg  string // a word the error must contain, naming the problem
 	}{
-		{"TTL under minimum", []lockclient.Option{lockclient.WithTTL(time.Second)}, "minimum"},
+		{"TTL under minimum", []lockclient.Option{lockclient.WithTTL(500 * time.Millisecond)}, "minimum"},
 		{"TTL zero", []lockclient.Option{lockclient.WithTTL(0)}, "minimum"},
 		{"TTL not whole seconds", []lockclient.Option{lockclient.WithTTL(2500 * time.Millisecond)}, "whole"},
 		{"interval equal to TTL", []lockclient.Option{lockclient.WithTTL(3 * time.Second), lockclient.WithRenewInterval(3 * time.Second)}, "not under the TTL"},
@@ -52,7 +52,8 @@ func TestNew_badOptions(t *testing.T) {
 }
 
 func TestClient_badNames(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	tests := []struct {
 		name, lock, msg string
@@ -85,14 +86,15 @@ func TestClient_badNames(t *testing.T) {
 }
 
 func TestClient_badLockOptions(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	tests := []struct {
 		name string
 		opts []lockclient.LockOption
 		msg  string
 	}{
-		{"lease under minimum", []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, "minimum"},
+		{"lease under minimum", []lockclient.LockOption{lockclient.WithManualRenewal(500 * time.Millisecond)}, "minimum"},
 		{"negative lease", []lockclient.LockOption{lockclient.WithManualRenewal(-time.Second)}, "minimum"},
 		{"nil option", []lockclient.LockOption{nil}, "nil"},
 	}
@@ -114,7 +116,8 @@ func TestClient_badLockOptions(t *testing.T) {
 }
 
 func TestClient_Release_badTokenAndNotHeld(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	for _, tok := range []fence.Token{0, -1} {
 		want := fmt.Sprintf(`fence: invalid token %d for "job": tokens are > 0`, tok)
@@ -129,7 +132,8 @@ func TestClient_Release_badTokenAndNotHeld(t *testing.T) {
 }
 
 func TestClient_closed(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	for _, used := range []bool{false, true} {
 		c := newClient(t, srv.Client(t))
 		if used {

@@ -155,7 +155,7 @@ func holdDeadline(t *testing.T, c *lockclient.Client, l *lockclient.Lock, d time
 // the session switches to the busy cadence at once, and its deadline never
 // passes while the lock is held; released, the session goes on idle.
 func TestClient_cadence_lockJustBeforeIdleRenewal(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	log := newKALog()
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
 	if err := mustAcquire(t, c, "warm").Release(t.Context()); err != nil {
@@ -179,7 +179,7 @@ func TestClient_cadence_lockJustBeforeIdleRenewal(t *testing.T) {
 // busy renewal: the session switches to the idle cadence, and its deadline
 // never passes; the next lock is taken under the same session.
 func TestClient_cadence_releaseJustAfterBusyRenewal(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	log := newKALog()
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
 	for round := range 3 {
@@ -198,7 +198,7 @@ func TestClient_cadence_releaseJustAfterBusyRenewal(t *testing.T) {
 // TestClient_cadence_noGoroutinePerLock switches a session between the
 // cadences with hundreds of locks: the goroutine count does not grow with them.
 func TestClient_cadence_noGoroutinePerLock(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	log := newKALog()
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
 	if err := mustAcquire(t, c, "warm").Release(t.Context()); err != nil {
@@ -347,10 +347,11 @@ func TestClient_keepalivesOnLeader(t *testing.T) {
 // the lease gone, the session is lost, and the Client's next Acquire starts a
 // new one.
 func TestClient_sessionLost_idle(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	rec := &recorder{}
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
 	resp, err := admin.Get(t.Context(), defaultPrefix+"a")
 	if err != nil || len(resp.Kvs) == 0 {

@@ -46,6 +46,7 @@ type Client struct {
 	mu        sync.Mutex
 	state     state
 	lease     clientv3.LeaseID
+	granted   time.Duration    // the TTL etcd granted the session lease; 0 before the first
 	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
 	expiry    *time.Timer      // fires at the deadline: the session's own clock (expire)
 	ended     chan struct{}    // closed when the live session is lost

@@ -345,7 +345,9 @@ func TestClient_Close_endsCallsInFlight(t *testing.T) {
 
 func closeInFlight(t *testing.T, call closeCall, mode proxyMode, target, prefix string) {
 	const name = "job"
-	opts := []lockclient.Option{lockclient.WithTTL(5 * time.Second), lockclient.WithPrefix(prefix)}
+	// Close waits up to the TTL for an etcd that never answers; 2 s leaves the
+	// call in flight ample time to be there when Close comes.
+	opts := []lockclient.Option{lockclient.WithTTL(2 * time.Second), lockclient.WithPrefix(prefix)}
 	base := runtime.NumGoroutine()
 	start := mode
 	if call.lock {
@@ -423,7 +425,7 @@ func closeInFlight(t *testing.T, call closeCall, mode proxyMode, target, prefix 
 // its goroutines end, while the Client lives on (it holds no session here,
 // so none of its goroutines is left).
 func TestClient_Watch_ctxEnds(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	for _, prefix := range []bool{false, true} {
 		ctx, cancel := context.WithCancel(t.Context())

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 	"github.com/fencegate/fencegate/testserver/delayproxy"
 )
 
@@ -19,13 +18,13 @@ import (
 // (which waits for etcd to expire the cut-off session) is granted the lock.
 func TestLock_Done_cutOff(t *testing.T) {
 	const workers, runs = 4, 5
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	var wg sync.WaitGroup
 	for w := range workers {
 		wg.Go(func() {
 			name := fmt.Sprintf("cut-%d", w)
 			p := startCutProxy(t, srv.Endpoints()[0])
-			a := newClient(t, etcdClient(t, "http://"+p.Addr()), lockclient.WithTTL(testTTL))
+			a := newClient(t, clientVia(t, srv, p), lockclient.WithTTL(testTTL))
 			b := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 			for run := range runs {
 				p.Heal()
@@ -60,9 +59,9 @@ func TestLock_Done_cutOff(t *testing.T) {
 // deadline, every call but the waits gives up with an error matching
 // context.DeadlineExceeded instead of waiting for ever.
 func TestClient_unreachable(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	p := startCutProxy(t, srv.Endpoints()[0])
-	cli := etcdClient(t, "http://"+p.Addr())
+	cli := clientVia(t, srv, p)
 	c := newClient(t, cli, lockclient.WithTTL(testTTL))
 	l := mustAcquire(t, c, "held")
 	p.Cut()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"testing"
 	"time"
 
@@ -14,13 +15,14 @@ import (
 )
 
 func TestLock_manualRenewal_expires(t *testing.T) {
-	srv := locktest.Start(t)
-	// A long session TTL: only the lock's own 2 s lease can explain its release.
+	t.Parallel()
+	srv := shared.Cluster(t)
+	// A long session TTL: only the lock's own lease can explain its release.
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
 
 	kept := mustAcquire(t, a, "kept") // on the session, renewed by it
-	stuck := mustAcquire(t, a, "report", lockclient.WithManualRenewal(2*time.Second))
+	stuck := mustAcquire(t, a, "report", lockclient.WithManualRenewal(testTTL))
 	got := make(chan *lockclient.Lock, 1)
 	go func() {
 		l, err := b.Acquire(t.Context(), "report")
@@ -53,7 +55,8 @@ func TestLock_manualRenewal_expires(t *testing.T) {
 }
 
 func TestLock_manualRenewal_renewKeepsIt(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
 	l := mustAcquire(t, a, "report", lockclient.WithManualRenewal(3*time.Second))
@@ -78,7 +81,8 @@ func TestLock_manualRenewal_renewKeepsIt(t *testing.T) {
 // TestClient_abandoned leaves a client's session to expire: its etcd connection
 // closes without Close or Release, so no keepalive reaches etcd again.
 func TestClient_abandoned(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	a := newClient(t, cli, lockclient.WithTTL(testTTL))
 	b := newClient(t, srv.Client(t))
@@ -105,7 +109,8 @@ func TestClient_abandoned(t *testing.T) {
 // TestLock_Renew_detectsLoss: a key deleted behind the holder's back (released by
 // token elsewhere) is found by the next Renew, which ends the lock as lost.
 func TestLock_Renew_detectsLoss(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	admin := newClient(t, srv.Client(t))
 	kept := mustAcquire(t, a, "kept") // on the session, renewed by it
@@ -130,7 +135,8 @@ func TestLock_Renew_detectsLoss(t *testing.T) {
 // TestLock_Lease checks the lease a Lock reports to the adapters (fence.Leased),
 // which bound a frozen holder's idle transaction by it.
 func TestLock_Lease(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(7*time.Second))
 	tests := []struct {
 		name string
@@ -166,5 +172,31 @@ func TestLock_Lease(t *testing.T) {
 	var nilLock *lockclient.Lock
 	if got := nilLock.Lease(); got != 0 {
 		t.Fatalf("nil Lock's Lease() = %v, want 0", got)
+	}
+}
+
+// TestClient_TTL_raisedByEtcd asks a 1 s TTL of an etcd with its default
+// timing, which grants 2 s: the Client works on the granted lease, counts its
+// deadline from it, reports it as the Lock's Lease and logs the raise.
+func TestClient_TTL_raisedByEtcd(t *testing.T) {
+	t.Parallel()
+	srv := locktest.StartConfig(t, locktest.Config{Heartbeat: 100 * time.Millisecond, ElectionTimeout: time.Second})
+	logs := &logBuffer{}
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(time.Second), lockclient.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
+	sent := time.Now()
+	l := mustAcquire(t, c, "job")
+	if got := l.Lease(); got != 2*time.Second {
+		t.Fatalf("Lease() = %v, want the 2 s etcd granted", got)
+	}
+	if left := lockclient.SessionDeadline(c).Sub(sent); left <= time.Second {
+		t.Fatalf("session deadline %v after the grant was sent, want more than the 1 s asked", left)
+	}
+	if !logs.contains(`"msg":"etcd granted a longer session lease than asked"`) || !logs.contains(`"granted":2000000000`) {
+		t.Fatalf("raise not logged: %v", logs.records(t))
+	}
+	// It outlives the TTL asked, renewed on the granted lease.
+	time.Sleep(3 * time.Second)
+	if err := l.Renew(t.Context()); err != nil || isClosed(l.Done()) {
+		t.Fatalf("lock after 3 s: Renew %v, Done closed %v", err, isClosed(l.Done()))
 	}
 }

@@ -256,6 +256,7 @@ func TestClient_Acquire_fifo(t *testing.T) {
 // returns ctx's error, its place leaves the line, and the others are granted
 // in order, the one behind it not blocked.
 func TestClient_Acquire_cancelledWaiter(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		cancel int   // the waiter whose ctx ends
@@ -267,7 +268,7 @@ func TestClient_Acquire_cancelledWaiter(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			const name = "cancelled"
-			srv := locktest.Start(t)
+			srv := shared.Cluster(t)
 			f := newFairLine(t, srv, 1)
 			h := f.client("holder")
 			hl := mustAcquire(t, h, name)

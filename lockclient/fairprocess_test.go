@@ -9,7 +9,6 @@ import (
 	"os"
 	"os/exec"
 	"strconv"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -25,7 +24,7 @@ import (
 func startWaiterProcess(t *testing.T, srv *locktest.Cluster, name string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
-	cmd.Env = append(os.Environ(), helperEnv+"="+strings.Join(srv.Endpoints(), ",")+" "+name)
+	cmd.Env = holderEnv(srv, name)
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start waiter process: %v", err)
@@ -45,6 +44,7 @@ func startWaiterProcess(t *testing.T, srv *locktest.Cluster, name string) *exec.
 // with their places' tokens, never two at once. A frozen head first becomes the
 // holder, for no longer than what is left of its lease.
 func TestClient_Acquire_lostWaiter(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		sig    syscall.Signal
@@ -57,8 +57,9 @@ func TestClient_Acquire_lostWaiter(t *testing.T) {
 		{"frozen/middle", syscall.SIGSTOP, 1, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			const name, places = "lost-waiter", 4
-			srv := locktest.Start(t)
+			srv := shared.Cluster(t)
 			f := newFairLine(t, srv, 1)
 			h := f.client("holder")
 			hl := mustAcquire(t, h, name)

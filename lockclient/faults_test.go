@@ -37,7 +37,7 @@ func overloadedClient(t *testing.T, srv *locktest.Cluster, method string, n *ato
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	return cli
+	return locktest.Namespace(cli, srv.Prefix())
 }
 
 // retries counts the Retried reports an Observer is told.
@@ -68,6 +68,7 @@ func (r *retries) count(op string) int {
 // proposing them are sent again after a pause, within the caller's ctx, and
 // counted; the lock is granted with one write.
 func TestClient_Acquire_overloaded(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, method, op string
 		acquire          func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error)
@@ -84,7 +85,7 @@ func TestClient_Acquire_overloaded(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := locktest.Start(t)
+			srv := shared.Cluster(t)
 			var refusals atomic.Int64
 			refusals.Store(3)
 			obs := &retries{ops: map[string]int{}}
@@ -103,7 +104,7 @@ func TestClient_Acquire_overloaded(t *testing.T) {
 		})
 	}
 	t.Run("ctx ends", func(t *testing.T) {
-		srv := locktest.Start(t)
+		srv := shared.Cluster(t)
 		var refusals atomic.Int64
 		refusals.Store(1 << 40)
 		c := newClient(t, overloadedClient(t, srv, "/etcdserverpb.KV/Txn", &refusals))
@@ -120,7 +121,8 @@ func TestClient_Acquire_overloaded(t *testing.T) {
 // this Client under the old lease. The retry under a new session recognises the
 // key as its own and takes the lock at once, instead of waiting the old lease out.
 func TestClient_Acquire_ownOrphan(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	var c *lockclient.Client
 	var armed atomic.Bool
 	var orphanLease atomic.Int64
@@ -143,7 +145,7 @@ func TestClient_Acquire_ownOrphan(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cli.Close() })
-	c = newClient(t, cli, lockclient.WithTTL(30*time.Second))
+	c = newClient(t, locktest.Namespace(cli, srv.Prefix()), lockclient.WithTTL(30*time.Second))
 	warm := mustAcquire(t, c, "warm") // the session exists before the armed Txn
 	if err := warm.Release(t.Context()); err != nil {
 		t.Fatal(err)

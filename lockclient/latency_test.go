@@ -35,8 +35,8 @@ func delayedClient(t testing.TB, srv *locktest.Cluster, oneWay time.Duration) *c
 	return cli
 }
 
-// TestClient_Acquire_slowNetwork waits for a lock across a 600 ms round trip
-// with the shortest lease, on a new connection each round: once the holder
+// TestClient_Acquire_slowNetwork waits for a lock across a round trip of 30 %
+// of the shortest lease (300 ms), on a new connection each round: once the holder
 // nearby releases it, the far client holds the place it wrote once in line (the
 // wait wrote nothing else), keeps it over renewals, and loses no session.
 func TestClient_Acquire_slowNetwork(t *testing.T) {
@@ -46,7 +46,7 @@ func TestClient_Acquire_slowNetwork(t *testing.T) {
 	near := newClient(t, cli, lockclient.WithTTL(testTTL))
 	for round := range 3 {
 		log := newKALog()
-		far := newClient(t, delayedClient(t, srv, 300*time.Millisecond), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
+		far := newClient(t, delayedClient(t, srv, testTTL*3/20), lockclient.WithTTL(testTTL), lockclient.WithObserver(log))
 		held := mustAcquire(t, near, "job")
 		base := watchers(t, ep)
 		got := make(chan *lockclient.Lock, 1)

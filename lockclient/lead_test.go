@@ -14,7 +14,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 // termRecorder is an Observer that keeps the terms it was told.
@@ -82,7 +81,8 @@ func leadResult(t *testing.T, res <-chan error, what string) error {
 }
 
 func TestClient_Lead_badInput(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	fn := func(*lockclient.Lock) error { return nil }
 	tests := []struct {
@@ -130,10 +130,11 @@ func TestClient_Lead_badInput(t *testing.T) {
 // TestClient_Lead_resign: when the leader's ctx ends, its term ends and the
 // lock is released at once: the waiting candidate leads next, with a higher token.
 func TestClient_Lead_resign(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	obsA, obsB := &termRecorder{}, &termRecorder{}
-	a := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(obsA))
-	b := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(obsB))
+	a := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(obsA))
+	b := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(obsB))
 	termsA, termsB := make(chan *lockclient.Lock, 4), make(chan *lockclient.Lock, 4)
 	ctxA, cancelA := context.WithCancel(t.Context())
 	resA := leadAsync(ctxA, a, "scheduler", termsA, lockclient.WithValue([]byte("10.0.0.1:8080")))
@@ -173,7 +174,8 @@ func TestClient_Lead_resign(t *testing.T) {
 // TestClient_Lead_neverLed: a candidate that never led and gives up is told
 // of no term, and its Lead returns ctx's error.
 func TestClient_Lead_neverLed(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	obs := &termRecorder{}
 	logs := &logBuffer{}
@@ -218,7 +220,8 @@ func leadOnce(ctx context.Context, c *lockclient.Client, name string, fn func(*l
 // Lead: the lock is released and Lead campaigns again, and a second term
 // begins with a higher token. Only ctx's end makes Lead return, with ctx's error.
 func TestClient_Lead_fnReturnEndsTerm(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	errJob := errors.New("job failed")
 	tests := []struct {
 		name  string
@@ -289,7 +292,8 @@ func TestClient_Lead_fnReturnEndsTerm(t *testing.T) {
 
 // TestClient_Lead_panic: a panic in fn releases the term and passes on.
 func TestClient_Lead_panic(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	obs := &termRecorder{}
 	c := newClient(t, srv.Client(t), lockclient.WithObserver(obs))
 	var term *lockclient.Lock
@@ -316,7 +320,8 @@ func TestClient_Lead_panic(t *testing.T) {
 // its term as lost within moments (the term watches its key), and Lead
 // campaigns again, winning a new term with a higher token.
 func TestClient_Lead_keyDeleted(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	obs := &termRecorder{}
 	logs := &logBuffer{}
 	c := newClient(t, srv.Client(t), lockclient.WithObserver(obs), lockclient.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))))
@@ -366,7 +371,7 @@ func TestClient_Lead_keyDeleted(t *testing.T) {
 
 // TestClient_Lead_closed: closing the Client ends the term and Lead with ErrClosed.
 func TestClient_Lead_closed(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	terms := make(chan *lockclient.Lock, 1)
 	res := leadAsync(t.Context(), c, "scheduler", terms)

@@ -20,7 +20,7 @@ func TestClient_leaderLoss(t *testing.T) {
 	var mu sync.Mutex
 	clients := make([]*lockclient.Client, 4)
 	for i := range clients {
-		// A TTL that outlives an election (1 s election timeout here) with room.
+		// A TTL that outlives an election (locktest.TestElectionTimeout) with room.
 		clients[i] = newClient(t, cl.Client(t), lockclient.WithTTL(6*time.Second))
 	}
 	client := func(i int) *lockclient.Client { return clients[i%len(clients)] }

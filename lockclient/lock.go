@@ -93,7 +93,8 @@ func (l *Lock) Token() fence.Token {
 }
 
 // Lease returns how long the lock outlives its holder's silence (the lease of
-// WithManualRenewal, else the session TTL); 0 for a nil Lock.
+// WithManualRenewal, else the session TTL, or the longer one etcd granted);
+// 0 for a nil Lock.
 func (l *Lock) Lease() time.Duration {
 	if l == nil {
 		return 0
@@ -101,7 +102,9 @@ func (l *Lock) Lease() time.Duration {
 	if l.manual {
 		return l.dur
 	}
-	return l.c.ttl
+	l.c.mu.Lock()
+	defer l.c.mu.Unlock()
+	return max(l.c.ttl, l.c.granted)
 }
 
 // Done is closed when the lock ends: the protected work must stop; fenced

@@ -22,7 +22,7 @@ var (
 )
 
 func TestClient_Acquire_mutualExclusion(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	clients := make([]*lockclient.Client, 4)
 	for i := range clients {
 		clients[i] = newClient(t, srv.Client(t))
@@ -134,7 +134,8 @@ func TestClient_Acquire_waitsWithOneWrite(t *testing.T) {
 }
 
 func TestClient_Acquire_contextEnds(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))
 	mustAcquire(t, a, "job")
@@ -148,7 +149,8 @@ func TestClient_Acquire_contextEnds(t *testing.T) {
 // TestLock_Release_neverDeletesSuccessor is the regression test for etcd's Mutex
 // bug #22082: a stale holder's release deleted its successor's key.
 func TestLock_Release_neverDeletesSuccessor(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))
 	admin := newClient(t, srv.Client(t))
@@ -189,7 +191,8 @@ func TestLock_Release_neverDeletesSuccessor(t *testing.T) {
 }
 
 func TestLock_Release_endsLock(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	l := mustAcquire(t, c, "job")
 	if isClosed(l.Done()) {
@@ -219,7 +222,8 @@ func TestLock_Release_endsLock(t *testing.T) {
 }
 
 func TestClient_HolderAndList(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t), lockclient.WithIdentity("billing-1"), lockclient.WithTTL(5*time.Second))
 	other := newClient(t, srv.Client(t), lockclient.WithPrefix("/other/"))
 	la := mustAcquire(t, a, "account-1")
@@ -252,7 +256,8 @@ func TestClient_HolderAndList(t *testing.T) {
 }
 
 func TestClient_Close(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	watcher := newClient(t, srv.Client(t))
 	l1 := mustAcquire(t, c, "a")
@@ -279,7 +284,7 @@ func TestClient_Close(t *testing.T) {
 // TestClient_manyLocks_noGoroutinePerLock holds 1,000 locks, half of them with
 // manual renewal, and checks the goroutine count does not grow with them.
 func TestClient_manyLocks_noGoroutinePerLock(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	mustAcquire(t, c, "warmup") // session and its goroutine started
 	settle := func() int {
@@ -312,7 +317,8 @@ func TestClient_manyLocks_noGoroutinePerLock(t *testing.T) {
 }
 
 func TestClient_identityRoundTrip(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	id := `billing "eu" 1\ ü`
 	c := newClient(t, srv.Client(t), lockclient.WithIdentity(id))
 	l := mustAcquire(t, c, "job")

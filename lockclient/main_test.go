@@ -3,6 +3,7 @@ package lockclient_test
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,19 +13,50 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
+	"github.com/fencegate/fencegate/lockclient/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
 
 // The holder process: this test binary run again with helperEnv set. It takes
 // one lock (or a set), prints "token N", and prints "lost ..." when the lock's Done closes.
-const helperEnv = "LOCKCLIENT_TEST_HOLDER"
+// Its keys live under the test's prefix (helperPrefixEnv) on a shared member.
+const (
+	helperEnv       = "LOCKCLIENT_TEST_HOLDER"
+	helperPrefixEnv = "LOCKCLIENT_TEST_PREFIX"
+)
+
+// shared is the etcd member of the tests that neither count revisions nor
+// stop a member; each test keeps its keys under a prefix of its own.
+var shared = locktest.NewShared()
 
 func TestMain(m *testing.M) {
 	if spec := os.Getenv(helperEnv); spec != "" {
 		os.Exit(runHolder(spec))
 	}
-	os.Exit(m.Run())
+	parallelWaits()
+	code := m.Run()
+	if err := shared.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
+	os.Exit(code)
+}
+
+// parallelWaits lets up to 8 parallel tests run at once, not GOMAXPROCS, unless
+// -parallel says how many: the tests that call t.Parallel here mostly wait
+// out leases, using little CPU.
+func parallelWaits() {
+	flag.Parse()
+	set := false
+	flag.Visit(func(f *flag.Flag) { set = set || f.Name == "test.parallel" })
+	if !set {
+		flag.Set("test.parallel", "8")
+	}
+}
+
+// holderEnv is the environment of a holder process that takes spec on srv.
+func holderEnv(srv *locktest.Cluster, spec string) []string {
+	return append(os.Environ(), helperEnv+"="+strings.Join(srv.Endpoints(), ",")+" "+spec, helperPrefixEnv+"="+srv.Prefix())
 }
 
 func runHolder(spec string) int {
@@ -34,6 +66,7 @@ func runHolder(spec string) int {
 		fmt.Println("error", err)
 		return 1
 	}
+	locktest.Namespace(cli, os.Getenv(helperPrefixEnv))
 	c, err := lockclient.New(cli, lockclient.WithTTL(testTTL), lockclient.WithObserver(termPrinter{}))
 	if err != nil {
 		fmt.Println("error", err)

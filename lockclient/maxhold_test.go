@@ -9,7 +9,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 // endedByMaxHold waits for l to end and checks that its cause is the max hold.
@@ -30,7 +29,7 @@ func endedByMaxHold(t *testing.T, l *lockclient.Lock) {
 // a lock without the option on the same session lives on, and the freed keys
 // are granted at once to others with higher tokens.
 func TestLock_WithMaxHold_endsRenewedGrant(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 	other := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 	keeper := mustAcquire(t, c, "keeper")
@@ -74,7 +73,8 @@ func TestLock_WithMaxHold_endsRenewedGrant(t *testing.T) {
 // TestClient_Lead_maxHold: each term ends at its max hold, and Lead campaigns
 // again: a new term with a higher token.
 func TestClient_Lead_maxHold(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
 	ctx, cancel := context.WithCancel(t.Context())
 	defer cancel()
@@ -100,7 +100,8 @@ func TestClient_Lead_maxHold(t *testing.T) {
 }
 
 func TestClient_WithMaxHold_badInput(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithTTL(3*time.Second))
 	ctx, cancel := context.WithCancel(t.Context())
 	cancel() // any I/O would fail with ctx's error

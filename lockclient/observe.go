@@ -157,10 +157,16 @@ func (c *Client) keptAlive(lease clientv3.LeaseID, rtt time.Duration, deadline t
 	}
 }
 
-// sessionStarted reports a new session lease.
-func (c *Client) sessionStarted(lease clientv3.LeaseID) {
+// sessionStarted reports a new session lease of TTL granted; a lease longer
+// than asked (etcd's minimum, see MinTTL) is logged as a warning.
+func (c *Client) sessionStarted(lease clientv3.LeaseID, granted time.Duration) {
 	if c.obs != nil {
 		c.obs.Session(0, nil)
+	}
+	if granted > c.ttl {
+		c.logAt(slog.LevelWarn, "etcd granted a longer session lease than asked", slog.Int64("lease", int64(lease)),
+			slog.Duration("ttl", c.ttl), slog.Duration("granted", granted))
+		return
 	}
 	c.logAt(slog.LevelDebug, "session started", slog.Int64("lease", int64(lease)), slog.Duration("ttl", c.ttl))
 }

@@ -156,12 +156,13 @@ func find(recs []map[string]any, msg, lock string) map[string]any {
 }
 
 func TestClient_WithObserver_events(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	rec := &recorder{}
 	var logs logBuffer
 	log := slog.New(slog.NewJSONHandler(&logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
-	other := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
+	other := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL))
 	ctx := t.Context()
 
 	// granted, then released
@@ -191,7 +192,7 @@ func TestClient_WithObserver_events(t *testing.T) {
 	}()
 	lb := mustAcquire(t, c, "b")
 	// not renewed in time
-	lm := mustAcquire(t, c, "m", lockclient.WithManualRenewal(2*time.Second))
+	lm := mustAcquire(t, c, "m", lockclient.WithManualRenewal(testTTL))
 	waitClosed(t, lm.Done(), "unrenewed lock's Done")
 	// key deleted by someone else, found by Renew
 	lk := mustAcquire(t, c, "k")
@@ -302,7 +303,8 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 }
 
 func TestClient_WithLogger_nilIsSilent(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t), lockclient.WithLogger(nil), lockclient.WithObserver(nil))
 	l := mustAcquire(t, c, "quiet")
 	if err := l.Release(t.Context()); err != nil {
@@ -313,7 +315,8 @@ func TestClient_WithLogger_nilIsSilent(t *testing.T) {
 // TestClient_permitNamed: a permit's grant is logged and reported under its
 // slot's name, as its release and end are: one name in both.
 func TestClient_permitNamed(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	rec := &recorder{}
 	var logs logBuffer
 	c := newClient(t, srv.Client(t), lockclient.WithObserver(rec), lockclient.WithLogger(slog.New(slog.NewJSONHandler(&logs, nil))))

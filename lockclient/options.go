@@ -14,10 +14,12 @@ const (
 	// defaultPrefix is the key prefix under which lock keys live.
 	defaultPrefix = "/fencegate/locks/"
 	// MinTTL is the shortest session TTL and lock lease this package accepts:
-	// etcd silently raises a lease under 1.5 x its election timeout (2 s by
-	// default). Deadlines count from the TTL etcd returns, so a cluster with a
-	// longer election timeout keeps them right.
-	MinTTL = 2 * time.Second
+	// etcd counts leases in whole seconds. etcd raises a lease under 1.5 x its
+	// election timeout, rounded up (a default etcd, election timeout 1 s, grants
+	// 2 s at least; one with 500 ms grants 1 s). Deadlines count from the TTL
+	// etcd returns, so a raised lease keeps them right: the Client logs it
+	// (Warn) and its Locks' Lease reports it.
+	MinTTL = 1 * time.Second
 )
 
 // Option configures a Client. An unusable option makes New fail with an error
@@ -36,7 +38,8 @@ type options struct {
 
 // WithTTL sets the session lease's time to live (default 10 s): how long after
 // its last confirmed renewal a silent (crashed, frozen, cut off) client keeps
-// its locks. It must be whole seconds and at least MinTTL.
+// its locks. It must be whole seconds and at least MinTTL; etcd may grant more
+// (see MinTTL).
 func WithTTL(d time.Duration) Option {
 	return func(o *options) error {
 		switch {

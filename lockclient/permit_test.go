@@ -43,7 +43,8 @@ func slotsOf(t testing.TB, c *lockclient.Client, name string) []string {
 }
 
 func TestClient_AcquirePermit_basics(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cs := []*lockclient.Client{
 		newClient(t, srv.Client(t), lockclient.WithIdentity("w0")),
 		newClient(t, srv.Client(t), lockclient.WithIdentity("w1")),
@@ -154,7 +155,8 @@ func TestClient_TryAcquirePermit_busy(t *testing.T) {
 }
 
 func TestClient_AcquirePermit_badInput(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	// A cancelled ctx: any I/O would fail with its error, so fence.ErrInvalidArgument
 	// shows the input was refused first.
@@ -173,7 +175,7 @@ func TestClient_AcquirePermit_badInput(t *testing.T) {
 		{"empty", "", 2, nil, "empty resource name"},
 		{"too long for slots", strings.Repeat("a", 196), 2, nil, "too long"},
 		{"nil option", "jobs", 2, []lockclient.LockOption{nil}, "nil"},
-		{"short manual lease", "jobs", 2, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, "minimum"},
+		{"short manual lease", "jobs", 2, []lockclient.LockOption{lockclient.WithManualRenewal(500 * time.Millisecond)}, "minimum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -196,7 +198,8 @@ func TestClient_AcquirePermit_badInput(t *testing.T) {
 // TestClient_AcquirePermit_lockClash: a name is a lock or a semaphore, decided
 // in etcd, from whichever Client.
 func TestClient_AcquirePermit_lockClash(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))
 	lock := mustAcquire(t, a, "ledger")
@@ -233,7 +236,8 @@ func TestClient_AcquirePermit_lockClash(t *testing.T) {
 // TestClient_AcquirePermit_changingN: n is per call. A call counts and takes
 // only slots below its n; holders of higher slots keep them until they release.
 func TestClient_AcquirePermit_changingN(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	d := newClient(t, srv.Client(t))
 	var ps []*lockclient.Lock
@@ -271,7 +275,8 @@ func TestClient_AcquirePermit_changingN(t *testing.T) {
 // hand) while a permit is held, the next call marks the name again and counts
 // the held slots as before.
 func TestClient_AcquirePermit_markDeleted(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	c := newClient(t, cli)
 	held := mustPermit(t, c, "imports", 1)
@@ -293,7 +298,7 @@ func TestClient_AcquirePermit_markDeleted(t *testing.T) {
 // TestClient_AcquirePermit_manySlots: one attempt tries a run of slots; with
 // every slot of the first run held, the next run is tried, up to n.
 func TestClient_AcquirePermit_manySlots(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	const n = 70
 	for i := range n {
@@ -314,7 +319,7 @@ func TestClient_AcquirePermit_manySlots(t *testing.T) {
 // per slot; with WithValue's largest value an attempt still fits etcd's
 // request limit, one slot at a time.
 func TestClient_AcquirePermit_largeValue(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	big := lockclient.WithValue(make([]byte, maxValueSize))
 	for i := range 3 {

@@ -2,16 +2,13 @@
 
 package lockclient_test
 
-import (
-	"testing"
-
-	"github.com/fencegate/fencegate/lockclient/locktest"
-)
+import "testing"
 
 // TestClient_AcquirePermit_crashFreesSlot kills a permit's holder process: its
 // session lease expires, and its slot passes on with a higher token.
 func TestClient_AcquirePermit_crashFreesSlot(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	h := startHolder(t, srv, "permit:crawlers:2")
 	other := newClient(t, srv.Client(t))
 	mine := mustPermit(t, other, "crawlers", 2)

@@ -92,6 +92,7 @@ func (s *secureEtcd) newClient(t *testing.T, user, password string) (*clientv3.C
 }
 
 func TestClient_TLSAndAuth_rolePrefix(t *testing.T) {
+	t.Parallel()
 	s := startSecureEtcd(t)
 	ctx := t.Context()
 	cli := s.client(t, "locker", lockerPassword)
@@ -152,6 +153,7 @@ func TestClient_TLSAndAuth_rolePrefix(t *testing.T) {
 }
 
 func TestClient_TLSAndAuth_refused(t *testing.T) {
+	t.Parallel()
 	s := startSecureEtcd(t)
 
 	// A wrong password is refused when the client logs in.

@@ -78,14 +78,15 @@ func (c *Client) grant(ctx context.Context) error {
 	}
 	c.state = live
 	c.lease = resp.ID
-	c.deadline = sent.Add(time.Duration(resp.TTL) * time.Second)
+	c.granted = time.Duration(resp.TTL) * time.Second
+	c.deadline = sent.Add(c.granted)
 	c.expiry = time.AfterFunc(time.Until(c.deadline), func() { c.expire(resp.ID) })
 	ended := make(chan struct{})
 	c.ended = ended
 	c.loops.Add(1)
 	c.mu.Unlock()
 	go c.loop(resp.ID, ended, sent)
-	c.sessionStarted(resp.ID)
+	c.sessionStarted(resp.ID, time.Duration(resp.TTL)*time.Second)
 	return nil
 }
 
@@ -198,7 +199,9 @@ func (c *Client) keyGone(ctx context.Context, l *Lock) {
 	why := ""
 	if !time.Now().Before(deadline) {
 		why = "no renewal confirmed before the session deadline"
-	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL <= 0 {
+	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL < 0 {
+		// -1: gone. etcd rounds what is left down to whole seconds, so a live
+		// lease with under a second left says 0.
 		why = "etcd no longer has the session lease"
 	}
 	if why != "" {

@@ -3,11 +3,13 @@ package lockclient_test
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -28,10 +30,11 @@ func revokeSession(t *testing.T, admin *clientv3.Client, name string) {
 // (cause matching ErrSessionLost and fence.ErrLost), and the next Acquire of the
 // same Client starts a new session.
 func TestClient_sessionLost_nextAcquire(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	rec := &recorder{}
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL), lockclient.WithObserver(rec))
 	a := mustAcquire(t, c, "a")
 	m := mustAcquire(t, c, "m", lockclient.WithManualRenewal(0))
 	revokeSession(t, admin, "a")
@@ -65,10 +68,11 @@ func TestClient_sessionLost_nextAcquire(t *testing.T) {
 // when its session is lost goes on under a new session and gets the lock when
 // the holder releases it.
 func TestClient_sessionLost_waitingAcquireGoesOn(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	admin := srv.Client(t)
 	holder := newClient(t, srv.Client(t))
-	c := newClient(t, srv.Client(t), lockclient.WithTTL(testTTL))
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(roomTTL))
 	h := mustAcquire(t, holder, "x")
 	mustAcquire(t, c, "mine") // c's session, to be revoked
 
@@ -93,5 +97,31 @@ func TestClient_sessionLost_waitingAcquireGoesOn(t *testing.T) {
 	info, err := holder.Holder(t.Context(), "x")
 	if err != nil || info.Token != l.Token() {
 		t.Fatalf("Holder = %+v, %v; want token %d", info, err, l.Token())
+	}
+}
+
+// TestClient_Lead_leaseRevoked revokes the leading Client's session lease in
+// etcd, as an expiry would but while the Client runs: the term's key goes with
+// the lease, and its watch sees the DELETE long before a keepalive (a TTL of
+// 30 s) finds the lease gone. The term still ends as the lease's loss
+// (lease_expired, ErrSessionLost), never as key_deleted, and Lead leads again.
+// Code without the lease check in keyGone fails this every time.
+func TestClient_Lead_leaseRevoked(t *testing.T) {
+	t.Parallel()
+	srv := shared.Cluster(t)
+	obs := &termRecorder{}
+	c := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second), lockclient.WithObserver(obs))
+	terms := make(chan *lockclient.Lock, 4)
+	leadAsync(t.Context(), c, "scheduler", terms)
+	first := nextTerm(t, terms, "first")
+	revokeSession(t, srv.Client(t), "scheduler")
+	waitClosed(t, first.Done(), "term after its lease was revoked")
+	if cause := context.Cause(first.Context()); !lostAt(cause, first) || !errors.Is(cause, lockclient.ErrSessionLost) {
+		t.Fatalf("term ended with %v, want fence.ErrLost and ErrSessionLost (its lease is gone)", cause)
+	}
+	second := nextTerm(t, terms, "after the loss")
+	want := []string{fmt.Sprintf("begun %d", first.Token()), fmt.Sprintf("ended %d lease_expired", first.Token()), fmt.Sprintf("begun %d", second.Token())}
+	if got := obs.events(); !slices.Equal(got, want) {
+		t.Fatalf("terms %q, want %q", got, want)
 	}
 }

@@ -81,7 +81,7 @@ func (e *setExclusion) leave(names []string, tok fence.Token) {
 // locks on the same names. No name is ever held twice at once, tokens rise per
 // name, and every goroutine finishes its rounds: nobody deadlocks.
 func TestClient_AcquireSet_mutualExclusion(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	clients := make([]*lockclient.Client, 3)
 	for i := range clients {
 		clients[i] = newClient(t, srv.Client(t))
@@ -128,7 +128,8 @@ func TestClient_AcquireSet_mutualExclusion(t *testing.T) {
 // revision, the set's token; Resources and Resource are as documented; Holder
 // and List show the set's names.
 func TestClient_AcquireSet_oneToken(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	c := newClient(t, cli, lockclient.WithIdentity("transfer-1"))
 	before := mustAcquire(t, c, "solo")
@@ -188,7 +189,8 @@ func TestClient_AcquireSet_oneToken(t *testing.T) {
 // TestClient_AcquireSet_successorWaits: a single lock on one name of a held set
 // waits for the set's release, then gets a higher token; Release deletes every key.
 func TestClient_AcquireSet_successorWaits(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	a := newClient(t, cli)
 	b := newClient(t, srv.Client(t))
@@ -283,7 +285,7 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 		{"slash", []string{"a", "b/c"}, nil, fence.ErrInvalidArgument, `lock name "b/c" contains a slash`},
 		{"long name", []string{strings.Repeat("x", 200+1)}, nil, fence.ErrInvalidArgument, "the limit is 200"},
 		{"nil option", []string{"a"}, []lockclient.LockOption{nil}, fence.ErrInvalidArgument, "nil"},
-		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(time.Second)}, fence.ErrInvalidArgument, "minimum"},
+		{"lease under minimum", []string{"a"}, []lockclient.LockOption{lockclient.WithManualRenewal(500 * time.Millisecond)}, fence.ErrInvalidArgument, "minimum"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -321,7 +323,8 @@ func TestClient_AcquireSet_badInput(t *testing.T) {
 // TestClient_AcquireSet_maxSize: a set of MaxSetSize names fits etcd's default
 // limit on Txn operations, and one name more is refused before any I/O.
 func TestClient_AcquireSet_maxSize(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	names := make([]string, maxSetSize)
 	for i := range names {

@@ -8,7 +8,6 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
-	"github.com/fencegate/fencegate/lockclient/locktest"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -16,7 +15,8 @@ import (
 // release) ends the whole set when Renew finds it, and the client deletes the
 // set's other keys, so their names pass on at once.
 func TestLock_set_keyDeleted(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	a := newClient(t, cli, lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
@@ -46,11 +46,12 @@ func TestLock_set_keyDeleted(t *testing.T) {
 // TestLock_set_manualRenewal_expires: a set taken WithManualRenewal and not
 // renewed within its lease is lost as a whole, and all its keys are deleted.
 func TestLock_set_manualRenewal_expires(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second))
 	b := newClient(t, srv.Client(t))
 	kept := mustAcquire(t, a, "kept") // on the session, renewed by it
-	s := mustAcquireSet(t, a, []string{"p", "q"}, lockclient.WithManualRenewal(2*time.Second))
+	s := mustAcquireSet(t, a, []string{"p", "q"}, lockclient.WithManualRenewal(testTTL))
 	if err := s.Renew(t.Context()); err != nil {
 		t.Fatalf("Renew of a live manual set: %v", err)
 	}
@@ -72,7 +73,8 @@ func TestLock_set_manualRenewal_expires(t *testing.T) {
 // TestLock_set_close: closing the Client ends its sets with ErrClosed and frees
 // every name.
 func TestLock_set_close(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	b := newClient(t, srv.Client(t))
 	s := mustAcquireSet(t, a, []string{"k", "l"})
@@ -90,7 +92,8 @@ func TestLock_set_close(t *testing.T) {
 // TestClient_Release_setMember: the Client's Release of one name of a set it
 // holds, with the set's token, releases the whole set.
 func TestClient_Release_setMember(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	a := newClient(t, srv.Client(t))
 	s := mustAcquireSet(t, a, []string{"u", "v"})
 	if err := a.Release(t.Context(), "v", s.Token()); err != nil {
@@ -108,6 +111,7 @@ func TestClient_Release_setMember(t *testing.T) {
 // session lease etcd no longer has ends the session at once (the locks of that
 // session end before the call returns), however long the renewal interval.
 func TestClient_TryAcquireSet_leaseNotFound(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		acquire func(ctx context.Context, c *lockclient.Client) (*lockclient.Lock, error)
@@ -125,7 +129,7 @@ func TestClient_TryAcquireSet_leaseNotFound(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			srv := locktest.Start(t)
+			srv := shared.Cluster(t)
 			cli := srv.Client(t)
 			c := newClient(t, cli, lockclient.WithTTL(60*time.Second))
 			held := mustAcquire(t, c, "a")

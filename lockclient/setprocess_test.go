@@ -7,15 +7,14 @@ import (
 	"strings"
 	"syscall"
 	"testing"
-
-	"github.com/fencegate/fencegate/lockclient/locktest"
 )
 
 // TestLock_set_frozenHolder freezes a process holding the set {a,b} with SIGSTOP
 // past its session lease: a single lock on a and another on b are granted with
 // higher tokens, and the thawed holder finds its whole set lost.
 func TestLock_set_frozenHolder(t *testing.T) {
-	srv := locktest.Start(t)
+	t.Parallel()
+	srv := shared.Cluster(t)
 	h := startHolder(t, srv, "set-b,set-a")
 	other := newClient(t, srv.Client(t))
 	if _, err := other.TryAcquire(t.Context(), "set-b"); err == nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient"
 	"github.com/fencegate/fencegate/lockclient/locktest"
+	"github.com/fencegate/fencegate/testserver/delayproxy"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 )
@@ -26,6 +27,13 @@ func etcdClient(t testing.TB, endpoints ...string) *clientv3.Client {
 	}
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// clientVia returns a client of srv's keys (its Prefix) that reaches etcd
+// through p, closed when the test ends.
+func clientVia(t testing.TB, srv *locktest.Cluster, p *delayproxy.Proxy) *clientv3.Client {
+	t.Helper()
+	return locktest.Namespace(etcdClient(t, "http://"+p.Addr()), srv.Prefix())
 }
 
 func nextEvent(t *testing.T, ch <-chan lockclient.Event) lockclient.Event {
@@ -157,7 +165,7 @@ func TestClient_Watch_events(t *testing.T) {
 // TestClient_WatchPrefix reports only the names under the prefix, starting
 // with those held.
 func TestClient_WatchPrefix(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	c := newClient(t, srv.Client(t))
 	held := mustAcquire(t, c, "sched-a")
 	ch, err := c.WatchPrefix(t.Context(), "sched-")
@@ -233,6 +241,7 @@ func TestClient_Watch_compacted(t *testing.T) {
 // three sees every term, in order, while that member is down and restarted;
 // nothing is skipped or repeated.
 func TestClient_Watch_memberRestart(t *testing.T) {
+	t.Parallel()
 	cl := locktest.StartCluster(t, 3)
 	w := newClient(t, cl.MemberClient(t, 0))
 	ch, err := w.Watch(t.Context(), "scheduler")
@@ -274,7 +283,7 @@ func TestClient_Watch_memberRestart(t *testing.T) {
 // Close revokes the session lease right after, and the events are read only
 // after the last Close. A holder cut off from etcd is then watched as expired.
 func TestClient_Watch_releasedNotExpired(t *testing.T) {
-	srv := locktest.Start(t)
+	srv := shared.Cluster(t)
 	cli := srv.Client(t)
 	w := newClient(t, cli)
 	ch, err := w.Watch(t.Context(), "job")
@@ -306,7 +315,7 @@ func TestClient_Watch_releasedNotExpired(t *testing.T) {
 		}
 	}
 	p := startCutProxy(t, srv.Endpoints()[0])
-	far := newClient(t, etcdClient(t, "http://"+p.Addr()), lockclient.WithTTL(testTTL))
+	far := newClient(t, clientVia(t, srv, p), lockclient.WithTTL(testTTL))
 	l := mustAcquire(t, far, "job")
 	wantEvent(t, ch, lockclient.EventTaken, l.Token(), false)
 	p.Cut()

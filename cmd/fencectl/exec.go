@@ -40,7 +40,7 @@ type execOpts struct {
 
 func execFlags(fs *flag.FlagSet) execOpts {
 	return execOpts{
-		ttl:   fs.Duration("ttl", 10*time.Second, "session lease: how long a silent fencectl keeps the lock (whole seconds, at least 2s)"),
+		ttl:   fs.Duration("ttl", 10*time.Second, "session lease: how long a silent fencectl keeps the lock (whole seconds, at least 1s; a default etcd grants 2s)"),
 		try:   fs.Bool("try", false, "do not wait: exit with status 75 if the lock is held"),
 		grace: fs.Duration("grace", 10*time.Second, "after SIGTERM, how long the command has to exit before SIGKILL"),
 	}

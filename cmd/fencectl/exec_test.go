@@ -106,7 +106,7 @@ func TestRun_exec_status(t *testing.T) {
 	if _, err := lc.Holder(t.Context(), "job"); !errors.Is(err, lockclient.ErrNotHeld) {
 		t.Fatalf("after exec: Holder = %v, want released", err)
 	}
-	for _, args := range [][]string{{"exec", "job"}, {"exec", "a/b", "--", "true"}, {"exec", "-ttl", "1s", "job", "--", "true"}} {
+	for _, args := range [][]string{{"exec", "job"}, {"exec", "a/b", "--", "true"}, {"exec", "-ttl", "500ms", "job", "--", "true"}} {
 		if code, _, _ := fencectl(t, append([]string{"-endpoints", eps}, args...)...); code != 2 {
 			t.Errorf("fencectl %q: status %d, want 2 (usage)", args, code)
 		}
@@ -319,7 +319,7 @@ func TestRun_exec_frozen(t *testing.T) {
 	}
 	defer lc.Close()
 	var out, errOut syncBuffer
-	cmd := exec.Command(os.Args[0], "-endpoints", strings.Join(srv.Endpoints(), ","), "exec", "-ttl", "2s", "-grace", "5s", "job", "--",
+	cmd := exec.Command(os.Args[0], "-endpoints", strings.Join(srv.Endpoints(), ","), "exec", "-ttl", "1s", "-grace", "5s", "job", "--",
 		"sh", "-c", `trap 'echo got TERM; exit 0' TERM; echo started; while :; do sleep 0.05; done`)
 	cmd.Env = append(os.Environ(), asFencectlEnv+"=1")
 	cmd.Stdout, cmd.Stderr = &out, &errOut

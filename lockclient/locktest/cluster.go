@@ -22,10 +22,11 @@ func (c *Cluster) Endpoints() []string {
 }
 
 // Client returns a new etcd client of all members, closed when the test ends.
-// It uses neither TLS nor credentials.
+// It uses neither TLS nor credentials; a Cluster from Shared namespaces it
+// (Prefix).
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	return newClient(t, c.Endpoints(), "locktest: client")
+	return Namespace(newClient(t, c.Endpoints(), "locktest: client"), c.prefix)
 }
 
 // MemberClient returns a client that talks to member i only, closed when the test
@@ -33,7 +34,7 @@ func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 func (c *Cluster) MemberClient(t testing.TB, i int) *clientv3.Client {
 	t.Helper()
 	c.check(t, i)
-	return newClient(t, []string{c.members[i].clientURL.String()}, "locktest: client of a member")
+	return Namespace(newClient(t, []string{c.members[i].clientURL.String()}, "locktest: client of a member"), c.prefix)
 }
 
 func newClient(t testing.TB, endpoints []string, what string) *clientv3.Client {
@@ -80,9 +81,9 @@ func (c *Cluster) WaitLeader(t testing.TB) int {
 
 // Stop kills member i's process as a crash would (SIGKILL, no leadership
 // transfer). Stopping the leader makes the others elect a new one, if a majority
-// remains. A bad i fails the cluster's test (see fail).
+// remains. A bad i, or a member of Shared, fails the cluster's test (see fail).
 func (c *Cluster) Stop(i int) {
-	if !c.has(i) {
+	if !c.has(i) || !c.own() {
 		return
 	}
 	c.mu.Lock()
@@ -94,7 +95,7 @@ func (c *Cluster) Stop(i int) {
 // waits until it answers as a member of the cluster. A bad i, a running member
 // or a failed start fails the cluster's test (see fail).
 func (c *Cluster) Restart(i int) {
-	if !c.has(i) {
+	if !c.has(i) || !c.own() {
 		return
 	}
 	c.mu.Lock()
@@ -129,6 +130,16 @@ func (c *Cluster) Term() uint64 {
 func (c *Cluster) has(i int) bool {
 	if i < 0 || i >= len(c.members) {
 		c.fail("locktest: no member %d in a cluster of %d", i, len(c.members))
+		return false
+	}
+	return true
+}
+
+// own reports whether the members are c's to stop, and fails c's test if
+// they are Shared.
+func (c *Cluster) own() bool {
+	if c.shared {
+		c.fail("locktest: the member is shared (Shared): start a cluster of your own to stop one")
 		return false
 	}
 	return true

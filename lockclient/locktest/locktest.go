@@ -13,6 +13,30 @@
 // fails). The package imports only etcd's client, so a module that depends on
 // fencegate gets no etcd server in its go.sum.
 //
+// Members started for a test run raft with a heartbeat of TestHeartbeat and an
+// election timeout of TestElectionTimeout, shorter than etcd's defaults (100
+// ms, 1 s): etcd raises a lease under 1.5 x its election timeout, rounded up to
+// whole seconds, so they grant leases of 1 s where a default etcd grants 2 s,
+// and a cluster that lost its leader elects another within a second. Members
+// started for a benchmark, and by Run, keep etcd's defaults, so that figures are
+// a default cluster's; StartConfig sets either.
+//
+// A package whose tests do not stop members can share one (Shared), each test
+// in a key space of its own (etcd's namespace package):
+//
+//	var etcd = locktest.NewShared()
+//
+//	func TestMain(m *testing.M) {
+//		code := m.Run()
+//		etcd.Close()
+//		os.Exit(code)
+//	}
+//
+//	func TestX(t *testing.T) { srv := etcd.Cluster(t); cli := srv.Client(t) ... }
+//
+// Revisions, leases and compaction are the member's: a test that counts
+// revisions, compacts or stops a member starts a member of its own (Start).
+//
 // Members listen on loopback ports chosen at start (and chosen again when another
 // process takes one before a member binds it), keep their data in t.TempDir()
 // and are killed by t.Cleanup (and by the kernel, on Linux, if the test binary
@@ -41,6 +65,25 @@ import (
 // tests.
 const startTimeout = 60 * time.Second
 
+// The raft timing of members started for a test (see the package doc).
+const (
+	TestHeartbeat       = 50 * time.Millisecond
+	TestElectionTimeout = 500 * time.Millisecond
+)
+
+// Config is a cluster for StartConfig.
+type Config struct {
+	// Members is the number of members; 0 means 1.
+	Members int
+	// Certs, when not nil, makes the members require TLS client certificates
+	// as StartTLS does.
+	Certs *Certs
+	// Heartbeat and ElectionTimeout are raft's timing (etcd's
+	// --heartbeat-interval and --election-timeout). Zero: TestHeartbeat and
+	// TestElectionTimeout for a test, etcd's defaults for a benchmark.
+	Heartbeat, ElectionTimeout time.Duration
+}
+
 // Cluster is an etcd cluster of member processes: one from Start, StartTLS
 // and Run, n from StartCluster.
 type Cluster struct {
@@ -48,6 +91,8 @@ type Cluster struct {
 	bin     string
 	mu      sync.Mutex
 	members []*member
+	prefix  string // a Cluster from Shared: its clients' key prefix
+	shared  bool   // from Shared: its members are not this Cluster's to stop
 }
 
 // Start starts a single etcd member and stops it when the test ends. It fails the
@@ -68,7 +113,7 @@ func Run(dir string) (*Cluster, error) {
 	}
 	var ms []*member
 	err = startOnFreePorts(2, func(ports []int) error {
-		ms = newMembers(dir, 1, ports, nil)
+		ms = newMembers(dir, ports, Config{Members: 1})
 		return startMembers(bin, ms)
 	})
 	if err != nil {
@@ -84,16 +129,25 @@ func StartCluster(t testing.TB, n int) *Cluster {
 	if n < 1 {
 		t.Fatalf("locktest: cluster of %d members: need at least 1", n)
 	}
-	return startCluster(t, n, nil)
+	return StartConfig(t, Config{Members: n})
 }
 
-func startCluster(t testing.TB, n int, certs *Certs) *Cluster {
+// StartConfig starts the cluster cfg describes, waits until it has a leader,
+// and stops every member when the test ends.
+func StartConfig(t testing.TB, cfg Config) *Cluster {
 	t.Helper()
+	if cfg.Members < 0 {
+		t.Fatalf("locktest: cluster of %d members: need at least 1", cfg.Members)
+	}
+	cfg.Members = max(cfg.Members, 1)
+	if _, bench := t.(*testing.B); !bench && cfg.Heartbeat == 0 && cfg.ElectionTimeout == 0 {
+		cfg.Heartbeat, cfg.ElectionTimeout = TestHeartbeat, TestElectionTimeout
+	}
 	c := &Cluster{t: t, bin: binary(t)}
 	dir := t.TempDir()
 	t.Cleanup(c.Close)
-	err := startOnFreePorts(2*n, func(ports []int) error {
-		ms := newMembers(dir, n, ports, certs)
+	err := startOnFreePorts(2*cfg.Members, func(ports []int) error {
+		ms := newMembers(dir, ports, cfg)
 		if err := startMembers(c.bin, ms); err != nil {
 			return err
 		}
@@ -113,22 +167,24 @@ func startCluster(t testing.TB, n int, certs *Certs) *Cluster {
 // test that takes the first port before etcd binds it.
 var startOnFreePorts = testserver.StartOnFreePorts
 
-// newMembers returns the n members of a new cluster with their data under dir, on
-// ports: a peer and a client port each.
-func newMembers(dir string, n int, ports []int, certs *Certs) []*member {
+// newMembers returns the members of a new cluster cfg describes, with their
+// data under dir, on ports: a peer and a client port each.
+func newMembers(dir string, ports []int, cfg Config) []*member {
 	scheme := "http"
-	if certs != nil {
+	if cfg.Certs != nil {
 		scheme = "https"
 	}
 	var ms []*member
 	var initial []string
-	for i := range n {
+	for i := range cfg.Members {
 		m := &member{
 			name:      fmt.Sprintf("m%d", i),
 			dir:       filepath.Join(dir, fmt.Sprintf("m%d", i)),
 			peerURL:   loopback("http", ports[2*i]),
 			clientURL: loopback(scheme, ports[2*i+1]),
-			certs:     certs,
+			certs:     cfg.Certs,
+			heartbeat: cfg.Heartbeat,
+			election:  cfg.ElectionTimeout,
 		}
 		ms = append(ms, m)
 		initial = append(initial, m.name+"="+m.peerURL.String())
@@ -179,8 +235,12 @@ func binary(t testing.TB) string {
 }
 
 // Close stops every member as Stop does; their data stays. Clusters started for
-// a test are closed by t.Cleanup; Close on them is harmless.
+// a test are closed by t.Cleanup; Close on them is harmless, and on a Cluster
+// from Shared it does nothing.
 func (c *Cluster) Close() {
+	if c.shared {
+		return
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	var wg sync.WaitGroup

@@ -110,3 +110,51 @@ func TestStart_failureShowsStderr(t *testing.T) {
 		t.Fatalf("start failure does not show the member's stderr:\n%s", out)
 	}
 }
+
+// TestStartConfig_leaseTTL: a member started for a test grants a lease of 1 s
+// as asked; with etcd's default timing (election timeout 1 s) it raises it to
+// 2 s, 1.5 x the election timeout rounded up.
+func TestStartConfig_leaseTTL(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  locktest.Config
+		want int64
+	}{
+		{"test timing", locktest.Config{}, 1},
+		{"etcd's defaults", locktest.Config{Heartbeat: 100 * time.Millisecond, ElectionTimeout: time.Second}, 2},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cli := locktest.StartConfig(t, tc.cfg).Client(t)
+			resp, err := cli.Grant(t.Context(), 1)
+			if err != nil || resp.TTL != tc.want {
+				t.Fatalf("Grant(1 s) = %+v, %v; want a TTL of %d s", resp, err, tc.want)
+			}
+		})
+	}
+}
+
+// TestShared_keySpaces: tests that share a member each see only their own
+// keys, kept under their Prefix on the one member.
+func TestShared_keySpaces(t *testing.T) {
+	s := locktest.NewShared()
+	t.Cleanup(func() { s.Close() })
+	a, b := s.Cluster(t), s.Cluster(t)
+	if a.Prefix() == b.Prefix() || a.Prefix() == "" || a.Endpoints()[0] != b.Endpoints()[0] {
+		t.Fatalf("prefixes %q and %q on %v and %v: want two on one member", a.Prefix(), b.Prefix(), a.Endpoints(), b.Endpoints())
+	}
+	if _, err := a.Client(t).Put(t.Context(), "k", "a"); err != nil {
+		t.Fatal(err)
+	}
+	if resp, err := b.Client(t).Get(t.Context(), "k"); err != nil || len(resp.Kvs) != 0 {
+		t.Fatalf("another test's Get(k) = %v, %v; want nothing", resp, err)
+	}
+	raw, err := clientv3.New(clientv3.Config{Endpoints: a.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	resp, err := raw.Get(t.Context(), a.Prefix()+"k")
+	if err != nil || len(resp.Kvs) != 1 || string(resp.Kvs[0].Value) != "a" {
+		t.Fatalf("Get(%sk) on the member = %v, %v; want a", a.Prefix(), resp, err)
+	}
+}

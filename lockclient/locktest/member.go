@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -25,8 +26,10 @@ type member struct {
 	dir       string
 	peerURL   url.URL
 	clientURL url.URL
-	initial   string // the initial-cluster string every member shares
-	certs     *Certs // client TLS, or nil for plain http
+	initial   string        // the initial-cluster string every member shares
+	certs     *Certs        // client TLS, or nil for plain http
+	heartbeat time.Duration // raft's; 0: etcd's default
+	election  time.Duration // raft's election timeout; 0: etcd's default
 
 	cmd    *exec.Cmd
 	exited <-chan struct{}
@@ -47,6 +50,12 @@ func (m *member) args() []string {
 		"--log-level", "error",
 		"--metrics", "basic",
 		"--enable-grpc-gateway=false",
+	}
+	if m.heartbeat > 0 {
+		a = append(a, "--heartbeat-interval", strconv.FormatInt(m.heartbeat.Milliseconds(), 10))
+	}
+	if m.election > 0 {
+		a = append(a, "--election-timeout", strconv.FormatInt(m.election.Milliseconds(), 10))
 	}
 	if m.certs != nil {
 		a = append(a, "--cert-file", m.certs.ServerCert, "--key-file", m.certs.ServerKey,

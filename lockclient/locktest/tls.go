@@ -29,7 +29,7 @@ func StartTLS(t testing.TB, certs *Certs) *Cluster {
 	if certs == nil {
 		t.Fatal("locktest: StartTLS with nil certs")
 	}
-	return startCluster(t, 1, certs)
+	return StartConfig(t, Config{Members: 1, Certs: certs})
 }
 
 // Certs is a throwaway certificate authority with a server certificate for
