@@ -66,6 +66,7 @@ func soakLength(t *testing.T) time.Duration {
 func TestSoak(t *testing.T) {
 	for _, db := range []Database{Postgres, MariaDB} {
 		t.Run(db.String(), func(t *testing.T) {
+			t.Parallel() // a topology of its own, mostly waiting on faults
 			r := runSoak(t, soak{
 				db: db, workers: 8, accounts: 4, duration: soakLength(t), job: "50ms..250ms",
 				faults: slices.Concat(workerFaults, dbFaults),
