@@ -21,6 +21,7 @@ func TestCrash(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel() // a topology of its own, mostly waiting on faults
 			e := NewEnv(t)
 			e.Setup("account-42")
 			w1 := e.StartWorker("w1", append([]string{"-accounts", "account-42", "-jobs", "1"}, tt.w1...)...)

@@ -36,6 +36,7 @@ func TestDatabaseFaults(t *testing.T) {
 	for _, db := range []Database{Postgres, MariaDB} {
 		for _, tt := range tests {
 			t.Run(db.String()+"/"+tt.name, func(t *testing.T) {
+				t.Parallel() // a topology of its own, mostly waiting on faults
 				e := NewEnvWith(t, db)
 				tt.run(t, e)
 			})

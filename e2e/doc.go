@@ -52,5 +52,6 @@
 // container and network is removed by t.Cleanup, and containers left by a test
 // process that was killed are removed by the next run. Without a Docker engine the
 // tests skip, and fail when CI is set. FENCEGATE_E2E_SEED makes a soak draw the same
-// faults again.
+// faults again; README.md gives the soak's run lengths (one round of faults under CI,
+// FENCEGATE_E2E_SOAK for a long run).
 package e2e

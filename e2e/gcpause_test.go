@@ -73,7 +73,10 @@ func TestGCPause(t *testing.T) {
 	}
 	for _, db := range []Database{Postgres, MariaDB} {
 		for _, tt := range tests {
-			t.Run(db.String()+"/"+tt.name, func(t *testing.T) { gcPause(t, db, tt.noFence, tt.freeze, tt.w1, tt.check) })
+			t.Run(db.String()+"/"+tt.name, func(t *testing.T) {
+				t.Parallel() // a topology of its own, mostly waiting on faults
+				gcPause(t, db, tt.noFence, tt.freeze, tt.w1, tt.check)
+			})
 		}
 	}
 }

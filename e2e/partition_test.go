@@ -22,6 +22,7 @@ func TestCutOffWorker(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run("grant="+tt.grant, func(t *testing.T) {
+			t.Parallel() // a topology of its own, mostly waiting on faults
 			e := NewEnv(t)
 			e.Setup("account-42")
 			w1 := e.StartWorker("w1", "-accounts", "account-42", "-jobs", "1", "-think", "15s", "-job", "100ms", "-grant", tt.grant)

@@ -13,6 +13,7 @@ import (
 // holds its lock until its context ends is killed a moment after b starts (once a
 // holds the lock), and b takes the lock once a's lease expires.
 func TestRun_killAfter(t *testing.T) {
+	t.Parallel() // a run mostly waits out a lease
 	h := scenario.Run(t, scenario.Config{
 		Workers: []string{"a", "b"},
 		Job: func(ctx context.Context, w *scenario.Worker) error {

@@ -145,13 +145,31 @@ func TestBadInputCases(t *testing.T) {
 }
 
 // TestRun_badInput runs each bad input in a test process of its own: it must fail,
-// saying what to do, and neither hang nor panic.
+// saying what to do, and neither hang nor panic. The processes mostly wait on
+// their etcd and workers, so a few run at once.
 func TestRun_badInput(t *testing.T) {
-	for name, c := range badInputCases {
-		t.Run(name, func(t *testing.T) {
+	type result struct {
+		out []byte
+		err error
+	}
+	outs := map[string]chan result{}
+	slots := make(chan struct{}, 4)
+	for name := range badInputCases {
+		ch := make(chan result, 1)
+		outs[name] = ch
+		go func() {
+			slots <- struct{}{}
+			defer func() { <-slots }()
 			cmd := exec.CommandContext(t.Context(), os.Args[0], "-test.run=^TestBadInputCases$/^"+name+"$", "-test.v")
 			cmd.Env = append(os.Environ(), badInputEnv+"=1")
 			out, err := cmd.CombinedOutput()
+			ch <- result{out, err}
+		}()
+	}
+	for name, c := range badInputCases {
+		t.Run(name, func(t *testing.T) {
+			r := <-outs[name]
+			out, err := r.out, r.err
 			if err == nil || !strings.Contains(string(out), "--- FAIL: TestBadInputCases/"+name) {
 				t.Fatalf("bad input %s did not fail the test (%v):\n%s", name, err, out)
 			}

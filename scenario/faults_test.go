@@ -69,6 +69,7 @@ func TestRun_faults(t *testing.T) {
 		t.Run(b.name, func(t *testing.T) {
 			for _, f := range faults {
 				t.Run(f.name, func(t *testing.T) {
+					t.Parallel() // a run mostly waits out a lease
 					h := scenario.Run(t, b.config(false), f.steps...)
 					f.check(t, h)
 				})

@@ -65,6 +65,7 @@ func TestRun_crashEtcdMember(t *testing.T) {
 		{"default", scenario.CrashEtcd(2).When("a", scenario.Granted)},
 	} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel() // a cluster of its own; the run mostly waits out a lease
 			cfg := backends[0].config(false)
 			cfg.EtcdMembers = 3
 			h := scenario.Run(t, cfg,

@@ -105,6 +105,7 @@ func pause(point string) []*scenario.Step {
 func TestJobStyles_postgres(t *testing.T) {
 	for _, s := range jobStyles {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel() // a run mostly waits out a lease
 			cfg := styleConfig(s, totalsSetupPG, openStylePG, totalsReadPG)
 			cfg.StoreServer = postgres
 			h := scenario.Record(t, cfg, pause(scenario.OnTheWire)...)
@@ -130,6 +131,7 @@ func TestJobStyles_postgres(t *testing.T) {
 func TestJobStyles_sqlite(t *testing.T) {
 	for _, s := range jobStyles {
 		t.Run(s.name, func(t *testing.T) {
+			t.Parallel() // a run mostly waits out a lease
 			point := scenario.InStore
 			if s.bare {
 				point = scenario.AboutToWrite

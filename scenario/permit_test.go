@@ -61,6 +61,7 @@ func permitConfig() scenario.Config {
 // holding their permits. a's write reaches the store after d's and is refused on
 // the slot; no grant ever finds more than 3 permits held.
 func TestRun_permits(t *testing.T) {
+	t.Parallel() // a run mostly waits out a lease
 	h := scenario.Run(t, permitConfig(),
 		scenario.Start("a"),
 		scenario.Freeze("a").When("a", scenario.OnTheWire).Until("e", scenario.Finished),

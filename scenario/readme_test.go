@@ -19,6 +19,7 @@ import (
 // freezes with its write in flight, past its lease, while etcd's leader is
 // killed; b writes; a's statement reaches the store after b's and is refused.
 func TestInvoice_gcPause(t *testing.T) {
+	t.Parallel() // a run mostly waits out a lease
 	scenario.Run(t, scenario.Config{
 		Workers:     []string{"a", "b"},
 		EtcdMembers: 3,

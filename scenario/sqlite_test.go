@@ -99,6 +99,7 @@ func gcPause() []*scenario.Step {
 }
 
 func TestRun_gcPause_sqlite(t *testing.T) {
+	t.Parallel() // a run mostly waits out a lease
 	h := scenario.Run(t, backends[0].config(false), gcPause()...)
 	a, b := writeOf(t, h, "a"), writeOf(t, h, "b")
 	if b.Outcome != scenario.Acknowledged || a.Outcome == scenario.Acknowledged || a.Token >= b.Token {
@@ -109,6 +110,7 @@ func TestRun_gcPause_sqlite(t *testing.T) {
 // TestRecord_gcPause_sqliteBare runs the same timeline with a write that presents no
 // token: a's stale write lands over b's, and the verdict must say so.
 func TestRecord_gcPause_sqliteBare(t *testing.T) {
+	t.Parallel() // a run mostly waits out a lease
 	h := scenario.Record(t, backends[0].config(true), gcPause()...)
 	err := h.Check()
 	var v *scenario.ViolationError

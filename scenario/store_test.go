@@ -85,6 +85,7 @@ func inStorePause() []*scenario.Step {
 func TestStore_inStore(t *testing.T) {
 	for _, d := range totalsDBs {
 		t.Run(d.name+"/fenced", func(t *testing.T) {
+			t.Parallel() // a run mostly waits out a lease
 			h := scenario.Run(t, totalsConfig(d, true), inStorePause()...)
 			a, b := writeOf(t, h, "a"), writeOf(t, h, "b")
 			if b.Outcome != scenario.Acknowledged || a.Outcome != scenario.RefusedStale || a.Token >= b.Token {
@@ -95,6 +96,7 @@ func TestStore_inStore(t *testing.T) {
 			}
 		})
 		t.Run(d.name+"/unfenced", func(t *testing.T) {
+			t.Parallel() // a run mostly waits out a lease
 			h := scenario.Record(t, totalsConfig(d, false), inStorePause()...)
 			a, b := writeOf(t, h, "a"), writeOf(t, h, "b")
 			err := h.Check()
