@@ -28,7 +28,7 @@ type Config struct {
 	// Read returns the final value of every resource written, after all workers
 	// have ended, in the value Worker.Write recorded.
 	Read func(ctx context.Context, data string) (map[string]string, error)
-	// TTL is the workers' session lease (default lockclient.MinTTL, 2 s): how long a
+	// TTL is the workers' session lease (default lockclient.MinTTL, 1 s): how long a
 	// frozen or cut-off worker keeps its locks.
 	TTL time.Duration
 	// Launcher starts the workers (default: child processes of the test).
