@@ -62,7 +62,7 @@ func soakLength(t *testing.T) time.Duration {
 // history checker then holds the database to the workers' logs. It guards against
 // a stale holder's write landing (a fence not raised or not checked in the
 // transaction) and an acknowledged write lost to a database fault: with the
-// adapter's fence check removed, one round fails (e2e/README.md).
+// stored-token check taken out of PostgreSQL's raise, one round failed (README.md).
 func TestSoak(t *testing.T) {
 	for _, db := range []Database{Postgres, MariaDB} {
 		t.Run(db.String(), func(t *testing.T) {
