@@ -99,7 +99,7 @@
 // Worker.Acquire or AcquirePermit has ended: a fenced job whose statements ran on
 // its lock's context stops that way, and needs no mapping of its own.
 //
-// What the faults cost, with a 2 s lease (Config.TTL; the default is 1 s), measured from the
+// What the faults cost, with the default lease (Config.TTL 2 s), measured from the
 // fault to the next holder's grant (two workers, one lock, the holder releasing as
 // soon as it can; 2 to 3 runs on two shared cores):
 //
