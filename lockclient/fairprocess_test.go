@@ -19,13 +19,13 @@ import (
 )
 
 // startWaiterProcess starts runHolder's process (main_test.go) acquiring name
-// on a session of testTTL, the package's minimum, and returns at once: the
+// on a session of roomTTL, and returns at once: the
 // process waits in line. It is continued and killed when t ends.
 func startWaiterProcess(t *testing.T, srv *locktest.Cluster, name string) *exec.Cmd {
 	t.Helper()
 	cmd := exec.Command(os.Args[0])
 	cmd.Env = holderEnv(srv, name)
-	cmd.Stderr = os.Stderr
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr // its "error" line, if any, in the test's log
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start waiter process: %v", err)
 	}
@@ -98,12 +98,12 @@ func TestClient_Acquire_lostWaiter(t *testing.T) {
 				if info.PID != proc.Process.Pid || info.Token != line[0].Token {
 					t.Fatalf("after the release the holder is %s token %d, want the frozen head %s token %d", who(info), info.Token, ids[0], line[0].Token)
 				}
-				if info.LeaseLeft > testTTL {
-					t.Fatalf("the frozen head's lease has %v left, more than its TTL %v", info.LeaseLeft, testTTL)
+				if info.LeaseLeft > roomTTL {
+					t.Fatalf("the frozen head's lease has %v left, more than its TTL %v", info.LeaseLeft, roomTTL)
 				}
 			}
 			f.release(f.expect(rest, hl.Token(), tokens))
-			t.Logf("the line passed the %s waiter in %v (its session TTL %v)", tc.name, time.Since(released), testTTL)
+			t.Logf("the line passed the %s waiter in %v (its session TTL %v)", tc.name, time.Since(released), roomTTL)
 			if _, err := h.Holder(t.Context(), name); !errors.Is(err, lockclient.ErrNotHeld) {
 				t.Fatalf("Holder after the line = %v, want ErrNotHeld", err)
 			}

@@ -19,8 +19,9 @@ import (
 const testTTL = time.Second
 
 // roomTTL is the session TTL of parallel tests that end sessions themselves
-// (revoke, release) and count every loss: twice the shortest, it leaves a busy
-// machine room for a late renewal. It costs them no time: they wait no lease out.
+// (revoke, release) and count every loss, and of the holder processes
+// (runHolder): twice the shortest, it leaves a busy machine room for a late
+// renewal, so that only a test's own freeze or kill ends a process's session.
 const roomTTL = 2 * testTTL
 
 func newClient(t testing.TB, cli *clientv3.Client, opts ...lockclient.Option) *lockclient.Client {

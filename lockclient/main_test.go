@@ -67,7 +67,7 @@ func runHolder(spec string) int {
 		return 1
 	}
 	locktest.Namespace(cli, os.Getenv(helperPrefixEnv))
-	c, err := lockclient.New(cli, lockclient.WithTTL(testTTL), lockclient.WithObserver(termPrinter{}))
+	c, err := lockclient.New(cli, lockclient.WithTTL(roomTTL), lockclient.WithObserver(termPrinter{}))
 	if err != nil {
 		fmt.Println("error", err)
 		return 1
@@ -99,7 +99,7 @@ func runHolder(spec string) int {
 			fmt.Println("error", err)
 			return 1
 		}
-		time.Sleep(testTTL * 9 / 10)
+		time.Sleep(roomTTL * 9 / 10)
 	}
 	// A comma-separated name is a set (AcquireSet); "permit:NAME:N" a permit.
 	var l *lockclient.Lock
