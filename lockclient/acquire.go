@@ -2,7 +2,6 @@ package lockclient
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -230,7 +229,7 @@ func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
 // life; each delete is conditioned on the exact value the attempt wrote.
 func (c *Client) forget(ts []tried) {
 	for _, t := range ts {
-		c.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
+		c.sess.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
 	}
 }
 
@@ -238,12 +237,17 @@ func (c *Client) forget(ts []tried) {
 // ended meanwhile, the keys go with it and the session's error is returned;
 // after Close they are deleted.
 func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
-	c.mu.Lock()
-	if c.state != live || c.lease != l.lease {
-		st := c.state
-		c.mu.Unlock()
-		l.cancel(stateErr(st))
-		if st != closed {
+	var spawn func()
+	if l.watch {
+		spawn = func() {
+			c.loops.Add(1)
+			go c.followKey(l)
+		}
+	}
+	olds, first, earliest, err := c.reg.add(l, sent, spawn)
+	if err != nil {
+		l.cancel(err)
+		if err == ErrSessionLost {
 			return nil, fmt.Errorf("%w: lost while acquiring %s", ErrSessionLost, label(l.names, l.set))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
@@ -251,53 +255,15 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 		return nil, ErrClosed
 	}
-	// The first lock of an idle session wakes the loop: the busy cadence may
-	// want a renewal now.
-	poke := len(c.locks) == 0
-	// A lock of ours still registered under one of these names cannot hold the
-	// key we just created: it was released by token elsewhere or expired. It is lost.
-	var olds []*Lock
-	for _, n := range l.names {
-		if old := c.locks[n]; old != nil && old != l {
-			c.unregisterLocked(old)
-			olds = append(olds, old)
-		}
-		c.locks[n] = l
+	if earliest {
+		c.sess.arm(l.lease)
 	}
-	if l.watch {
-		c.loops.Add(1)
-		go c.followKey(l)
-	}
-	if l.manual {
-		l.deadline = sent.Add(l.dur)
-		heap.Push(&c.manual, l)
-		if c.manual[0] == l {
-			c.armLocked()
-		}
-	}
-	c.mu.Unlock()
 	c.armMaxHold(l, sent)
 	for _, old := range olds {
 		old.lose(nil)
 	}
-	if poke {
-		c.wake()
+	if first {
+		c.sess.wake() // the busy cadence may want a renewal now
 	}
 	return l, nil
-}
-
-// unregisterLocked removes l from the registry; it reports whether l was there.
-func (c *Client) unregisterLocked(l *Lock) bool {
-	if c.locks[l.name] != l {
-		return false
-	}
-	c.dropLocked(l)
-	return true
-}
-
-func (c *Client) wake() {
-	select {
-	case c.poke <- struct{}{}:
-	default:
-	}
 }

@@ -34,28 +34,15 @@ type Client struct {
 	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
 	valuePrefix []byte        // see valuePrefix
 
-	grantSem chan struct{}  // one session grant at a time
-	stop     chan struct{}  // closed by Close
-	poke     chan struct{}  // wakes the loop: an earlier manual deadline, a new pending delete
-	loops    sync.WaitGroup // every goroutine of the Client (spawn); Close waits for them
-	done     chan struct{}  // closed by Close
+	sess *session
+	reg  *registry
+
+	stop  chan struct{}  // closed by Close
+	loops sync.WaitGroup // every goroutine of the Client (spawn); Close waits for them
+	done  chan struct{}  // closed by Close
 
 	closing  context.Context         // cancelled (cause ErrClosed) by Close first: every call derives from it (call)
 	closeNow context.CancelCauseFunc // cancels closing
-
-	mu        sync.Mutex
-	state     state
-	lease     clientv3.LeaseID
-	granted   time.Duration    // the TTL etcd granted the session lease; 0 before the first
-	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
-	expiry    *time.Timer      // fires at the deadline: the session's own clock (expire)
-	ended     chan struct{}    // closed when the live session is lost
-	failures  int              // sessions lost or grants failed since a session was last renewed
-	notBefore time.Time        // no new session before this: the backoff after a loss
-	locks     map[string]*Lock // held locks by name
-	manual    lockHeap         // manual-renewal locks by deadline
-	pending   []pendingDelete  // deletes to retry until they reach etcd
-	marked    clientv3.LeaseID // the session lease whose key (sessionKey) etcd stored
 }
 
 // New returns a Client that takes locks through cli. It does no I/O: the
@@ -70,15 +57,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{
-		options:  o,
-		cli:      cli,
-		grantSem: make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		poke:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		locks:    make(map[string]*Lock),
-	}
+	reg := newRegistry()
+	c := &Client{options: o, cli: cli, sess: newSession(o.ttl, reg), reg: reg,
+		stop: make(chan struct{}), done: make(chan struct{})}
 	c.closing, c.closeNow = context.WithCancelCause(context.Background())
 	host, _ := os.Hostname()
 	pid := os.Getpid()
@@ -108,24 +89,14 @@ func (c *Client) key(name string) string { return c.prefix + name }
 // itself.
 func (c *Client) Close() error {
 	c.closeNow(ErrClosed)
-	c.mu.Lock()
-	if c.state == closed {
-		c.mu.Unlock()
+	prev, lease, dels, locks, ok := c.sess.close()
+	if !ok {
 		return nil
 	}
-	prev, lease := c.state, c.lease
-	c.state = closed
-	if prev == live {
-		c.expiry.Stop()
-	}
-	dels := c.pending
-	locks := c.takeLocksLocked()
-	c.mu.Unlock()
-
 	for _, l := range locks {
 		l.end(ErrClosed)
 		for _, key := range l.keys {
-			dels = append(dels, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+			dels = append(dels, tokenDelete(key, l.token))
 		}
 	}
 	close(c.stop)
@@ -154,16 +125,4 @@ func uniqueKeys(dels []pendingDelete) []pendingDelete {
 		seen[p.key] = true
 		return dup
 	})
-}
-
-// takeLocksLocked empties the client's lock registry and returns what it held.
-func (c *Client) takeLocksLocked() []*Lock {
-	locks := make([]*Lock, 0, len(c.locks))
-	for _, l := range c.locks {
-		locks = append(locks, l)
-	}
-	clear(c.locks)
-	c.manual = nil
-	c.pending = nil
-	return locks
 }

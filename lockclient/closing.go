@@ -39,15 +39,11 @@ func closedErr(ctx context.Context, err error) error {
 // spawn runs f on a goroutine counted in c.loops, which Close waits for;
 // false, running nothing, once the Client is closed.
 func (c *Client) spawn(f func()) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == closed {
-		return false
-	}
-	c.loops.Add(1)
-	go func() {
-		defer c.loops.Done()
-		f()
-	}()
-	return true
+	return c.sess.ifOpen(func() {
+		c.loops.Add(1)
+		go func() {
+			defer c.loops.Done()
+			f()
+		}()
+	})
 }

@@ -97,13 +97,6 @@ func (l *Lock) endedErr() error {
 	return cause
 }
 
-// closedErr is the error for a wait cut short by Close.
-func (c *Client) closedErr() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return stateErr(c.state)
-}
-
 // stateErr is the error for a client that has no session to grant locks under.
 func stateErr(s state) error {
 	if s == closed {

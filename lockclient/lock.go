@@ -1,7 +1,6 @@
 package lockclient
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -37,9 +36,9 @@ type Lock struct {
 	granted time.Time   // when the grant was registered, for hold times
 	ended   atomic.Bool // set by the first end, which alone is reported
 
-	// guarded by c.mu
+	// guarded by the registry's lock
 	deadline time.Time // manual renewal: last renewal send time + dur
-	index    int       // position in c.manual, -1 when not there
+	index    int       // position in the manual heap, -1 when not there
 }
 
 var (
@@ -102,9 +101,7 @@ func (l *Lock) Lease() time.Duration {
 	if l.manual {
 		return l.dur
 	}
-	l.c.mu.Lock()
-	defer l.c.mu.Unlock()
-	return max(l.c.ttl, l.c.granted)
+	return max(l.c.ttl, l.c.sess.grantedTTL())
 }
 
 // Done is closed when the lock ends: the protected work must stop; fenced
@@ -181,23 +178,16 @@ func (l *Lock) Renew(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
-	c.mu.Lock()
-	if c.locks[l.name] != l {
-		c.mu.Unlock()
+	if !c.reg.holds(l) {
 		return l.endedErr()
 	}
 	if !held {
-		c.mu.Unlock()
 		c.keyGone(ctx, l)
 		return l.endedErr()
 	}
 	if l.manual {
-		if d := sent.Add(l.dur); d.After(l.deadline) {
-			l.deadline = d
-			heap.Fix(&c.manual, l.index)
-		}
+		c.reg.renewed(l, sent)
 	}
-	c.mu.Unlock()
 	return nil
 }
 
@@ -215,10 +205,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	c := l.c
 	ctx, end := c.call(ctx) // Close ends the call
 	defer end(&err)
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if !held {
+	if !c.reg.remove(l) {
 		if l.ctx.Err() == nil {
 			// Superseded while registered elsewhere; cannot normally happen.
 			l.lose(nil)

@@ -3,9 +3,9 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"slices"
 	"time"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -57,29 +57,20 @@ func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted tim
 // ended. Deadlines are no job of the loop: the session's clock (expire).
 func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	c := s.c
-	c.mu.Lock()
-	if c.state != live || c.lease != s.lease {
-		c.mu.Unlock()
+	deadline, ok := c.sess.live(s.lease)
+	if !ok {
 		return now, false
 	}
-	deadline, busy := c.deadline, len(c.locks) > 0
-	todo := s.takeDeletesLocked(now)
-	c.mu.Unlock()
+	busy := c.reg.busy()
+	var todo []pendingDelete
+	if !s.deleting && !now.Before(s.nextDelete) {
+		todo = c.sess.pendingBatch()
+		s.batch = len(todo)
+	}
 
 	renewDue := s.renewIfDue(now, busy, deadline)
 	deleteDue := s.startDeletes(todo, deadline)
 	return earliest(now.Add(c.ttl), renewDue, deleteDue), true
-}
-
-// takeDeletesLocked returns the pending deletes to send now, if no batch is in
-// flight and the pause after a failed one has passed.
-func (s *sessionLoop) takeDeletesLocked(now time.Time) []pendingDelete {
-	c := s.c
-	if s.deleting || len(c.pending) == 0 || now.Before(s.nextDelete) {
-		return nil
-	}
-	s.batch = len(c.pending)
-	return slices.Clone(c.pending)
 }
 
 // renewIfDue sends a keepalive if one is due and returns when the next is.
@@ -142,7 +133,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 		return false
 	case <-s.ended:
 		return false
-	case <-c.poke:
+	case <-c.sess.poke:
 	case <-timer.C:
 	case r := <-s.ka.Results():
 		return s.answered(r)
@@ -153,11 +144,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 			break
 		}
 		s.nextDelete = time.Time{}
-		c.mu.Lock()
-		if len(c.pending) >= s.batch {
-			c.pending = append(c.pending[:0:0], c.pending[s.batch:]...)
-		}
-		c.mu.Unlock()
+		c.sess.deleted(s.batch)
 	}
 	return true
 }
@@ -167,9 +154,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 	c := s.c
 	if r.Hint() {
 		if s.ka.Rehome(r) {
-			c.mu.Lock()
-			deadline := c.deadline
-			c.mu.Unlock()
+			_, _, deadline := c.sess.current()
 			s.ka.Reset()
 			s.send(time.Now(), deadline) // on a new stream, which may land on the leader
 		}
@@ -186,9 +171,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 	}
 	switch {
 	case r.Err != nil:
-		c.mu.Lock()
-		deadline := c.deadline
-		c.mu.Unlock()
+		_, _, deadline := c.sess.current()
 		c.keptAlive(s.lease, rtt, deadline, r.Err)
 		s.renew.Failed(now)
 	case r.TTL <= 0:
@@ -196,13 +179,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 		c.loseLease(s.lease, "etcd no longer has the session lease")
 		return false
 	default:
-		c.mu.Lock()
-		if d := sent.Add(time.Duration(r.TTL) * time.Second); d.After(c.deadline) {
-			c.deadline = d
-		}
-		deadline := c.deadline
-		c.failures = 0 // a renewed session ends the backoff
-		c.mu.Unlock()
+		deadline := c.sess.renewed(sent.Add(time.Duration(r.TTL) * time.Second)) // and ends the backoff
 		c.keptAlive(s.lease, rtt, deadline, nil)
 		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
 	}
@@ -219,15 +196,9 @@ type pendingDelete struct {
 // maxDeletesPerTxn keeps a batch under etcd's default 128 operations per Txn.
 const maxDeletesPerTxn = 64
 
-func (c *Client) addPending(p pendingDelete) {
-	c.mu.Lock()
-	if c.state != live {
-		c.mu.Unlock()
-		return // no session: the lease its key was under is gone or going, and the key with it
-	}
-	c.pending = append(c.pending, p)
-	c.mu.Unlock()
-	c.wake()
+// tokenDelete deletes key if it still carries token.
+func tokenDelete(key string, token fence.Token) pendingDelete {
+	return pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))}
 }
 
 // deleteBatch sends the deletes, each conditioned on its own compare, as nested

@@ -58,7 +58,7 @@ func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, 
 func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseID, val []byte, place string) (*clientv3.TxnResponse, error) {
 	get := clientv3.OpGet(key, clientv3.WithRange(lineEnd(key)))
 	queue := []clientv3.Op{clientv3.OpPut(place, string(val), clientv3.WithLease(lease))}
-	mark := c.storesSessionKey(lease)
+	mark := c.sess.marks(lease)
 	if mark {
 		queue = append(queue, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
 	}
@@ -67,7 +67,7 @@ func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseI
 			Then(get).Else(append(queue, get)...).Commit()
 	})
 	if mark && err == nil && !resp.Succeeded {
-		c.sessionKeyStored(lease)
+		c.sess.markStored(lease)
 	}
 	return resp, err
 }
@@ -85,7 +85,7 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k, clientv3.WithRange(lineEnd(k)))
 	}
-	mark := c.storesSessionKey(lease) && len(keys) < maxSetSize // a Txn takes at most 128 operations
+	mark := c.sess.marks(lease) && len(keys) < maxSetSize // a Txn takes at most 128 operations
 	var session []clientv3.Op
 	if mark {
 		session = []clientv3.Op{clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease))}
@@ -100,26 +100,9 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		return c.cli.Txn(ctx).If(cmps...).Then(append(puts, session...)...).Else(els...).Commit()
 	})
 	if mark && err == nil && (resp.Succeeded || place != "") {
-		c.sessionKeyStored(lease) // with the keys, or with the place (unless a semaphore's: harmless)
+		c.sess.markStored(lease) // with the keys, or with the place (unless a semaphore's: harmless)
 	}
 	return resp, err
-}
-
-// storesSessionKey reports whether a grant under lease is to store the
-// session key with it: the session's first grant does.
-func (c *Client) storesSessionKey(lease clientv3.LeaseID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.marked != lease
-}
-
-// sessionKeyStored records that etcd stored lease's session key.
-func (c *Client) sessionKeyStored(lease clientv3.LeaseID) {
-	c.mu.Lock()
-	if c.lease == lease {
-		c.marked = lease
-	}
-	c.mu.Unlock()
 }
 
 // lines returns each name's line as the refused attempt read it, and whether

@@ -100,7 +100,7 @@ func (p *permitKind) take(ctx context.Context, a *attempt, me *mvccpb.KeyValue, 
 	c := a.c
 	key, sent := c.key(slotName(p.name, i)), time.Now()
 	puts := []clientv3.Op{clientv3.OpPut(key, string(me.Value), clientv3.WithLease(a.lease)), clientv3.OpDelete(string(me.Key))}
-	mark := c.storesSessionKey(a.lease)
+	mark := c.sess.marks(a.lease)
 	if mark {
 		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(a.lease)), "", clientv3.WithLease(a.lease)))
 	}
@@ -117,7 +117,7 @@ func (p *permitKind) take(ctx context.Context, a *attempt, me *mvccpb.KeyValue, 
 		return nil, nil, 0, err
 	case resp.Succeeded:
 		if mark {
-			c.sessionKeyStored(a.lease)
+			c.sess.markStored(a.lease)
 		}
 		return &granted{names: []string{slotName(p.name, i)}, keys: []string{key}, token: fence.Token(resp.Header.Revision), sent: sent}, nil, 0, nil
 	}

@@ -1,7 +1,6 @@
 package lockclient
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -24,10 +23,7 @@ func (c *Client) armMaxHold(l *Lock, sent time.Time) {
 // maxHoldReached ends l with ErrMaxHold if it is still held, then deletes its
 // keys as Release does.
 func (c *Client) maxHoldReached(l *Lock) {
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if !held {
+	if !c.reg.remove(l) {
 		return
 	}
 	l.lose(ErrMaxHold)
@@ -54,12 +50,10 @@ func (c *Client) Release(ctx context.Context, name string, token fence.Token) (e
 	if token <= 0 {
 		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
 	}
-	c.mu.Lock()
-	st, l := c.state, c.locks[name]
-	c.mu.Unlock()
-	if st == closed {
+	if c.sess.isClosed() {
 		return ErrClosed
 	}
+	l := c.reg.get(name)
 	if l != nil && l.token == token {
 		return l.Release(ctx)
 	}
@@ -140,31 +134,17 @@ func (c *Client) deleteKeys(ctx context.Context, names, keys []string, token fen
 
 // pendDeletes queues a delete of each of keys, conditioned on token.
 func (c *Client) pendDeletes(keys []string, token fence.Token) {
-	for _, key := range keys {
-		c.addPending(pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))})
+	dels := make([]pendingDelete, len(keys))
+	for i, key := range keys {
+		dels[i] = tokenDelete(key, token)
 	}
+	c.sess.addPending(dels...)
 }
 
 // dropSet finishes the loss of a set: its names still registered to it are
 // unregistered, and its keys that still carry its token are deleted in the
 // background, so that its other names do not stay held for the session's life.
 func (c *Client) dropSet(l *Lock) {
-	c.mu.Lock()
-	c.dropLocked(l)
-	c.mu.Unlock()
+	c.reg.drop(l)
 	c.pendDeletes(l.keys, l.token)
-}
-
-// dropLocked removes l under each name still registered to it, and from the
-// manual heap if it is there (a session loss or Close empties the heap
-// without it).
-func (c *Client) dropLocked(l *Lock) {
-	for _, n := range l.names {
-		if c.locks[n] == l {
-			delete(c.locks, n)
-		}
-	}
-	if i := l.index; i >= 0 && i < len(c.manual) && c.manual[i] == l {
-		heap.Remove(&c.manual, i)
-	}
 }

@@ -91,19 +91,6 @@ func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease 
 	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.explain(ctx, err))
 }
 
-// regrantBackoff is the first window of the jittered backoff before a new
-// session after a lost one, doubling per loss in a row up to half the TTL, so
-// that many Clients that lose their sessions together come back spread out.
-const regrantBackoff = 500 * time.Millisecond
-
-// backoffLocked pushes the next grant back by a random part of a window that
-// doubles with each loss in a row.
-func (c *Client) backoffLocked() {
-	c.failures++
-	window := min(c.ttl/2, regrantBackoff<<min(c.failures-1, 16))
-	c.notBefore = time.Now().Add(rand.N(window))
-}
-
 // retryDelay spaces retries after a transient etcd error (no leader, a member
 // down), so a waiting Acquire does not spin while the cluster elects.
 const retryDelay = 100 * time.Millisecond
@@ -118,7 +105,7 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-c.done:
-		return c.closedErr()
+		return c.sess.err()
 	}
 }
 

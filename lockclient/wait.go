@@ -87,7 +87,7 @@ func (c *Client) watchOnce(ctx context.Context, s watchSpec, rev *int64) (done, 
 	for {
 		select {
 		case <-c.done:
-			return false, false, c.closedErr()
+			return false, false, c.sess.err()
 		case wr, ok := <-wch:
 			switch {
 			case !ok:
