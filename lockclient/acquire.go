@@ -10,6 +10,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -266,4 +267,21 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		c.sess.wake() // the busy cadence may want a renewal now
 	}
 	return l, nil
+}
+
+// retryAcquire decides what a failed attempt means: nil to try again (at once
+// under a new session, or after a pause for a transient error while waiting),
+// or the error to return. A lease etcd no longer has ends the session at once.
+func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		c.loseLease(lease, "etcd no longer has the session lease")
+		if r.wait {
+			return nil
+		}
+		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
+	case transient(ctx, err) && r.wait:
+		return c.sleep(ctx, retryDelay)
+	}
+	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.explain(ctx, err))
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -165,4 +166,19 @@ func (c *Client) followKey(l *Lock) {
 	if err == nil {
 		c.keyGone(l.ctx, l)
 	}
+}
+
+// retryCampaign reports whether a failed campaign should be tried again, after
+// a pause that doubles up to a second; it logs the failure.
+func (c *Client) retryCampaign(ctx context.Context, name string, err error, backoff *time.Duration) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, fence.ErrInvalidArgument) ||
+		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) {
+		return false
+	}
+	c.campaignFailed(name, err)
+	if c.sleep(ctx, *backoff) != nil {
+		return false
+	}
+	*backoff = min(2**backoff, time.Second)
+	return true
 }

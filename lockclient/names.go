@@ -2,6 +2,7 @@ package lockclient
 
 import (
 	"context"
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
@@ -160,18 +161,13 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 // readRange reads the keys from key up to end, retrying transient errors
 // until ctx ends.
 func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
-	for {
-		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(end))
-		if err == nil {
-			return resp.Kvs, resp.Header.Revision, nil
-		}
-		if !transient(ctx, err) {
-			return nil, 0, err
-		}
-		if err := c.sleep(ctx, retryDelay); err != nil {
-			return nil, 0, err
-		}
+	resp, err := retryTransient(ctx, c, func() (*clientv3.GetResponse, error) {
+		return c.cli.Get(ctx, key, clientv3.WithRange(end))
+	})
+	if err != nil {
+		return nil, 0, err
 	}
+	return resp.Kvs, resp.Header.Revision, nil
 }
 
 // waitHeads handles a try's or a set's refusal by the keys holding its names:
@@ -241,4 +237,12 @@ func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error 
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string {
 	name, _, _ := strings.Cut(string(kv.Key[len(c.prefix):]), "\x00")
 	return name
+}
+
+// sessionKey is the key a session stores under its lease with its first
+// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
+// a revision where its session's key still exists was released, not expired.
+// The NUL byte keeps it out of every lock name.
+func sessionKey(prefix string, lease int64) string {
+	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
 }

@@ -2,9 +2,12 @@ package lockclient
 
 import (
 	"container/heap"
+	"context"
+	"fmt"
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -88,6 +91,16 @@ func (r *registry) remove(l *Lock) bool {
 	return true
 }
 
+// lose ends l as lost, if it is still registered, with why (nil: its key
+// was deleted or replaced); false if it was not held.
+func (r *registry) lose(l *Lock, why error) bool {
+	if !r.remove(l) {
+		return false
+	}
+	l.lose(why)
+	return true
+}
+
 // drop removes l under each name still registered to it (a set's other names
 // after its loss).
 func (r *registry) drop(l *Lock) {
@@ -162,6 +175,96 @@ func (r *registry) expire(now time.Time) []*Lock {
 		expired = append(expired, l)
 	}
 	return expired
+}
+
+// expire is the session's clock, a timer of its own (session.expiry) that no etcd
+// call can hold back: at the session deadline, without a confirmed renewal,
+// the session is lost; at a manual-renewal lock's deadline, that lock is lost
+// (ErrNotRenewed) and its keys are queued for deletion.
+func (c *Client) expire(lease clientv3.LeaseID) {
+	expired, past := c.sess.tick(lease, time.Now())
+	for _, l := range expired {
+		l.lose(ErrNotRenewed)
+	}
+	if len(expired) > 0 {
+		c.sess.wake() // their deletes
+	}
+	if past {
+		c.loseLease(lease, "no renewal confirmed before the session deadline")
+	}
+}
+
+// loseLease ends session lease if it is still the Client's: every lock of it
+// ends (fence.ErrLost and ErrSessionLost), and the next Acquire starts a new
+// session after the backoff. The lease is not revoked: etcd expires it.
+func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
+	locks, ok := c.sess.lose(lease)
+	if !ok {
+		return
+	}
+	for _, l := range locks {
+		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
+	}
+	c.sessionLost(lease, why, len(locks))
+}
+
+// keyGone ends l as lost because its key is gone or carries another token.
+// When l's session lease ran out (its local deadline passed, or etcd no
+// longer has it) that is the cause, as for every lock of the session: a key
+// deleted by the lease's expiry was not deleted by someone else.
+func (c *Client) keyGone(ctx context.Context, l *Lock) {
+	if l.ctx.Err() != nil {
+		return // ended meanwhile (released, lost, closed)
+	}
+	deadline, ok := c.sess.live(l.lease)
+	if !ok {
+		return // the session ended, and every lock of it with it
+	}
+	why := ""
+	if !time.Now().Before(deadline) {
+		why = "no renewal confirmed before the session deadline"
+	} else if resp, err := c.cli.TimeToLive(ctx, l.lease); err == nil && resp.TTL < 0 {
+		// -1: gone. etcd rounds what is left down to whole seconds, so a live
+		// lease with under a second left says 0.
+		why = "etcd no longer has the session lease"
+	}
+	if why != "" {
+		c.loseLease(l.lease, why)
+		return
+	}
+	c.reg.lose(l, nil)
+}
+
+// armMaxHold ends l at its max hold, counted from sent, on a timer stopped
+// when l ends first: no goroutine waits for it.
+func (c *Client) armMaxHold(l *Lock, sent time.Time) {
+	if l.maxHold <= 0 {
+		return
+	}
+	t := time.AfterFunc(time.Until(sent.Add(l.maxHold)), func() { c.maxHoldReached(l) })
+	context.AfterFunc(l.ctx, func() { t.Stop() })
+}
+
+// maxHoldReached ends l with ErrMaxHold if it is still held, then deletes its
+// keys as Release does.
+func (c *Client) maxHoldReached(l *Lock) {
+	if !c.reg.lose(l, ErrMaxHold) {
+		return
+	}
+	if len(l.names) > 1 {
+		return // lose dropped the set's keys
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
+	defer cancel()
+	c.releaseKeys(ctx, l)
+}
+
+// dropSet finishes the loss of a set: its names still registered to it are
+// unregistered, and its keys that still carry its token are deleted in the
+// background, so that its other names do not stay held for the session's life.
+func (c *Client) dropSet(l *Lock) {
+	c.reg.drop(l)
+	c.pendDeletes(l.keys, l.token)
 }
 
 // lockHeap orders manual-renewal locks by deadline, for the session's clock.

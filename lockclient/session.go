@@ -2,17 +2,13 @@ package lockclient
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"slices"
-	"strconv"
 	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 )
 
 // session is the Client's session lease: its state, its local deadline and
@@ -331,103 +327,4 @@ func (c *Client) grant(ctx context.Context) error {
 	go c.loop(resp.ID, ended, sent)
 	c.sessionStarted(resp.ID, ttl)
 	return nil
-}
-
-// errEtcdClosed means the etcd client given to New was closed.
-var errEtcdClosed = errors.New("the etcd client was closed")
-
-// connected waits until the etcd client's connection is up, so that a grant's
-// send time, from which the session deadline counts, is not spent dialing.
-// Each interval it waits is reported (unreachable).
-func (c *Client) connected(ctx context.Context) error {
-	conn := c.cli.ActiveConnection()
-	start := time.Now()
-	next := start.Add(reportEvery())
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		switch st {
-		case connectivity.Idle:
-			conn.Connect()
-		case connectivity.Shutdown:
-			return errEtcdClosed
-		}
-		wctx, cancel := context.WithDeadline(ctx, next)
-		changed := conn.WaitForStateChange(wctx, st)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !changed:
-			c.unreachable(time.Since(start), connError(ctx, conn, st))
-			next = time.Now().Add(reportEvery())
-		}
-	}
-	return nil
-}
-
-// expire is the session's clock, a timer of its own (session.expiry) that no etcd
-// call can hold back: at the session deadline, without a confirmed renewal,
-// the session is lost; at a manual-renewal lock's deadline, that lock is
-// (ErrNotRenewed) and its keys are queued for deletion.
-func (c *Client) expire(lease clientv3.LeaseID) {
-	expired, past := c.sess.tick(lease, time.Now())
-	for _, l := range expired {
-		l.lose(ErrNotRenewed)
-	}
-	if len(expired) > 0 {
-		c.sess.wake() // their deletes
-	}
-	if past {
-		c.loseLease(lease, "no renewal confirmed before the session deadline")
-	}
-}
-
-// loseLease ends session lease if it is still the Client's: every lock of it
-// ends (fence.ErrLost and ErrSessionLost), and the next Acquire starts a new
-// session after the backoff. The lease is not revoked: etcd expires it.
-func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
-	locks, ok := c.sess.lose(lease)
-	if !ok {
-		return
-	}
-	for _, l := range locks {
-		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
-	}
-	c.sessionLost(lease, why, len(locks))
-}
-
-// keyGone ends l as lost because its key is gone or carries another token.
-// When l's session lease ran out (its local deadline passed, or etcd no
-// longer has it) that is the cause, as for every lock of the session: a key
-// deleted by the lease's expiry was not deleted by someone else.
-func (c *Client) keyGone(ctx context.Context, l *Lock) {
-	if l.ctx.Err() != nil {
-		return // ended meanwhile (released, lost, closed)
-	}
-	deadline, ok := c.sess.live(l.lease)
-	if !ok {
-		return // the session ended, and every lock of it with it
-	}
-	why := ""
-	if !time.Now().Before(deadline) {
-		why = "no renewal confirmed before the session deadline"
-	} else if resp, err := c.cli.TimeToLive(ctx, l.lease); err == nil && resp.TTL < 0 {
-		// -1: gone. etcd rounds what is left down to whole seconds, so a live
-		// lease with under a second left says 0.
-		why = "etcd no longer has the session lease"
-	}
-	if why != "" {
-		c.loseLease(l.lease, why)
-		return
-	}
-	if c.reg.remove(l) {
-		l.lose(nil)
-	}
-}
-
-// sessionKey is the key a session stores under its lease with its first
-// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
-// a revision where its session's key still exists was released, not expired.
-// The NUL byte keeps it out of every lock name.
-func sessionKey(prefix string, lease int64) string {
-	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
 }
