@@ -342,12 +342,3 @@ func (c *Client) deleteKeys(ctx context.Context, names, keys []string, token fen
 	}
 	return nh
 }
-
-// pendDeletes queues a delete of each of keys, conditioned on token.
-func (c *Client) pendDeletes(keys []string, token fence.Token) {
-	dels := make([]pendingDelete, len(keys))
-	for i, key := range keys {
-		dels[i] = tokenDelete(key, token)
-	}
-	c.sess.addPending(dels...)
-}

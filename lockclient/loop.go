@@ -12,7 +12,6 @@ import (
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
-	"google.golang.org/grpc/connectivity"
 	"google.golang.org/grpc/status"
 )
 
@@ -139,7 +138,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 		return false
 	case <-s.ended:
 		return false
-	case <-c.sess.poke:
+	case <-c.sess.woken():
 	case <-timer.C:
 	case r := <-s.ka.Results():
 		return s.answered(r)
@@ -317,35 +316,4 @@ func (c *Client) sleep(ctx context.Context, d time.Duration) error {
 	case <-c.done:
 		return c.sess.err()
 	}
-}
-
-// errEtcdClosed means the etcd client given to New was closed.
-var errEtcdClosed = errors.New("the etcd client was closed")
-
-// connected waits until the etcd client's connection is up, so that a grant's
-// send time, from which the session deadline counts, is not spent dialing.
-// Each interval it waits is reported (unreachable).
-func (c *Client) connected(ctx context.Context) error {
-	conn := c.cli.ActiveConnection()
-	start := time.Now()
-	next := start.Add(reportEvery())
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		switch st {
-		case connectivity.Idle:
-			conn.Connect()
-		case connectivity.Shutdown:
-			return errEtcdClosed
-		}
-		wctx, cancel := context.WithDeadline(ctx, next)
-		changed := conn.WaitForStateChange(wctx, st)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !changed:
-			c.unreachable(time.Since(start), connError(ctx, conn, st))
-			next = time.Now().Add(reportEvery())
-		}
-	}
-	return nil
 }

@@ -7,7 +7,9 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/internal/grant"
+	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -294,4 +296,35 @@ func (h *lockHeap) Pop() any {
 	l.index = -1
 	*h = old[:n-1]
 	return l
+}
+
+// pendDeletes queues a delete of each of keys, conditioned on token.
+func (c *Client) pendDeletes(keys []string, token fence.Token) {
+	dels := make([]pendingDelete, len(keys))
+	for i, key := range keys {
+		dels[i] = tokenDelete(key, token)
+	}
+	c.sess.addPending(dels...)
+}
+
+// followKey ends l as lost once etcd reports its key deleted or replaced; one
+// wait for the term's life.
+func (c *Client) followKey(l *Lock) {
+	defer c.loops.Done()
+	key := l.keys[0]
+	gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || fence.Token(kv.CreateRevision) != l.token }
+	err := c.wait(l.ctx, watchSpec{
+		key: key, rev: int64(l.token) + 1, // the key was created at the token's revision
+		event: func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE || gone(ev.Kv) },
+		reread: func(ctx context.Context) (int64, bool, error) {
+			resp, err := c.cli.Get(ctx, key)
+			if err != nil || len(resp.Kvs) == 0 {
+				return 0, err == nil, err
+			}
+			return resp.Header.Revision + 1, gone(resp.Kvs[0]), nil
+		},
+	})
+	if err == nil {
+		c.keyGone(l.ctx, l)
+	}
 }

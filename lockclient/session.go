@@ -260,6 +260,9 @@ func (s *session) markStored(lease clientv3.LeaseID) {
 	}
 }
 
+// woken is where wake's signal arrives, for the loop.
+func (s *session) woken() <-chan struct{} { return s.poke }
+
 func (s *session) wake() {
 	select {
 	case s.poke <- struct{}{}:
