@@ -14,10 +14,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
-// maxSetSize is the most names one AcquireSet takes: etcd's default
-// --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
-const maxSetSize = 128
-
 // Acquire takes the lock name, waiting while another holder has it, until it
 // is granted or ctx ends. ctx is its only bound: it waits for the holder and,
 // while etcd cannot be reached, for etcd; transient etcd errors are retried,

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/grpc/codes"
@@ -234,15 +233,6 @@ func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 // errNilLock is the error of a method called on a nil *Lock.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// checkName reports why name cannot name a lock (lockname.Check), or nil; the
-// error wraps fence.ErrInvalidArgument.
-func checkName(name string) error {
-	if err := lockname.Check(name); err != nil {
-		return fmt.Errorf("lockclient: %w", err)
-	}
-	return nil
-}
-
 // invalid returns an error wrapping fence.ErrInvalidArgument that says what
 // argument or option is unusable and why.
 func invalid(format string, args ...any) error {
@@ -264,38 +254,4 @@ func stateErr(s state) error {
 		return ErrClosed
 	}
 	return ErrSessionLost
-}
-
-// checkSet returns names sorted in a new slice, or why they cannot form a set.
-func checkSet(names []string) ([]string, error) {
-	switch {
-	case len(names) == 0:
-		return nil, invalid("lock set: no names")
-	case len(names) > maxSetSize:
-		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), maxSetSize)
-	}
-	for _, n := range names {
-		if err := checkName(n); err != nil {
-			return nil, err
-		}
-	}
-	sorted := slices.Clone(names)
-	slices.Sort(sorted)
-	for i := 1; i < len(sorted); i++ {
-		if sorted[i] == sorted[i-1] {
-			return nil, invalid("lock set: %q listed more than once", sorted[i])
-		}
-	}
-	return sorted, nil
-}
-
-// label names a lock in errors: its name, or for a set its first names and size.
-func label(names []string, set bool) string {
-	switch {
-	case !set:
-		return fmt.Sprintf("%q", names[0])
-	case len(names) <= 3:
-		return fmt.Sprintf("set %q", names)
-	}
-	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
 }

@@ -2,10 +2,13 @@ package lockclient
 
 import (
 	"context"
+	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -158,18 +161,6 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 	return k.waitHeads(ctx, a, heads)
 }
 
-// readRange reads the keys from key up to end, retrying transient errors
-// until ctx ends.
-func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
-	resp, err := retryTransient(ctx, c, func() (*clientv3.GetResponse, error) {
-		return c.cli.Get(ctx, key, clientv3.WithRange(end))
-	})
-	if err != nil {
-		return nil, 0, err
-	}
-	return resp.Kvs, resp.Header.Revision, nil
-}
-
 // waitHeads handles a try's or a set's refusal by the keys holding its names:
 // an earlier attempt's grant, a *HeldError for a try, else a wait until each
 // is deleted (a set keeps no place in line: see docs/design.md).
@@ -218,21 +209,6 @@ func (k *namesKind) waitHeads(ctx context.Context, a *attempt, heads []*mvccpb.K
 	return nil, false, nil
 }
 
-// dropOrphans deletes keys this Client created under a session it has lost,
-// whose Locks have all ended, rather than wait their lease out. Each delete is
-// conditioned on the key's create revision.
-func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
-	ops := make([]clientv3.Op, len(kvs))
-	for i, kv := range kvs {
-		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
-		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
-	}
-	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).Then(ops...).Commit()
-	})
-	return err
-}
-
 // nameOf returns the lock name of a key in a line: its lock key's, for a place too.
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string {
 	name, _, _ := strings.Cut(string(kv.Key[len(c.prefix):]), "\x00")
@@ -246,3 +222,90 @@ func (c *Client) nameOf(kv *mvccpb.KeyValue) string {
 func sessionKey(prefix string, lease int64) string {
 	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
 }
+
+// checkName reports why name cannot name a lock (lockname.Check), or nil; the
+// error wraps fence.ErrInvalidArgument.
+func checkName(name string) error {
+	if err := lockname.Check(name); err != nil {
+		return fmt.Errorf("lockclient: %w", err)
+	}
+	return nil
+}
+
+// checkSet returns names sorted in a new slice, or why they cannot form a set.
+func checkSet(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, invalid("lock set: no names")
+	case len(names) > maxSetSize:
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), maxSetSize)
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, invalid("lock set: %q listed more than once", sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+// label names a lock in errors: its name, or for a set its first names and size.
+func label(names []string, set bool) string {
+	switch {
+	case !set:
+		return fmt.Sprintf("%q", names[0])
+	case len(names) <= 3:
+		return fmt.Sprintf("set %q", names)
+	}
+	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
+}
+
+// semaphoreMark is the value of a semaphore's own key (its name's lock key),
+// put without a lease by its first AcquirePermit in the same Txn as the permit.
+// It makes the name a semaphore for good: Acquire finds the key and, reading
+// this value, refuses the name, and AcquirePermit refuses a name whose key
+// holds a lock, both decided by the Txn's compare in etcd. Delete it (fencectl
+// release) only when no permit is held, to use the name as a lock again.
+const semaphoreMark = `{"semaphore":true}`
+
+// slotName is the name of slot i of the semaphore name: "name/0007".
+func slotName(name string, i int) string { return lockname.Slot(name, i) }
+
+// slotIndex returns the index of slot, when slot is a slot name of sem.
+func slotIndex(slot, sem string) (int, bool) {
+	s, i, ok := lockname.ParseSlot(slot)
+	return i, ok && s == sem
+}
+
+// semaphoreOf returns the semaphore of a slot name, or "" for any other name.
+func semaphoreOf(name string) string {
+	s, _, _ := lockname.ParseSlot(name)
+	return s
+}
+
+// checkLockName accepts a lock's name or a permit's slot name (what Release,
+// Holder and Watch take), else says why not (checkName's error).
+func checkLockName(name string) error {
+	if semaphoreOf(name) != "" {
+		return nil
+	}
+	return checkName(name)
+}
+
+// isMark reports whether a lock key's value is a semaphore's mark.
+func isMark(val []byte) bool { return string(val) == semaphoreMark }
+
+// semaphoreErr is the error of Acquire (or Holder) on a semaphore's name.
+func semaphoreErr(op, name string) error {
+	return invalid("%s(%q): %q is a semaphore (AcquirePermit; List shows its permits), not a lock", op, name, name)
+}
+
+// maxSetSize is the most names one AcquireSet takes: etcd's default
+// --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
+const maxSetSize = 128

@@ -247,3 +247,30 @@ func (c *Client) readAhead(ctx context.Context, key string, me *mvccpb.KeyValue)
 	}
 	return resp.Responses[0].GetResponseRange().GetCount() > 0, ahead, resp.Header.Revision, nil
 }
+
+// readRange reads the keys from key up to end, retrying transient errors
+// until ctx ends.
+func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
+	resp, err := retryTransient(ctx, c, func() (*clientv3.GetResponse, error) {
+		return c.cli.Get(ctx, key, clientv3.WithRange(end))
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	return resp.Kvs, resp.Header.Revision, nil
+}
+
+// dropOrphans deletes keys this Client created under a session it has lost,
+// whose Locks have all ended, rather than wait their lease out. Each delete is
+// conditioned on the key's create revision.
+func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
+	ops := make([]clientv3.Op, len(kvs))
+	for i, kv := range kvs {
+		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
+		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
+	}
+	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).Then(ops...).Commit()
+	})
+	return err
+}
