@@ -19,14 +19,6 @@ import (
 	"google.golang.org/grpc/status"
 )
 
-type state int
-
-const (
-	idle   state = iota // no session lease: granted by the next acquire
-	live                // session lease granted and renewed
-	closed              // Close called
-)
-
 // Client takes named locks in etcd under one session lease at a time. It is
 // safe for concurrent use; a process normally has one for its whole life. It
 // is not reentrant: a second Acquire of a name it holds waits for the first to

@@ -49,12 +49,12 @@ func (r *registry) take(close bool) []*Lock {
 	return locks
 }
 
-// add registers l under each of its names, if its session is the live one:
-// the locks it displaces (ours, that cannot hold the key l just created: they
-// were released by token elsewhere or expired), whether l is the first lock
-// of its session, and whether l's is now the earliest manual deadline.
-// closed or lost: l's session is not live.
-func (r *registry) add(l *Lock, sent time.Time, spawn func()) (olds []*Lock, first, earliest bool, lost error) {
+// add registers l under each of its names and runs spawn, if l's session is
+// the live one (else ErrClosed or ErrSessionLost). It returns the locks l
+// displaces (ours, that cannot hold the key l just created: released by token
+// elsewhere, or expired), whether l is its session's first lock, and whether
+// l's is now the earliest manual deadline.
+func (r *registry) add(l *Lock, sent time.Time, spawn func()) (olds []*Lock, first, earliest bool, err error) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.closed {
@@ -72,7 +72,7 @@ func (r *registry) add(l *Lock, sent time.Time, spawn func()) (olds []*Lock, fir
 		r.locks[n] = l
 	}
 	if spawn != nil {
-		spawn() // under the lock: Close, which empties the registry, waits for it
+		spawn() // under the lock: Close closes the registry before it waits for goroutines
 	}
 	if l.manual {
 		l.deadline = sent.Add(l.dur)

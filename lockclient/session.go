@@ -34,6 +34,14 @@ type session struct {
 	marked    clientv3.LeaseID // the lease whose key (sessionKey) etcd stored
 }
 
+type state int
+
+const (
+	idle   state = iota // no session lease: granted by the next acquire
+	live                // session lease granted and renewed
+	closed              // Close called
+)
+
 func newSession(ttl time.Duration, reg *registry) *session {
 	return &session{ttl: ttl, reg: reg, grantSem: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
 }
