@@ -178,15 +178,14 @@ func (l *Lock) Renew(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
-	if !c.reg.holds(l) {
-		return l.endedErr()
-	}
 	if !held {
-		c.keyGone(ctx, l)
+		if c.reg.holds(l) {
+			c.keyGone(ctx, l)
+		}
 		return l.endedErr()
 	}
-	if l.manual {
-		c.reg.renewed(l, sent)
+	if !c.reg.renewed(l, sent) {
+		return l.endedErr()
 	}
 	return nil
 }

@@ -145,14 +145,20 @@ func (r *registry) busy() bool {
 	return len(r.locks) > 0
 }
 
-// renewed moves manual-renewal lock l's deadline to sent + its lease, if later.
-func (r *registry) renewed(l *Lock, sent time.Time) {
+// renewed reports whether l is held and, if it renews manually, moves its
+// deadline to sent + its lease if later: in one step, so that a renewal that
+// reports l held also keeps the clock from ending it.
+func (r *registry) renewed(l *Lock, sent time.Time) bool {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if d := sent.Add(l.dur); r.locks[l.name] == l && d.After(l.deadline) {
+	if r.locks[l.name] != l {
+		return false
+	}
+	if d := sent.Add(l.dur); l.manual && d.After(l.deadline) {
 		l.deadline = d
 		heap.Fix(&r.manual, l.index)
 	}
+	return true
 }
 
 // next returns the earliest manual-renewal deadline; zero when none.
