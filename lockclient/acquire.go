@@ -2,7 +2,6 @@ package lockclient
 
 import (
 	"cmp"
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -11,12 +10,9 @@ import (
 
 	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
-
-// maxSetSize is the most names one AcquireSet takes: etcd's default
-// --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
-const maxSetSize = 128
 
 // Acquire takes the lock name, waiting while another holder has it, until it
 // is granted or ctx ends. ctx is its only bound: it waits for the holder and,
@@ -230,7 +226,7 @@ func (c *Client) acquire(ctx context.Context, r *request) (*Lock, error) {
 // life; each delete is conditioned on the exact value the attempt wrote.
 func (c *Client) forget(ts []tried) {
 	for _, t := range ts {
-		c.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
+		c.sess.addPending(pendingDelete{key: t.key, cmp: clientv3.Compare(clientv3.Value(t.key), "=", t.val)})
 	}
 }
 
@@ -238,12 +234,17 @@ func (c *Client) forget(ts []tried) {
 // ended meanwhile, the keys go with it and the session's error is returned;
 // after Close they are deleted.
 func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
-	c.mu.Lock()
-	if c.state != live || c.lease != l.lease {
-		st := c.state
-		c.mu.Unlock()
-		l.cancel(stateErr(st))
-		if st != closed {
+	var spawn func()
+	if l.watch {
+		spawn = func() {
+			c.loops.Add(1)
+			go c.followKey(l)
+		}
+	}
+	olds, first, earliest, err := c.reg.add(l, sent, spawn)
+	if err != nil {
+		l.cancel(err)
+		if err == ErrSessionLost {
 			return nil, fmt.Errorf("%w: lost while acquiring %s", ErrSessionLost, label(l.names, l.set))
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), c.ttl)
@@ -251,53 +252,32 @@ func (c *Client) register(l *Lock, sent time.Time) (*Lock, error) {
 		c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 		return nil, ErrClosed
 	}
-	// The first lock of an idle session wakes the loop: the busy cadence may
-	// want a renewal now.
-	poke := len(c.locks) == 0
-	// A lock of ours still registered under one of these names cannot hold the
-	// key we just created: it was released by token elsewhere or expired. It is lost.
-	var olds []*Lock
-	for _, n := range l.names {
-		if old := c.locks[n]; old != nil && old != l {
-			c.unregisterLocked(old)
-			olds = append(olds, old)
-		}
-		c.locks[n] = l
+	if earliest {
+		c.sess.arm(l.lease)
 	}
-	if l.watch {
-		c.loops.Add(1)
-		go c.followKey(l)
-	}
-	if l.manual {
-		l.deadline = sent.Add(l.dur)
-		heap.Push(&c.manual, l)
-		if c.manual[0] == l {
-			c.armLocked()
-		}
-	}
-	c.mu.Unlock()
 	c.armMaxHold(l, sent)
 	for _, old := range olds {
 		old.lose(nil)
 	}
-	if poke {
-		c.wake()
+	if first {
+		c.sess.wake() // the busy cadence may want a renewal now
 	}
 	return l, nil
 }
 
-// unregisterLocked removes l from the registry; it reports whether l was there.
-func (c *Client) unregisterLocked(l *Lock) bool {
-	if c.locks[l.name] != l {
-		return false
+// retryAcquire decides what a failed attempt means: nil to try again (at once
+// under a new session, or after a pause for a transient error while waiting),
+// or the error to return. A lease etcd no longer has ends the session at once.
+func (c *Client) retryAcquire(ctx context.Context, err error, r *request, lease clientv3.LeaseID) error {
+	switch {
+	case errors.Is(err, rpctypes.ErrLeaseNotFound):
+		c.loseLease(lease, "etcd no longer has the session lease")
+		if r.wait {
+			return nil
+		}
+		return fmt.Errorf("%w: lease not found while acquiring %s", ErrSessionLost, label(r.names, r.set))
+	case transient(ctx, err) && r.wait:
+		return c.sleep(ctx, retryDelay)
 	}
-	c.dropLocked(l)
-	return true
-}
-
-func (c *Client) wake() {
-	select {
-	case c.poke <- struct{}{}:
-	default:
-	}
+	return fmt.Errorf("lockclient: acquire %s: %w", label(r.names, r.set), c.explain(ctx, err))
 }

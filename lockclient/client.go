@@ -12,16 +12,11 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/fencegate/fencegate/fence"
 	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
-)
-
-type state int
-
-const (
-	idle   state = iota // no session lease: granted by the next acquire
-	live                // session lease granted and renewed
-	closed              // Close called
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // Client takes named locks in etcd under one session lease at a time. It is
@@ -34,28 +29,15 @@ type Client struct {
 	seq         atomic.Uint64 // makes every put's value unique, to recognise our own after an unknown outcome
 	valuePrefix []byte        // see valuePrefix
 
-	grantSem chan struct{}  // one session grant at a time
-	stop     chan struct{}  // closed by Close
-	poke     chan struct{}  // wakes the loop: an earlier manual deadline, a new pending delete
-	loops    sync.WaitGroup // every goroutine of the Client (spawn); Close waits for them
-	done     chan struct{}  // closed by Close
+	sess *session
+	reg  *registry
+
+	stop  chan struct{}  // closed by Close
+	loops sync.WaitGroup // every goroutine of the Client (spawn); Close waits for them
+	done  chan struct{}  // closed by Close
 
 	closing  context.Context         // cancelled (cause ErrClosed) by Close first: every call derives from it (call)
 	closeNow context.CancelCauseFunc // cancels closing
-
-	mu        sync.Mutex
-	state     state
-	lease     clientv3.LeaseID
-	granted   time.Duration    // the TTL etcd granted the session lease; 0 before the first
-	deadline  time.Time        // conservative session deadline: renewal send time + TTL returned
-	expiry    *time.Timer      // fires at the deadline: the session's own clock (expire)
-	ended     chan struct{}    // closed when the live session is lost
-	failures  int              // sessions lost or grants failed since a session was last renewed
-	notBefore time.Time        // no new session before this: the backoff after a loss
-	locks     map[string]*Lock // held locks by name
-	manual    lockHeap         // manual-renewal locks by deadline
-	pending   []pendingDelete  // deletes to retry until they reach etcd
-	marked    clientv3.LeaseID // the session lease whose key (sessionKey) etcd stored
 }
 
 // New returns a Client that takes locks through cli. It does no I/O: the
@@ -70,15 +52,9 @@ func New(cli *clientv3.Client, opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &Client{
-		options:  o,
-		cli:      cli,
-		grantSem: make(chan struct{}, 1),
-		stop:     make(chan struct{}),
-		poke:     make(chan struct{}, 1),
-		done:     make(chan struct{}),
-		locks:    make(map[string]*Lock),
-	}
+	reg := newRegistry()
+	c := &Client{options: o, cli: cli, sess: newSession(o.ttl, reg), reg: reg,
+		stop: make(chan struct{}), done: make(chan struct{})}
 	c.closing, c.closeNow = context.WithCancelCause(context.Background())
 	host, _ := os.Hostname()
 	pid := os.Getpid()
@@ -108,24 +84,14 @@ func (c *Client) key(name string) string { return c.prefix + name }
 // itself.
 func (c *Client) Close() error {
 	c.closeNow(ErrClosed)
-	c.mu.Lock()
-	if c.state == closed {
-		c.mu.Unlock()
+	prev, lease, dels, locks, ok := c.sess.close()
+	if !ok {
 		return nil
 	}
-	prev, lease := c.state, c.lease
-	c.state = closed
-	if prev == live {
-		c.expiry.Stop()
-	}
-	dels := c.pending
-	locks := c.takeLocksLocked()
-	c.mu.Unlock()
-
 	for _, l := range locks {
 		l.end(ErrClosed)
 		for _, key := range l.keys {
-			dels = append(dels, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
+			dels = append(dels, tokenDelete(key, l.token))
 		}
 	}
 	close(c.stop)
@@ -156,14 +122,128 @@ func uniqueKeys(dels []pendingDelete) []pendingDelete {
 	})
 }
 
-// takeLocksLocked empties the client's lock registry and returns what it held.
-func (c *Client) takeLocksLocked() []*Lock {
-	locks := make([]*Lock, 0, len(c.locks))
-	for _, l := range c.locks {
-		locks = append(locks, l)
+// call derives the context of one public call from ctx and the Client's
+// closing context, so that Close cancels every wait and etcd request in flight
+// at once. end, deferred with the call's error (or nil), releases the context
+// and turns the error of a call that Close cut short into ErrClosed.
+func (c *Client) call(ctx context.Context) (context.Context, func(err *error)) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	stop := context.AfterFunc(c.closing, func() { cancel(ErrClosed) })
+	return ctx, func(err *error) {
+		stop()
+		if err != nil {
+			*err = closedErr(ctx, *err)
+		}
+		cancel(context.Canceled)
 	}
-	clear(c.locks)
-	c.manual = nil
-	c.pending = nil
-	return locks
+}
+
+// closedErr is err, or ErrClosed when err is ctx's end (or etcd's answer to
+// it) and Close ended ctx.
+func closedErr(ctx context.Context, err error) error {
+	if err == nil || errors.Is(err, ErrClosed) || !errors.Is(context.Cause(ctx), ErrClosed) {
+		return err
+	}
+	if errors.Is(err, context.Canceled) || status.Code(err) == codes.Canceled {
+		return ErrClosed
+	}
+	return err
+}
+
+// spawn runs f on a goroutine counted in c.loops, which Close waits for;
+// false, running nothing, once the Client is closed.
+func (c *Client) spawn(f func()) bool {
+	return c.sess.ifOpen(func() {
+		c.loops.Add(1)
+		go func() {
+			defer c.loops.Done()
+			f()
+		}()
+	})
+}
+
+// Errors returned by this package, to match with errors.Is; each typed error
+// matches its sentinel. A lost lock is reported with fence.ErrLost, and bad
+// input (name, token, option, set) with fence.ErrInvalidArgument.
+var (
+	// ErrHeld means TryAcquire (or TryAcquireSet) found the lock held; *HeldError
+	// names the holder.
+	ErrHeld = errors.New("lockclient: lock held")
+	// ErrNotHeld means a release or renewal named a lock that does not carry the
+	// given token any more (it expired, was released, or passed to a successor).
+	ErrNotHeld = errors.New("lockclient: lock not held")
+	// ErrClosed means the Client was closed.
+	ErrClosed = errors.New("lockclient: client closed")
+	// ErrSessionLost means a Client's session lease ran out without a confirmed
+	// renewal, or etcd no longer had it: the cause of each of its Locks' contexts
+	// matches it (and fence.ErrLost). The Client's next Acquire starts a new one.
+	ErrSessionLost = errors.New("lockclient: session lost")
+	// ErrNotRenewed means a lock taken WithManualRenewal was not renewed within
+	// its lease: the cause of its Lock's context matches it and fence.ErrLost.
+	ErrNotRenewed = errors.New("lockclient: lock not renewed within its lease")
+	// ErrReleased is the cause of a Lock's context after Release.
+	ErrReleased = errors.New("lockclient: lock released")
+	// ErrMaxHold means a lock taken WithMaxHold reached its max hold: the cause
+	// of its Lock's context matches it and fence.ErrLost.
+	ErrMaxHold = errors.New("lockclient: lock held for its max hold")
+)
+
+// HeldError is returned by TryAcquire when another holder (possibly in this same
+// Client) has the lock. It matches ErrHeld.
+type HeldError struct {
+	Name   string
+	Holder Info        // who holds it; LeaseLeft is zero (TryAcquire spends no second round trip)
+	Token  fence.Token // the holder's token
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("lockclient: lock %q held by %q (host %q, pid %d) with token %d",
+		e.Name, e.Holder.ClientID, e.Holder.Host, e.Holder.PID, e.Token)
+}
+
+// Unwrap returns ErrHeld.
+func (e *HeldError) Unwrap() error { return ErrHeld }
+
+// NotHeldError is returned when a release names a token the lock's key no longer
+// carries. It matches ErrNotHeld.
+type NotHeldError struct {
+	Name    string
+	Token   fence.Token // the token presented
+	Current fence.Token // the token the key carries now; 0 when nobody holds it
+}
+
+func (e *NotHeldError) Error() string {
+	if e.Current > 0 {
+		return fmt.Sprintf("lockclient: lock %q not held with token %d: token %d holds it now", e.Name, e.Token, e.Current)
+	}
+	return fmt.Sprintf("lockclient: lock %q not held with token %d: nobody holds it", e.Name, e.Token)
+}
+
+// Unwrap returns ErrNotHeld.
+func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
+
+// errNilLock is the error of a method called on a nil *Lock.
+var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
+
+// invalid returns an error wrapping fence.ErrInvalidArgument that says what
+// argument or option is unusable and why.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
+}
+
+// endedErr is the error for an operation on an ended lock.
+func (l *Lock) endedErr() error {
+	cause := context.Cause(l.ctx)
+	if errors.Is(cause, ErrReleased) {
+		return &NotHeldError{Name: l.name, Token: l.token}
+	}
+	return cause
+}
+
+// stateErr is the error for a client that has no session to grant locks under.
+func stateErr(s state) error {
+	if s == closed {
+		return ErrClosed
+	}
+	return ErrSessionLost
 }

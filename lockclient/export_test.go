@@ -17,9 +17,8 @@ func RenewAlwaysBusy(c *Client) { c.idle = c.interval }
 // SessionDeadline returns c's conservative session deadline; zero before its
 // first session.
 func SessionDeadline(c *Client) time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.deadline
+	_, _, deadline := c.sess.current()
+	return deadline
 }
 
 // RenewalDue returns when a Client built with opts sends its next keepalive,
@@ -38,9 +37,7 @@ func RenewalDue(opts []Option, last time.Time, answered, slow, busy bool) (time.
 // LoseSession ends c's session here, as a session deadline that passed would,
 // while etcd still has its lease (nobody renews it any more).
 func LoseSession(c *Client) {
-	c.mu.Lock()
-	lease := c.lease
-	c.mu.Unlock()
+	_, lease, _ := c.sess.current()
 	c.loseLease(lease, "lost by the test")
 }
 
@@ -53,7 +50,6 @@ func SetUnreachableEvery(d time.Duration) (restore func()) {
 
 // SessionLease returns c's session lease; 0 when it has none.
 func SessionLease(c *Client) int64 {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return int64(c.lease)
+	_, lease, _ := c.sess.current()
+	return int64(lease)
 }

@@ -263,9 +263,7 @@ func (c *Client) leaseLeft(ctx context.Context, id clientv3.LeaseID, cache map[c
 }
 
 func (c *Client) usable() error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.state == closed {
+	if c.sess.isClosed() {
 		return ErrClosed
 	}
 	return nil

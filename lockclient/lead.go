@@ -3,11 +3,11 @@ package lockclient
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"go.etcd.io/etcd/api/v3/mvccpb"
-	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 )
 
 // Lead campaigns for the lock name and runs fn with each term it wins. A
@@ -145,24 +145,46 @@ func (c *Client) releaseTerm(term *Lock) {
 	term.Release(ctx)
 }
 
-// followKey ends l as lost once etcd reports its key deleted or replaced; one
-// wait for the term's life.
-func (c *Client) followKey(l *Lock) {
-	defer c.loops.Done()
-	key := l.keys[0]
-	gone := func(kv *mvccpb.KeyValue) bool { return kv == nil || fence.Token(kv.CreateRevision) != l.token }
-	err := c.wait(l.ctx, watchSpec{
-		key: key, rev: int64(l.token) + 1, // the key was created at the token's revision
-		event: func(ev *clientv3.Event) bool { return ev.Type == mvccpb.DELETE || gone(ev.Kv) },
-		reread: func(ctx context.Context) (int64, bool, error) {
-			resp, err := c.cli.Get(ctx, key)
-			if err != nil || len(resp.Kvs) == 0 {
-				return 0, err == nil, err
-			}
-			return resp.Header.Revision + 1, gone(resp.Kvs[0]), nil
-		},
-	})
-	if err == nil {
-		c.keyGone(l.ctx, l)
+// retryCampaign reports whether a failed campaign should be tried again, after
+// a pause that doubles up to a second; it logs the failure.
+func (c *Client) retryCampaign(ctx context.Context, name string, err error, backoff *time.Duration) bool {
+	if ctx.Err() != nil || errors.Is(err, ErrClosed) || errors.Is(err, fence.ErrInvalidArgument) ||
+		errors.Is(err, rpctypes.ErrPermissionDenied) || errors.Is(err, rpctypes.ErrAuthFailed) {
+		return false
 	}
+	c.campaignFailed(name, err)
+	if c.sleep(ctx, *backoff) != nil {
+		return false
+	}
+	*backoff = min(2**backoff, time.Second)
+	return true
+}
+
+// termBegun reports a term of Lead begun.
+func (c *Client) termBegun(l *Lock) {
+	if c.obs != nil {
+		c.obs.TermBegun(l.name, l.token)
+	}
+	c.logAt(slog.LevelInfo, "leader term begun", slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
+}
+
+// termEnded reports the end of a term of Lead, with fn's error if it failed.
+func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr error) {
+	if c.obs != nil {
+		c.obs.TermEnded(l.name, l.token, held, cause)
+	}
+	lvl := slog.LevelWarn
+	if cause == causeResigned || cause == causeReturned || cause == causeClosed {
+		lvl = slog.LevelInfo
+	}
+	attrs := []slog.Attr{slog.String("lock", l.name), slog.Int64("token", int64(l.token)),
+		slog.String("cause", cause), slog.Duration("held", held)}
+	if fnErr != nil {
+		attrs = append(attrs, slog.Any("error", fnErr))
+	}
+	c.logAt(lvl, "leader term ended", attrs...)
+}
+
+func (c *Client) campaignFailed(name string, err error) {
+	c.logAt(slog.LevelWarn, "leader campaign failed, retrying", slog.String("lock", name), slog.Any("error", err))
 }

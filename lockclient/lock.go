@@ -1,7 +1,6 @@
 package lockclient
 
 import (
-	"container/heap"
 	"context"
 	"errors"
 	"fmt"
@@ -37,9 +36,9 @@ type Lock struct {
 	granted time.Time   // when the grant was registered, for hold times
 	ended   atomic.Bool // set by the first end, which alone is reported
 
-	// guarded by c.mu
+	// guarded by the registry's lock
 	deadline time.Time // manual renewal: last renewal send time + dur
-	index    int       // position in c.manual, -1 when not there
+	index    int       // position in the manual heap, -1 when not there
 }
 
 var (
@@ -102,9 +101,7 @@ func (l *Lock) Lease() time.Duration {
 	if l.manual {
 		return l.dur
 	}
-	l.c.mu.Lock()
-	defer l.c.mu.Unlock()
-	return max(l.c.ttl, l.c.granted)
+	return max(l.c.ttl, l.c.sess.grantedTTL())
 }
 
 // Done is closed when the lock ends: the protected work must stop; fenced
@@ -181,23 +178,15 @@ func (l *Lock) Renew(ctx context.Context) (err error) {
 	if err != nil {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
-	c.mu.Lock()
-	if c.locks[l.name] != l {
-		c.mu.Unlock()
-		return l.endedErr()
-	}
 	if !held {
-		c.mu.Unlock()
-		c.keyGone(ctx, l)
+		if c.reg.holds(l) {
+			c.keyGone(ctx, l)
+		}
 		return l.endedErr()
 	}
-	if l.manual {
-		if d := sent.Add(l.dur); d.After(l.deadline) {
-			l.deadline = d
-			heap.Fix(&c.manual, l.index)
-		}
+	if !c.reg.renewed(l, sent) {
+		return l.endedErr()
 	}
-	c.mu.Unlock()
 	return nil
 }
 
@@ -215,10 +204,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	c := l.c
 	ctx, end := c.call(ctx) // Close ends the call
 	defer end(&err)
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if !held {
+	if !c.reg.remove(l) {
 		if l.ctx.Err() == nil {
 			// Superseded while registered elsewhere; cannot normally happen.
 			l.lose(nil)
@@ -226,7 +212,13 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 		return l.endedErr()
 	}
 	l.end(ErrReleased)
-	err = c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
+	return c.releaseKeys(ctx, l)
+}
+
+// releaseKeys is l's release Txn; if it fails other than with a
+// *NotHeldError, the deletes are retried in the background.
+func (c *Client) releaseKeys(ctx context.Context, l *Lock) error {
+	err := c.deleteKeys(ctx, l.names, l.keys, l.token, l.set)
 	var nh *NotHeldError
 	if err != nil && !errors.As(err, &nh) {
 		c.pendDeletes(l.keys, l.token)
@@ -254,4 +246,98 @@ func (c *Client) carries(ctx context.Context, l *Lock) (bool, error) {
 		}
 	}
 	return true, nil
+}
+
+// Release releases the lock (or permit slot) name if its key still carries
+// token, for callers that kept only the token: one Txn on its create revision.
+//
+// Errors: a *NotHeldError when the key is gone or carries another token;
+// fence.ErrInvalidArgument for a bad name or a token <= 0; ErrClosed; etcd's.
+func (c *Client) Release(ctx context.Context, name string, token fence.Token) (err error) {
+	if err := checkLockName(name); err != nil {
+		return err
+	}
+	if token <= 0 {
+		return fmt.Errorf("fence: invalid token %d for %q: tokens are > 0: %w", token, name, fence.ErrInvalidArgument)
+	}
+	if c.sess.isClosed() {
+		return ErrClosed
+	}
+	l := c.reg.get(name)
+	if l != nil && l.token == token {
+		return l.Release(ctx)
+	}
+	ctx, end := c.call(ctx) // Close ends the call
+	defer end(&err)
+	key, err := c.keyOf(ctx, name, token)
+	if err != nil {
+		return err
+	}
+	return c.deleteKeys(ctx, []string{name}, []string{key}, token, false)
+}
+
+// keyOf finds the key of name's line that token holds or waits on: the lock
+// key, or a place in its line; a *NotHeldError names the holder when none.
+func (c *Client) keyOf(ctx context.Context, name string, token fence.Token) (string, error) {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	key := c.key(name)
+	resp, err := c.cli.Get(ctx, key, clientv3.WithRange(lineEnd(key)), clientv3.WithKeysOnly())
+	if err != nil {
+		return "", fmt.Errorf("lockclient: release %q (token %d): %w", name, token, c.explain(ctx, err))
+	}
+	nh := &NotHeldError{Name: name, Token: token}
+	for _, kv := range resp.Kvs {
+		switch {
+		case fence.Token(kv.CreateRevision) == token:
+			return string(kv.Key), nil
+		case nh.Current == 0 || fence.Token(kv.CreateRevision) < nh.Current:
+			nh.Current = fence.Token(kv.CreateRevision)
+		}
+	}
+	return "", nh
+}
+
+// deleteKeys is the release Txn: delete every key of names only if every one
+// carries token. If some key does not, the keys that still do are deleted in
+// the background, and a *NotHeldError names the first key that does not.
+func (c *Client) deleteKeys(ctx context.Context, names, keys []string, token fence.Token, set bool) error {
+	ctx, cancel := c.bounded(ctx)
+	defer cancel()
+	cmps := make([]clientv3.Cmp, len(keys))
+	dels := make([]clientv3.Op, len(keys))
+	gets := make([]clientv3.Op, len(keys))
+	for i, key := range keys {
+		cmps[i] = clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))
+		dels[i] = clientv3.OpDelete(key)
+		gets[i] = clientv3.OpGet(key, clientv3.WithKeysOnly())
+	}
+	resp, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
+		return c.cli.Txn(ctx).If(cmps...).Then(dels...).Else(gets...).Commit()
+	})
+	if err != nil {
+		return fmt.Errorf("lockclient: release %s (token %d): %w", label(names, set), token, c.explain(ctx, err))
+	}
+	if resp.Succeeded {
+		return nil
+	}
+	var carrying []string
+	var nh *NotHeldError
+	for i, r := range resp.Responses {
+		kvs := r.GetResponseRange().GetKvs()
+		switch {
+		case len(kvs) == 1 && fence.Token(kvs[0].CreateRevision) == token:
+			carrying = append(carrying, keys[i])
+		case nh == nil:
+			nh = &NotHeldError{Name: names[i], Token: token}
+			if len(kvs) == 1 {
+				nh.Current = fence.Token(kvs[0].CreateRevision)
+			}
+		}
+	}
+	c.pendDeletes(carrying, token)
+	if nh == nil {
+		return &NotHeldError{Name: names[0], Token: token} // cannot happen: the compare failed
+	}
+	return nh
 }

@@ -3,11 +3,16 @@ package lockclient
 import (
 	"context"
 	"errors"
-	"slices"
+	"fmt"
+	"math/rand/v2"
 	"time"
 
+	"github.com/fencegate/fencegate/fence"
 	"github.com/fencegate/fencegate/lockclient/internal/keepalive"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"google.golang.org/grpc/codes"
+	"google.golang.org/grpc/status"
 )
 
 // sessionLoop is one session's goroutine: it renews the lease and retries
@@ -57,29 +62,20 @@ func (c *Client) loop(lease clientv3.LeaseID, ended <-chan struct{}, granted tim
 // ended. Deadlines are no job of the loop: the session's clock (expire).
 func (s *sessionLoop) step(now time.Time) (time.Time, bool) {
 	c := s.c
-	c.mu.Lock()
-	if c.state != live || c.lease != s.lease {
-		c.mu.Unlock()
+	deadline, ok := c.sess.live(s.lease)
+	if !ok {
 		return now, false
 	}
-	deadline, busy := c.deadline, len(c.locks) > 0
-	todo := s.takeDeletesLocked(now)
-	c.mu.Unlock()
+	busy := c.reg.busy()
+	var todo []pendingDelete
+	if !s.deleting && !now.Before(s.nextDelete) {
+		todo = c.sess.pendingBatch()
+		s.batch = len(todo)
+	}
 
 	renewDue := s.renewIfDue(now, busy, deadline)
 	deleteDue := s.startDeletes(todo, deadline)
 	return earliest(now.Add(c.ttl), renewDue, deleteDue), true
-}
-
-// takeDeletesLocked returns the pending deletes to send now, if no batch is in
-// flight and the pause after a failed one has passed.
-func (s *sessionLoop) takeDeletesLocked(now time.Time) []pendingDelete {
-	c := s.c
-	if s.deleting || len(c.pending) == 0 || now.Before(s.nextDelete) {
-		return nil
-	}
-	s.batch = len(c.pending)
-	return slices.Clone(c.pending)
 }
 
 // renewIfDue sends a keepalive if one is due and returns when the next is.
@@ -142,7 +138,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 		return false
 	case <-s.ended:
 		return false
-	case <-c.poke:
+	case <-c.sess.woken():
 	case <-timer.C:
 	case r := <-s.ka.Results():
 		return s.answered(r)
@@ -153,11 +149,7 @@ func (s *sessionLoop) wait(timer *time.Timer) bool {
 			break
 		}
 		s.nextDelete = time.Time{}
-		c.mu.Lock()
-		if len(c.pending) >= s.batch {
-			c.pending = append(c.pending[:0:0], c.pending[s.batch:]...)
-		}
-		c.mu.Unlock()
+		c.sess.deleted(s.batch)
 	}
 	return true
 }
@@ -167,9 +159,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 	c := s.c
 	if r.Hint() {
 		if s.ka.Rehome(r) {
-			c.mu.Lock()
-			deadline := c.deadline
-			c.mu.Unlock()
+			_, _, deadline := c.sess.current()
 			s.ka.Reset()
 			s.send(time.Now(), deadline) // on a new stream, which may land on the leader
 		}
@@ -186,9 +176,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 	}
 	switch {
 	case r.Err != nil:
-		c.mu.Lock()
-		deadline := c.deadline
-		c.mu.Unlock()
+		_, _, deadline := c.sess.current()
 		c.keptAlive(s.lease, rtt, deadline, r.Err)
 		s.renew.Failed(now)
 	case r.TTL <= 0:
@@ -196,13 +184,7 @@ func (s *sessionLoop) answered(r keepalive.Result) bool {
 		c.loseLease(s.lease, "etcd no longer has the session lease")
 		return false
 	default:
-		c.mu.Lock()
-		if d := sent.Add(time.Duration(r.TTL) * time.Second); d.After(c.deadline) {
-			c.deadline = d
-		}
-		deadline := c.deadline
-		c.failures = 0 // a renewed session ends the backoff
-		c.mu.Unlock()
+		deadline := c.sess.renewed(sent.Add(time.Duration(r.TTL) * time.Second)) // and ends the backoff
 		c.keptAlive(s.lease, rtt, deadline, nil)
 		s.renew.Confirmed(rtt, s.ka.Waiting() == 0)
 	}
@@ -219,15 +201,9 @@ type pendingDelete struct {
 // maxDeletesPerTxn keeps a batch under etcd's default 128 operations per Txn.
 const maxDeletesPerTxn = 64
 
-func (c *Client) addPending(p pendingDelete) {
-	c.mu.Lock()
-	if c.state != live {
-		c.mu.Unlock()
-		return // no session: the lease its key was under is gone or going, and the key with it
-	}
-	c.pending = append(c.pending, p)
-	c.mu.Unlock()
-	c.wake()
+// tokenDelete deletes key if it still carries token.
+func tokenDelete(key string, token fence.Token) pendingDelete {
+	return pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))}
 }
 
 // deleteBatch sends the deletes, each conditioned on its own compare, as nested
@@ -247,4 +223,97 @@ func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline
 		todo = todo[n:]
 	}
 	return nil
+}
+
+// transient reports whether err may go away by itself (no leader, leader
+// changed, a member unreachable), so that waiting callers retry instead of failing.
+// Such an error leaves a write's outcome unknown.
+func transient(ctx context.Context, err error) bool {
+	if err == nil || ctx.Err() != nil {
+		return false
+	}
+	var ee rpctypes.EtcdError
+	if errors.As(err, &ee) {
+		return ee.Code() == codes.Unavailable
+	}
+	code := status.Code(err)
+	return code == codes.Unavailable || code == codes.Internal
+}
+
+// maxOverloadPause bounds the pause between tries of an overloaded request.
+const maxOverloadPause = time.Second
+
+// retryOverload runs call until etcd does not refuse it as overloaded ("too
+// many requests", sent before proposing: nothing was written), ctx ends or the
+// Client closes; between tries it pauses a random while within a window that
+// doubles from retryDelay up to maxOverloadPause, and reports each retry.
+func retryOverload[T any](ctx context.Context, c *Client, op string, call func() (T, error)) (T, error) {
+	for n := 0; ; n++ {
+		v, err := call()
+		if err == nil || !errors.Is(err, rpctypes.ErrTooManyRequests) || ctx.Err() != nil {
+			return v, err
+		}
+		c.retried(op, err)
+		window := min(retryDelay<<min(n, 8), maxOverloadPause)
+		if err := c.sleep(ctx, window/2+rand.N(window/2)); err != nil {
+			return v, err
+		}
+	}
+}
+
+// retryTransient runs call until it succeeds, fails for good or ctx ends,
+// pausing retryDelay after each transient error.
+func retryTransient[T any](ctx context.Context, c *Client, call func() (T, error)) (T, error) {
+	for {
+		v, err := call()
+		if err == nil || !transient(ctx, err) {
+			return v, err
+		}
+		if err := c.sleep(ctx, retryDelay); err != nil {
+			var zero T
+			return zero, err
+		}
+	}
+}
+
+// errNoAnswer is the cause of a call's bound (bounded).
+var errNoAnswer = errors.New("lockclient: etcd did not answer within the bound")
+
+// bounded bounds a call by the session TTL: every call but the waits (Acquire,
+// AcquireSet, Lead, whose only bound is their ctx) gives up after it when etcd
+// does not answer, with an error matching context.DeadlineExceeded (explain).
+func (c *Client) bounded(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeoutCause(ctx, c.ttl, errNoAnswer)
+}
+
+// explain explains an etcd call's error: the bound of bounded that ended it,
+// or etcd's permission error, which names no key: with auth enabled, the
+// user's role lacks readwrite on the Client's prefix (the result still
+// matches rpctypes.ErrPermissionDenied).
+func (c *Client) explain(ctx context.Context, err error) error {
+	if errors.Is(context.Cause(ctx), errNoAnswer) {
+		return fmt.Errorf("etcd did not answer within %v (the session TTL): %w", c.ttl, context.DeadlineExceeded)
+	}
+	if errors.Is(err, rpctypes.ErrPermissionDenied) {
+		return fmt.Errorf("etcd user may not read and write keys under %q (grant its role readwrite on that prefix): %w", c.prefix, err)
+	}
+	return err
+}
+
+// retryDelay spaces retries after a transient etcd error (no leader, a member
+// down), so a waiting Acquire does not spin while the cluster elects.
+const retryDelay = 100 * time.Millisecond
+
+// sleep waits d, or returns ctx's error or the Client's (closed, session lost).
+func (c *Client) sleep(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-c.done:
+		return c.sess.err()
+	}
 }

@@ -2,9 +2,13 @@ package lockclient
 
 import (
 	"context"
+	"fmt"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/fencegate/fencegate/fence"
+	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -58,7 +62,7 @@ func (k *namesKind) try(ctx context.Context, a *attempt, val []byte) (*granted, 
 func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseID, val []byte, place string) (*clientv3.TxnResponse, error) {
 	get := clientv3.OpGet(key, clientv3.WithRange(lineEnd(key)))
 	queue := []clientv3.Op{clientv3.OpPut(place, string(val), clientv3.WithLease(lease))}
-	mark := c.storesSessionKey(lease)
+	mark := c.sess.marks(lease)
 	if mark {
 		queue = append(queue, clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease)))
 	}
@@ -67,7 +71,7 @@ func (c *Client) txnQueue(ctx context.Context, key string, lease clientv3.LeaseI
 			Then(get).Else(append(queue, get)...).Commit()
 	})
 	if mark && err == nil && !resp.Succeeded {
-		c.sessionKeyStored(lease)
+		c.sess.markStored(lease)
 	}
 	return resp, err
 }
@@ -85,7 +89,7 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		puts[i] = clientv3.OpPut(k, string(val), clientv3.WithLease(lease))
 		gets[i] = clientv3.OpGet(k, clientv3.WithRange(lineEnd(k)))
 	}
-	mark := c.storesSessionKey(lease) && len(keys) < maxSetSize // a Txn takes at most 128 operations
+	mark := c.sess.marks(lease) && len(keys) < maxSetSize // a Txn takes at most 128 operations
 	var session []clientv3.Op
 	if mark {
 		session = []clientv3.Op{clientv3.OpPut(sessionKey(c.prefix, int64(lease)), "", clientv3.WithLease(lease))}
@@ -100,26 +104,9 @@ func (c *Client) txnCreate(ctx context.Context, keys []string, lease clientv3.Le
 		return c.cli.Txn(ctx).If(cmps...).Then(append(puts, session...)...).Else(els...).Commit()
 	})
 	if mark && err == nil && (resp.Succeeded || place != "") {
-		c.sessionKeyStored(lease) // with the keys, or with the place (unless a semaphore's: harmless)
+		c.sess.markStored(lease) // with the keys, or with the place (unless a semaphore's: harmless)
 	}
 	return resp, err
-}
-
-// storesSessionKey reports whether a grant under lease is to store the
-// session key with it: the session's first grant does.
-func (c *Client) storesSessionKey(lease clientv3.LeaseID) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.marked != lease
-}
-
-// sessionKeyStored records that etcd stored lease's session key.
-func (c *Client) sessionKeyStored(lease clientv3.LeaseID) {
-	c.mu.Lock()
-	if c.lease == lease {
-		c.marked = lease
-	}
-	c.mu.Unlock()
 }
 
 // lines returns each name's line as the refused attempt read it, and whether
@@ -174,23 +161,6 @@ func (k *namesKind) blocked(ctx context.Context, a *attempt) (*granted, bool, er
 	return k.waitHeads(ctx, a, heads)
 }
 
-// readRange reads the keys from key up to end, retrying transient errors
-// until ctx ends.
-func (c *Client) readRange(ctx context.Context, key, end string) ([]*mvccpb.KeyValue, int64, error) {
-	for {
-		resp, err := c.cli.Get(ctx, key, clientv3.WithRange(end))
-		if err == nil {
-			return resp.Kvs, resp.Header.Revision, nil
-		}
-		if !transient(ctx, err) {
-			return nil, 0, err
-		}
-		if err := c.sleep(ctx, retryDelay); err != nil {
-			return nil, 0, err
-		}
-	}
-}
-
 // waitHeads handles a try's or a set's refusal by the keys holding its names:
 // an earlier attempt's grant, a *HeldError for a try, else a wait until each
 // is deleted (a set keeps no place in line: see docs/design.md).
@@ -239,23 +209,103 @@ func (k *namesKind) waitHeads(ctx context.Context, a *attempt, heads []*mvccpb.K
 	return nil, false, nil
 }
 
-// dropOrphans deletes keys this Client created under a session it has lost,
-// whose Locks have all ended, rather than wait their lease out. Each delete is
-// conditioned on the key's create revision.
-func (c *Client) dropOrphans(ctx context.Context, kvs []*mvccpb.KeyValue) error {
-	ops := make([]clientv3.Op, len(kvs))
-	for i, kv := range kvs {
-		cmp := clientv3.Compare(clientv3.CreateRevision(string(kv.Key)), "=", kv.CreateRevision)
-		ops[i] = clientv3.OpTxn([]clientv3.Cmp{cmp}, []clientv3.Op{clientv3.OpDelete(string(kv.Key))}, nil)
-	}
-	_, err := retryOverload(ctx, c, "release", func() (*clientv3.TxnResponse, error) {
-		return c.cli.Txn(ctx).Then(ops...).Commit()
-	})
-	return err
-}
-
 // nameOf returns the lock name of a key in a line: its lock key's, for a place too.
 func (c *Client) nameOf(kv *mvccpb.KeyValue) string {
 	name, _, _ := strings.Cut(string(kv.Key[len(c.prefix):]), "\x00")
 	return name
 }
+
+// sessionKey is the key a session stores under its lease with its first
+// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
+// a revision where its session's key still exists was released, not expired.
+// The NUL byte keeps it out of every lock name.
+func sessionKey(prefix string, lease int64) string {
+	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
+}
+
+// checkName reports why name cannot name a lock (lockname.Check), or nil; the
+// error wraps fence.ErrInvalidArgument.
+func checkName(name string) error {
+	if err := lockname.Check(name); err != nil {
+		return fmt.Errorf("lockclient: %w", err)
+	}
+	return nil
+}
+
+// checkSet returns names sorted in a new slice, or why they cannot form a set.
+func checkSet(names []string) ([]string, error) {
+	switch {
+	case len(names) == 0:
+		return nil, invalid("lock set: no names")
+	case len(names) > maxSetSize:
+		return nil, invalid("lock set: %d names, the limit is %d (etcd's default --max-txn-ops)", len(names), maxSetSize)
+	}
+	for _, n := range names {
+		if err := checkName(n); err != nil {
+			return nil, err
+		}
+	}
+	sorted := slices.Clone(names)
+	slices.Sort(sorted)
+	for i := 1; i < len(sorted); i++ {
+		if sorted[i] == sorted[i-1] {
+			return nil, invalid("lock set: %q listed more than once", sorted[i])
+		}
+	}
+	return sorted, nil
+}
+
+// label names a lock in errors: its name, or for a set its first names and size.
+func label(names []string, set bool) string {
+	switch {
+	case !set:
+		return fmt.Sprintf("%q", names[0])
+	case len(names) <= 3:
+		return fmt.Sprintf("set %q", names)
+	}
+	return fmt.Sprintf("set %q... of %d names", names[:3], len(names))
+}
+
+// semaphoreMark is the value of a semaphore's own key (its name's lock key),
+// put without a lease by its first AcquirePermit in the same Txn as the permit.
+// It makes the name a semaphore for good: Acquire finds the key and, reading
+// this value, refuses the name, and AcquirePermit refuses a name whose key
+// holds a lock, both decided by the Txn's compare in etcd. Delete it (fencectl
+// release) only when no permit is held, to use the name as a lock again.
+const semaphoreMark = `{"semaphore":true}`
+
+// slotName is the name of slot i of the semaphore name: "name/0007".
+func slotName(name string, i int) string { return lockname.Slot(name, i) }
+
+// slotIndex returns the index of slot, when slot is a slot name of sem.
+func slotIndex(slot, sem string) (int, bool) {
+	s, i, ok := lockname.ParseSlot(slot)
+	return i, ok && s == sem
+}
+
+// semaphoreOf returns the semaphore of a slot name, or "" for any other name.
+func semaphoreOf(name string) string {
+	s, _, _ := lockname.ParseSlot(name)
+	return s
+}
+
+// checkLockName accepts a lock's name or a permit's slot name (what Release,
+// Holder and Watch take), else says why not (checkName's error).
+func checkLockName(name string) error {
+	if semaphoreOf(name) != "" {
+		return nil
+	}
+	return checkName(name)
+}
+
+// isMark reports whether a lock key's value is a semaphore's mark.
+func isMark(val []byte) bool { return string(val) == semaphoreMark }
+
+// semaphoreErr is the error of Acquire (or Holder) on a semaphore's name.
+func semaphoreErr(op, name string) error {
+	return invalid("%s(%q): %q is a semaphore (AcquirePermit; List shows its permits), not a lock", op, name, name)
+}
+
+// maxSetSize is the most names one AcquireSet takes: etcd's default
+// --max-txn-ops (a lower limit refuses with rpctypes.ErrTooManyOps).
+const maxSetSize = 128

@@ -188,35 +188,6 @@ func (c *Client) retried(op string, err error) {
 	c.logAt(slog.LevelWarn, "etcd overloaded, retrying", slog.String("op", op), slog.Any("error", err))
 }
 
-// termBegun reports a term of Lead begun.
-func (c *Client) termBegun(l *Lock) {
-	if c.obs != nil {
-		c.obs.TermBegun(l.name, l.token)
-	}
-	c.logAt(slog.LevelInfo, "leader term begun", slog.String("lock", l.name), slog.Int64("token", int64(l.token)))
-}
-
-// termEnded reports the end of a term of Lead, with fn's error if it failed.
-func (c *Client) termEnded(l *Lock, held time.Duration, cause string, fnErr error) {
-	if c.obs != nil {
-		c.obs.TermEnded(l.name, l.token, held, cause)
-	}
-	lvl := slog.LevelWarn
-	if cause == causeResigned || cause == causeReturned || cause == causeClosed {
-		lvl = slog.LevelInfo
-	}
-	attrs := []slog.Attr{slog.String("lock", l.name), slog.Int64("token", int64(l.token)),
-		slog.String("cause", cause), slog.Duration("held", held)}
-	if fnErr != nil {
-		attrs = append(attrs, slog.Any("error", fnErr))
-	}
-	c.logAt(lvl, "leader term ended", attrs...)
-}
-
-func (c *Client) campaignFailed(name string, err error) {
-	c.logAt(slog.LevelWarn, "leader campaign failed, retrying", slog.String("lock", name), slog.Any("error", err))
-}
-
 // unreachableEvery is how often a call waiting on an etcd it cannot reach says
 // so (nanoseconds; tests shorten it).
 var unreachableEvery atomic.Int64
@@ -252,4 +223,35 @@ func (c *Client) logAt(lvl slog.Level, msg string, attrs ...slog.Attr) {
 	if c.log != nil {
 		c.log.LogAttrs(context.Background(), lvl, msg, attrs...)
 	}
+}
+
+// errEtcdClosed means the etcd client given to New was closed.
+var errEtcdClosed = errors.New("the etcd client was closed")
+
+// connected waits until the etcd client's connection is up, so that a grant's
+// send time, from which the session deadline counts, is not spent dialing.
+// Each interval it waits is reported (unreachable).
+func (c *Client) connected(ctx context.Context) error {
+	conn := c.cli.ActiveConnection()
+	start := time.Now()
+	next := start.Add(reportEvery())
+	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
+		switch st {
+		case connectivity.Idle:
+			conn.Connect()
+		case connectivity.Shutdown:
+			return errEtcdClosed
+		}
+		wctx, cancel := context.WithDeadline(ctx, next)
+		changed := conn.WaitForStateChange(wctx, st)
+		cancel()
+		switch {
+		case ctx.Err() != nil:
+			return ctx.Err()
+		case !changed:
+			c.unreachable(time.Since(start), connError(ctx, conn, st))
+			next = time.Now().Add(reportEvery())
+		}
+	}
+	return nil
 }

@@ -121,7 +121,7 @@ type outcome struct {
 // grant (as txnCreate does), it tries that slot alone, putting the mark (no
 // lease) or session key with it.
 func (c *Client) txnPermit(ctx context.Context, p *permitKind, lease clientv3.LeaseID, val []byte) (outcome, []string, error) {
-	mark := c.storesSessionKey(lease)
+	mark := c.sess.marks(lease)
 	from, marked := p.slot, p.marked
 	to := from + 1
 	if marked && !mark {
@@ -160,7 +160,7 @@ func (c *Client) txnPermit(ctx context.Context, p *permitKind, lease clientv3.Le
 		return outcome{}, keys, err
 	}
 	if mark && resp.Succeeded {
-		c.sessionKeyStored(lease)
+		c.sess.markStored(lease)
 	}
 	return p.read(resp), nil, nil
 }

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
-	"github.com/fencegate/fencegate/internal/lockname"
 	"go.etcd.io/etcd/api/v3/mvccpb"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -100,7 +99,7 @@ func (p *permitKind) take(ctx context.Context, a *attempt, me *mvccpb.KeyValue, 
 	c := a.c
 	key, sent := c.key(slotName(p.name, i)), time.Now()
 	puts := []clientv3.Op{clientv3.OpPut(key, string(me.Value), clientv3.WithLease(a.lease)), clientv3.OpDelete(string(me.Key))}
-	mark := c.storesSessionKey(a.lease)
+	mark := c.sess.marks(a.lease)
 	if mark {
 		puts = append(puts, clientv3.OpPut(sessionKey(c.prefix, int64(a.lease)), "", clientv3.WithLease(a.lease)))
 	}
@@ -117,7 +116,7 @@ func (p *permitKind) take(ctx context.Context, a *attempt, me *mvccpb.KeyValue, 
 		return nil, nil, 0, err
 	case resp.Succeeded:
 		if mark {
-			c.sessionKeyStored(a.lease)
+			c.sess.markStored(a.lease)
 		}
 		return &granted{names: []string{slotName(p.name, i)}, keys: []string{key}, token: fence.Token(resp.Header.Revision), sent: sent}, nil, 0, nil
 	}
@@ -155,44 +154,4 @@ func (c *Client) waitSlotFreed(ctx context.Context, p *permitKind, rev int64) er
 		},
 		reread: func(context.Context) (int64, bool, error) { return 0, true, nil },
 	})
-}
-
-// semaphoreMark is the value of a semaphore's own key (its name's lock key),
-// put without a lease by its first AcquirePermit in the same Txn as the permit.
-// It makes the name a semaphore for good: Acquire finds the key and, reading
-// this value, refuses the name, and AcquirePermit refuses a name whose key
-// holds a lock, both decided by the Txn's compare in etcd. Delete it (fencectl
-// release) only when no permit is held, to use the name as a lock again.
-const semaphoreMark = `{"semaphore":true}`
-
-// slotName is the name of slot i of the semaphore name: "name/0007".
-func slotName(name string, i int) string { return lockname.Slot(name, i) }
-
-// slotIndex returns the index of slot, when slot is a slot name of sem.
-func slotIndex(slot, sem string) (int, bool) {
-	s, i, ok := lockname.ParseSlot(slot)
-	return i, ok && s == sem
-}
-
-// semaphoreOf returns the semaphore of a slot name, or "" for any other name.
-func semaphoreOf(name string) string {
-	s, _, _ := lockname.ParseSlot(name)
-	return s
-}
-
-// checkLockName accepts a lock's name or a permit's slot name (what Release,
-// Holder and Watch take), else says why not (checkName's error).
-func checkLockName(name string) error {
-	if semaphoreOf(name) != "" {
-		return nil
-	}
-	return checkName(name)
-}
-
-// isMark reports whether a lock key's value is a semaphore's mark.
-func isMark(val []byte) bool { return string(val) == semaphoreMark }
-
-// semaphoreErr is the error of Acquire (or Holder) on a semaphore's name.
-func semaphoreErr(op, name string) error {
-	return invalid("%s(%q): %q is a semaphore (AcquirePermit; List shows its permits), not a lock", op, name, name)
 }

@@ -1,25 +1,288 @@
 package lockclient
 
 import (
-	"container/heap"
 	"context"
-	"errors"
 	"fmt"
-	"strconv"
+	"math/rand/v2"
+	"slices"
+	"sync"
 	"time"
 
-	"github.com/fencegate/fencegate/internal/grant"
 	clientv3 "go.etcd.io/etcd/client/v3"
-	"google.golang.org/grpc/connectivity"
 )
+
+// session is the Client's session lease: its state, its local deadline and
+// the clock that ends it there, the backoff before a new one after a loss,
+// and the deletes to retry under it. It empties the registry when it ends
+// (lock order: session, then registry).
+type session struct {
+	ttl      time.Duration
+	reg      *registry
+	grantSem chan struct{} // one grant at a time
+	poke     chan struct{} // wakes the loop: an earlier manual deadline, a new pending delete
+
+	mu        sync.Mutex
+	state     state
+	lease     clientv3.LeaseID
+	granted   time.Duration    // the TTL etcd granted the lease; 0 before the first
+	deadline  time.Time        // conservative deadline: renewal send time + TTL returned
+	expiry    *time.Timer      // fires at the deadline: the session's own clock (Client.expire)
+	ended     chan struct{}    // closed when the live session is lost
+	failures  int              // sessions lost or grants failed since one was last renewed
+	notBefore time.Time        // no new session before this: the backoff after a loss
+	pending   []pendingDelete  // deletes to retry until they reach etcd
+	marked    clientv3.LeaseID // the lease whose key (sessionKey) etcd stored
+}
+
+type state int
+
+const (
+	idle   state = iota // no session lease: granted by the next acquire
+	live                // session lease granted and renewed
+	closed              // Close called
+)
+
+func newSession(ttl time.Duration, reg *registry) *session {
+	return &session{ttl: ttl, reg: reg, grantSem: make(chan struct{}, 1), poke: make(chan struct{}, 1)}
+}
+
+// current returns the session's state, lease and deadline.
+func (s *session) current() (state, clientv3.LeaseID, time.Time) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, s.lease, s.deadline
+}
+
+// live returns the deadline of lease; false when lease is not the live one.
+func (s *session) live(lease clientv3.LeaseID) (time.Time, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.deadline, s.state == live && s.lease == lease
+}
+
+// isClosed reports whether Close was called.
+func (s *session) isClosed() bool {
+	st, _, _ := s.current()
+	return st == closed
+}
+
+// err is the error of a call cut short by the session's end or Close.
+func (s *session) err() error {
+	st, _, _ := s.current()
+	return stateErr(st)
+}
+
+// grantedTTL returns the TTL etcd granted the lease; 0 before the first.
+func (s *session) grantedTTL() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.granted
+}
+
+// ifOpen runs f, under the session's lock, unless Close was called.
+func (s *session) ifOpen(f func()) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == closed {
+		return false
+	}
+	f()
+	return true
+}
+
+// grantable returns the state and how long the backoff still holds a grant back.
+func (s *session) grantable() (state, time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.state, time.Until(s.notBefore)
+}
+
+// start makes lease, granted for ttl by a request sent at sent, the live
+// session, running expire at its deadline and run under the lock; false, with
+// nothing done, when Close was called meanwhile.
+func (s *session) start(lease clientv3.LeaseID, ttl time.Duration, sent time.Time, expire, run func()) (<-chan struct{}, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != idle {
+		return nil, false
+	}
+	s.state, s.lease, s.granted = live, lease, ttl
+	s.deadline = sent.Add(ttl)
+	s.expiry = time.AfterFunc(time.Until(s.deadline), expire)
+	s.ended = make(chan struct{})
+	s.reg.open(lease)
+	run()
+	return s.ended, true
+}
+
+// lose ends lease if it is the live session, with the backoff before the
+// next, and returns the locks it held; false if it was not live.
+func (s *session) lose(lease clientv3.LeaseID) ([]*Lock, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != live || s.lease != lease {
+		return nil, false
+	}
+	s.state, s.lease = idle, 0
+	s.expiry.Stop()
+	close(s.ended)
+	s.failedLocked()
+	s.pending = nil
+	return s.reg.take(false), true
+}
+
+// close ends the session for good: the state it was in, its lease, the
+// deletes still pending and the locks it held; false when closed already.
+func (s *session) close() (state, clientv3.LeaseID, []pendingDelete, []*Lock, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	prev, lease, dels := s.state, s.lease, s.pending
+	if prev == closed {
+		return prev, 0, nil, nil, false
+	}
+	s.state = closed
+	if prev == live {
+		s.expiry.Stop()
+	}
+	s.pending = nil
+	return prev, lease, dels, s.reg.take(true), true
+}
+
+// tick is the clock's work at now under lease: the manual-renewal locks whose
+// deadline passed (unregistered, their deletes queued) and whether the
+// session's deadline passed; if not, the clock is set again.
+func (s *session) tick(lease clientv3.LeaseID, now time.Time) ([]*Lock, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state != live || s.lease != lease {
+		return nil, false
+	}
+	expired := s.reg.expire(now)
+	for _, l := range expired {
+		s.pending = append(s.pending, tokenDelete(l.keys[0], l.token))
+	}
+	past := !now.Before(s.deadline)
+	if !past {
+		s.armLocked()
+	}
+	return expired, past
+}
+
+// arm sets the clock of lease, if it is live, to its next deadline.
+func (s *session) arm(lease clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.state == live && s.lease == lease {
+		s.armLocked()
+	}
+}
+
+// armLocked sets the clock to the next deadline: the session's, or a
+// manual-renewal lock's if sooner. Deadlines that move later need no call:
+// the clock looks again when it fires.
+func (s *session) armLocked() {
+	next := s.deadline
+	if m := s.reg.next(); !m.IsZero() && m.Before(next) {
+		next = m
+	}
+	s.expiry.Reset(time.Until(next))
+}
+
+// renewed records a confirmed renewal: the deadline moves to d if later, and
+// the backoff ends. It returns the deadline.
+func (s *session) renewed(d time.Time) time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if d.After(s.deadline) {
+		s.deadline = d
+	}
+	s.failures = 0
+	return s.deadline
+}
+
+// regrantBackoff is the first window of the jittered backoff before a new
+// session after a lost one, doubling per loss in a row up to half the TTL, so
+// that many Clients that lose their sessions together come back spread out.
+const regrantBackoff = 500 * time.Millisecond
+
+// failed pushes the next grant back by a random part of a window that doubles
+// with each loss in a row.
+func (s *session) failed() {
+	s.mu.Lock()
+	s.failedLocked()
+	s.mu.Unlock()
+}
+
+func (s *session) failedLocked() {
+	s.failures++
+	window := min(s.ttl/2, regrantBackoff<<min(s.failures-1, 16))
+	s.notBefore = time.Now().Add(rand.N(window))
+}
+
+// addPending queues deletes for the loop, unless there is no session: the
+// lease their keys were under is gone or going, and the keys with it.
+func (s *session) addPending(ps ...pendingDelete) {
+	s.mu.Lock()
+	if s.state != live || len(ps) == 0 {
+		s.mu.Unlock()
+		return
+	}
+	s.pending = append(s.pending, ps...)
+	s.mu.Unlock()
+	s.wake()
+}
+
+// pendingBatch returns the deletes pending now, in a new slice.
+func (s *session) pendingBatch() []pendingDelete {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) == 0 {
+		return nil
+	}
+	return slices.Clone(s.pending)
+}
+
+// deleted drops the first n pending deletes, which reached etcd.
+func (s *session) deleted(n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if len(s.pending) >= n {
+		s.pending = append(s.pending[:0:0], s.pending[n:]...)
+	}
+}
+
+// marks reports whether a grant under lease is to store the session key with
+// it: the session's first grant does.
+func (s *session) marks(lease clientv3.LeaseID) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.marked != lease
+}
+
+// markStored records that etcd stored lease's session key.
+func (s *session) markStored(lease clientv3.LeaseID) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.lease == lease {
+		s.marked = lease
+	}
+}
+
+// woken is where wake's signal arrives, for the loop.
+func (s *session) woken() <-chan struct{} { return s.poke }
+
+func (s *session) wake() {
+	select {
+	case s.poke <- struct{}{}:
+	default:
+	}
+}
 
 // session returns the live session lease, granting one if there is none, once
 // the backoff after a loss has passed. ctx governs the wait and the grant.
 func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
 	for {
-		c.mu.Lock()
-		st, id := c.state, c.lease
-		c.mu.Unlock()
+		st, id, _ := c.sess.current()
 		switch st {
 		case live:
 			return id, nil
@@ -27,14 +290,14 @@ func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
 			return 0, ErrClosed
 		}
 		select {
-		case c.grantSem <- struct{}{}:
+		case c.sess.grantSem <- struct{}{}:
 		case <-ctx.Done():
 			return 0, ctx.Err()
 		case <-c.done:
 			continue
 		}
 		err := c.grant(ctx)
-		<-c.grantSem
+		<-c.sess.grantSem
 		if err != nil {
 			return 0, err
 		}
@@ -42,9 +305,7 @@ func (c *Client) session(ctx context.Context) (clientv3.LeaseID, error) {
 }
 
 func (c *Client) grant(ctx context.Context) error {
-	c.mu.Lock()
-	st, wait := c.state, time.Until(c.notBefore)
-	c.mu.Unlock()
+	st, wait := c.sess.grantable()
 	if st != idle {
 		return nil // granted (or closed) while this caller waited
 	}
@@ -62,207 +323,19 @@ func (c *Client) grant(ctx context.Context) error {
 	})
 	if err != nil {
 		if ctx.Err() == nil {
-			c.mu.Lock()
-			c.backoffLocked()
-			c.mu.Unlock()
+			c.sess.failed()
 		}
 		return fmt.Errorf("lockclient: grant session lease: %w", c.explain(ctx, err))
 	}
-	c.mu.Lock()
-	if c.state != idle { // closed meanwhile
-		c.mu.Unlock()
+	ttl := time.Duration(resp.TTL) * time.Second
+	ended, ok := c.sess.start(resp.ID, ttl, sent, func() { c.expire(resp.ID) }, func() { c.loops.Add(1) })
+	if !ok { // closed meanwhile
 		rctx, cancel := context.WithTimeout(context.Background(), c.ttl)
 		defer cancel()
 		c.cli.Revoke(rctx, resp.ID)
 		return ErrClosed
 	}
-	c.state = live
-	c.lease = resp.ID
-	c.granted = time.Duration(resp.TTL) * time.Second
-	c.deadline = sent.Add(c.granted)
-	c.expiry = time.AfterFunc(time.Until(c.deadline), func() { c.expire(resp.ID) })
-	ended := make(chan struct{})
-	c.ended = ended
-	c.loops.Add(1)
-	c.mu.Unlock()
 	go c.loop(resp.ID, ended, sent)
-	c.sessionStarted(resp.ID, time.Duration(resp.TTL)*time.Second)
+	c.sessionStarted(resp.ID, ttl)
 	return nil
-}
-
-// errEtcdClosed means the etcd client given to New was closed.
-var errEtcdClosed = errors.New("the etcd client was closed")
-
-// connected waits until the etcd client's connection is up, so that a grant's
-// send time, from which the session deadline counts, is not spent dialing.
-// Each interval it waits is reported (unreachable).
-func (c *Client) connected(ctx context.Context) error {
-	conn := c.cli.ActiveConnection()
-	start := time.Now()
-	next := start.Add(reportEvery())
-	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
-		switch st {
-		case connectivity.Idle:
-			conn.Connect()
-		case connectivity.Shutdown:
-			return errEtcdClosed
-		}
-		wctx, cancel := context.WithDeadline(ctx, next)
-		changed := conn.WaitForStateChange(wctx, st)
-		cancel()
-		switch {
-		case ctx.Err() != nil:
-			return ctx.Err()
-		case !changed:
-			c.unreachable(time.Since(start), connError(ctx, conn, st))
-			next = time.Now().Add(reportEvery())
-		}
-	}
-	return nil
-}
-
-// expire is the session's clock, a timer of its own (c.expiry) that no etcd
-// call can hold back: at the session deadline, without a confirmed renewal,
-// the session is lost; at a manual-renewal lock's deadline, that lock is
-// (ErrNotRenewed) and its keys are queued for deletion.
-func (c *Client) expire(lease clientv3.LeaseID) {
-	c.mu.Lock()
-	if c.state != live || c.lease != lease {
-		c.mu.Unlock()
-		return
-	}
-	now := time.Now()
-	expired := c.expireManualLocked(now)
-	past := !now.Before(c.deadline)
-	if !past {
-		c.armLocked()
-	}
-	c.mu.Unlock()
-	for _, l := range expired {
-		l.lose(ErrNotRenewed)
-	}
-	if len(expired) > 0 {
-		c.wake() // their deletes
-	}
-	if past {
-		c.loseLease(lease, "no renewal confirmed before the session deadline")
-	}
-}
-
-// armLocked sets the session's clock to the next deadline: the session's, or
-// a manual-renewal lock's if sooner. Deadlines that move later need no call:
-// the clock looks again when it fires.
-func (c *Client) armLocked() {
-	next := c.deadline
-	if len(c.manual) > 0 && c.manual[0].deadline.Before(next) {
-		next = c.manual[0].deadline
-	}
-	c.expiry.Reset(time.Until(next))
-}
-
-// loseLease ends session lease if it is still the Client's: every lock of it
-// ends (fence.ErrLost and ErrSessionLost), and the next Acquire starts a new
-// session after the backoff. The lease is not revoked: etcd expires it.
-func (c *Client) loseLease(lease clientv3.LeaseID, why string) {
-	c.mu.Lock()
-	if c.state != live || c.lease != lease {
-		c.mu.Unlock()
-		return
-	}
-	c.state = idle
-	c.lease = 0
-	c.expiry.Stop()
-	close(c.ended)
-	c.backoffLocked()
-	locks := c.takeLocksLocked()
-	c.mu.Unlock()
-	for _, l := range locks {
-		l.end(fmt.Errorf("%w: %w", grant.Lost(l.name, l.token), ErrSessionLost))
-	}
-	c.sessionLost(lease, why, len(locks))
-}
-
-// keyGone ends l as lost because its key is gone or carries another token.
-// When l's session lease ran out (its local deadline passed, or etcd no
-// longer has it) that is the cause, as for every lock of the session: a key
-// deleted by the lease's expiry was not deleted by someone else.
-func (c *Client) keyGone(ctx context.Context, l *Lock) {
-	if l.ctx.Err() != nil {
-		return // ended meanwhile (released, lost, closed)
-	}
-	c.mu.Lock()
-	st, lease, deadline := c.state, c.lease, c.deadline
-	c.mu.Unlock()
-	if st != live || lease != l.lease {
-		return // the session ended, and every lock of it with it
-	}
-	why := ""
-	if !time.Now().Before(deadline) {
-		why = "no renewal confirmed before the session deadline"
-	} else if resp, err := c.cli.TimeToLive(ctx, lease); err == nil && resp.TTL < 0 {
-		// -1: gone. etcd rounds what is left down to whole seconds, so a live
-		// lease with under a second left says 0.
-		why = "etcd no longer has the session lease"
-	}
-	if why != "" {
-		c.loseLease(lease, why)
-		return
-	}
-	c.mu.Lock()
-	held := c.unregisterLocked(l)
-	c.mu.Unlock()
-	if held {
-		l.lose(nil)
-	}
-}
-
-// sessionKey is the key a session stores under its lease with its first
-// grant. etcd deletes a lease's keys at one revision, so a lock key deleted at
-// a revision where its session's key still exists was released, not expired.
-// The NUL byte keeps it out of every lock name.
-func sessionKey(prefix string, lease int64) string {
-	return prefix + "\x00session/" + strconv.FormatInt(lease, 16)
-}
-
-// expireManualLocked ends the manual-renewal locks whose deadline passed and
-// queues their keys' deletes; the caller ends them once c.mu is released.
-func (c *Client) expireManualLocked(now time.Time) []*Lock {
-	var expired []*Lock
-	for len(c.manual) > 0 && !now.Before(c.manual[0].deadline) {
-		l := heap.Pop(&c.manual).(*Lock)
-		delete(c.locks, l.name)
-		expired = append(expired, l)
-		key := l.keys[0]
-		c.pending = append(c.pending, pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(l.token))})
-	}
-	return expired
-}
-
-// lockHeap orders manual-renewal locks by deadline, for the session's clock.
-type lockHeap []*Lock
-
-func (h lockHeap) Len() int { return len(h) }
-
-func (h lockHeap) Less(i, j int) bool { return h[i].deadline.Before(h[j].deadline) }
-
-func (h lockHeap) Swap(i, j int) {
-	h[i], h[j] = h[j], h[i]
-	h[i].index = i
-	h[j].index = j
-}
-
-func (h *lockHeap) Push(x any) {
-	l := x.(*Lock)
-	l.index = len(*h)
-	*h = append(*h, l)
-}
-
-func (h *lockHeap) Pop() any {
-	old := *h
-	n := len(old)
-	l := old[n-1]
-	old[n-1] = nil
-	l.index = -1
-	*h = old[:n-1]
-	return l
 }
