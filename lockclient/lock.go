@@ -105,21 +105,28 @@ func (l *Lock) Lease() time.Duration {
 }
 
 // Done is closed when the lock ends: the protected work must stop; fenced
-// writes are refused from then on. It is closed for a nil Lock.
+// writes are refused from then on. It is closed for a nil Lock. Once the
+// lock's deadline has passed, the channel Done returns is closed already,
+// even in a process that has just woken from a pause, before the clock's
+// own timer has run.
 func (l *Lock) Done() <-chan struct{} {
 	if l == nil {
 		return closedChan
 	}
+	l.c.expireDue(l)
 	return l.ctx.Done()
 }
 
 // Context is cancelled when the lock ends, with the end's cause (see the
 // package doc); derive the protected work's contexts from it. For a nil Lock
-// it is cancelled with a cause matching ErrNotHeld.
+// it is cancelled with a cause matching ErrNotHeld. As with Done, once the
+// lock's deadline has passed the context Context returns is cancelled
+// already: a job that checks l.Context().Err() after a pause sees the loss.
 func (l *Lock) Context() context.Context {
 	if l == nil {
 		return nilLockCtx
 	}
+	l.c.expireDue(l)
 	return l.ctx
 }
 

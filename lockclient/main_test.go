@@ -101,6 +101,9 @@ func runHolder(spec string) int {
 		}
 		time.Sleep(roomTTL * 9 / 10)
 	}
+	// "spin:NAME": after the grant, look at the lock the moment the process
+	// wakes from a pause (spinUntilPaused).
+	name, spin := strings.CutPrefix(name, "spin:")
 	// A comma-separated name is a set (AcquireSet); "permit:NAME:N" a permit.
 	var l *lockclient.Lock
 	if sem, ok := strings.CutPrefix(name, "permit:"); ok {
@@ -117,12 +120,36 @@ func runHolder(spec string) int {
 		return 1
 	}
 	fmt.Println("token", l.Token())
+	if spin {
+		return spinUntilPaused(l)
+	}
 	select {
 	case <-l.Done():
 		fmt.Println("lost", context.Cause(l.Context()), "checkgrant:", fence.CheckGrant(l))
 	case <-ctx.Done():
 	}
 	return 0
+}
+
+// spinUntilPaused reads the clock in a loop, never sleeping, until it jumps by
+// more than the lease (the process was frozen), then at once says whether the
+// lock's Context is cancelled and Done closed: "woke ctx=ERR done=BOOL".
+func spinUntilPaused(l *lockclient.Lock) int {
+	for last := time.Now(); ; {
+		now := time.Now()
+		if now.Sub(last) > roomTTL {
+			err := l.Context().Err()
+			done := false
+			select {
+			case <-l.Done():
+				done = true
+			default:
+			}
+			fmt.Printf("woke ctx=%v done=%v\n", err, done)
+			return 0
+		}
+		last = now
+	}
 }
 
 // termPrinter says how each term of a leading holder process ended.

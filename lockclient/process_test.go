@@ -58,7 +58,7 @@ func (h *holderProc) next(t *testing.T) string {
 	t.Helper()
 	for h.lines.Scan() {
 		line := h.lines.Text()
-		if strings.HasPrefix(line, "token ") || strings.HasPrefix(line, "lost") || strings.HasPrefix(line, "ended") || strings.HasPrefix(line, "error") {
+		if strings.HasPrefix(line, "token ") || strings.HasPrefix(line, "lost") || strings.HasPrefix(line, "ended") || strings.HasPrefix(line, "error") || strings.HasPrefix(line, "woke") {
 			return line
 		}
 	}
@@ -164,6 +164,32 @@ func TestLead_frozenCause(t *testing.T) {
 			t.Fatalf("freeze %d: after term %d the process said %q, want a higher term", i, tok, next)
 		}
 		tok = fence.Token(n)
+	}
+}
+
+// TestLock_Context_endedOnWaking freezes a holder process that reads its
+// clock in a loop (spinUntilPaused), keeps it frozen past its lease and thaws
+// it: the first thing it does on waking, before its session's timer may have
+// run, is look at its lock, and finds its Context cancelled and Done closed.
+//
+// The bug it guards: a job that checked l.Context().Err() right after a pause
+// could find nil, the clock's timer not having run yet, and go on to write
+// (seen once in about five runs of the scenario kit's SQLite job styles).
+func TestLock_Context_endedOnWaking(t *testing.T) {
+	t.Parallel()
+	srv := shared.Cluster(t)
+	cli := srv.Client(t)
+	h := startHolder(t, srv, "spin:account-80")
+	if err := h.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	waitTokenGone(t, cli, defaultPrefix+"account-80", h.token)
+	time.Sleep(roomTTL) // the clock jumps by more than the lease: the process knows it slept
+	if err := h.cmd.Process.Signal(syscall.SIGCONT); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := h.next(t), "woke ctx=context canceled done=true"; got != want {
+		t.Fatalf("the thawed holder said %q, want %q", got, want)
 	}
 }
 

@@ -161,6 +161,16 @@ func (r *registry) renewed(l *Lock, sent time.Time) bool {
 	return true
 }
 
+// due reports whether l is a held manual-renewal lock whose deadline passed at now.
+func (r *registry) due(l *Lock, now time.Time) bool {
+	if !l.manual {
+		return false
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.locks[l.name] == l && !now.Before(l.deadline)
+}
+
 // next returns the earliest manual-renewal deadline; zero when none.
 func (r *registry) next() time.Time {
 	r.mu.Lock()
@@ -199,6 +209,20 @@ func (c *Client) expire(lease clientv3.LeaseID) {
 	}
 	if past {
 		c.loseLease(lease, "no renewal confirmed before the session deadline")
+	}
+}
+
+// expireDue runs the session's clock at once when l's deadline (the
+// session's, or its own under manual renewal) has passed and the clock's timer
+// has not run yet, as after the process was frozen: whoever looks at l after
+// its deadline sees it ended, whichever goroutine runs first on waking.
+func (c *Client) expireDue(l *Lock) {
+	if l.ctx.Err() != nil {
+		return
+	}
+	now := time.Now()
+	if deadline, ok := c.sess.live(l.lease); ok && (!now.Before(deadline) || c.reg.due(l, now)) {
+		c.expire(l.lease)
 	}
 }
 
