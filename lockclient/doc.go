@@ -31,7 +31,9 @@
 //     is told conservatively, by the Client's own clock: its deadline is the
 //     send time of its last confirmed renewal plus the TTL, which passes
 //     before etcd's, and a timer ends the locks at it whatever the network
-//     does (a cut connection, a frozen etcd, a stalled stream).
+//     does (a cut connection, a frozen etcd, a stalled stream). Done and
+//     Context look at the deadline too: a process that wakes from a pause
+//     past it finds its locks ended at its first look, timer or not.
 //   - The database is what fences. Hand the *Lock to fence.Exec or an adapter:
 //     a write whose token is lower than one already stored for the resource is
 //     refused. That, not the lease, stops a holder that woke after its lock

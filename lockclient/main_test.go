@@ -119,9 +119,10 @@ func runHolder(spec string) int {
 		fmt.Println("error", err)
 		return 1
 	}
+	granted := time.Now() // before the test may freeze the process, which it does on "token"
 	fmt.Println("token", l.Token())
 	if spin {
-		return spinUntilPaused(l)
+		return spinUntilPaused(ctx, l, granted)
 	}
 	select {
 	case <-l.Done():
@@ -131,11 +132,13 @@ func runHolder(spec string) int {
 	return 0
 }
 
-// spinUntilPaused reads the clock in a loop, never sleeping, until it jumps by
-// more than the lease (the process was frozen), then at once says whether the
-// lock's Context is cancelled and Done closed: "woke ctx=ERR done=BOOL".
-func spinUntilPaused(l *lockclient.Lock) int {
-	for last := time.Now(); ; {
+// spinUntilPaused reads the clock in a loop from last on, never sleeping,
+// until it jumps by more than the lease (the process was frozen), then at once
+// says whether the lock's Context is cancelled and Done closed: "woke ctx=ERR
+// done=BOOL". It gives up when ctx ends, so that it spins no longer than the
+// process may live.
+func spinUntilPaused(ctx context.Context, l *lockclient.Lock, last time.Time) int {
+	for ctx.Err() == nil {
 		now := time.Now()
 		if now.Sub(last) > roomTTL {
 			err := l.Context().Err()
@@ -150,6 +153,8 @@ func spinUntilPaused(l *lockclient.Lock) int {
 		}
 		last = now
 	}
+	fmt.Println("error: never frozen")
+	return 1
 }
 
 // termPrinter says how each term of a leading holder process ended.
