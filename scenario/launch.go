@@ -7,6 +7,8 @@ import (
 	"os/exec"
 	"syscall"
 	"testing"
+
+	"github.com/fencegate/fencegate/testserver"
 )
 
 // Launcher starts the worker processes of a run. Without Config.Launcher each
@@ -40,13 +42,20 @@ func (processes) Launch(t *testing.T, worker string, args, env []string, out io.
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = sysProcAttr()
-	if err := cmd.Start(); err != nil {
+	// Pdeathsig fires when the OS thread that forked the worker ends, and the
+	// run's delaying proxies end theirs: the fork runs on a thread held until
+	// the worker exits (a worker was seen SIGKILLed mid-run otherwise).
+	exited, err := testserver.StartChild(cmd)
+	if err != nil {
 		return nil, fmt.Errorf("scenario: start worker %s: %w", worker, err)
 	}
-	return process{cmd}, nil
+	return process{cmd, exited}, nil
 }
 
-type process struct{ cmd *exec.Cmd }
+type process struct {
+	cmd    *exec.Cmd
+	exited <-chan struct{} // closed once the worker has exited and been reaped
+}
 
 func (p process) Freeze() error {
 	if err := p.cmd.Process.Signal(syscall.SIGSTOP); err != nil {
@@ -56,7 +65,14 @@ func (p process) Freeze() error {
 	return nil
 }
 
-func (p process) Thaw() error    { return p.cmd.Process.Signal(syscall.SIGCONT) }
-func (p process) Kill() error    { return p.cmd.Process.Kill() }
-func (p process) Wait() error    { return p.cmd.Wait() }
+func (p process) Thaw() error { return p.cmd.Process.Signal(syscall.SIGCONT) }
+func (p process) Kill() error { return p.cmd.Process.Kill() }
+func (p process) Wait() error {
+	<-p.exited
+	if ps := p.cmd.ProcessState; ps != nil && !ps.Success() {
+		return &exec.ExitError{ProcessState: ps}
+	}
+	return nil
+}
+
 func (p process) String() string { return fmt.Sprintf("pid %d", p.cmd.Process.Pid) }
