@@ -231,8 +231,11 @@ func invalid(format string, args ...any) error {
 	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
 }
 
-// endedErr is the error for an operation on an ended lock.
+// endedErr is the error for an operation on a lock no longer registered. It
+// waits for the lock's end: whoever unregisters a lock ends it at once, but a
+// call that finds it gone may run in between, and must not report it held.
 func (l *Lock) endedErr() error {
+	<-l.ctx.Done()
 	cause := context.Cause(l.ctx)
 	if errors.Is(cause, ErrReleased) {
 		return &NotHeldError{Name: l.name, Token: l.token}

@@ -200,3 +200,52 @@ func TestClient_TTL_raisedByEtcd(t *testing.T) {
 		t.Fatalf("lock after 3 s: Renew %v, Done closed %v", err, isClosed(l.Done()))
 	}
 }
+
+// endBlocker is an Observer whose Ended holds the end of a lock lost with
+// ErrNotRenewed until release is closed: the moment between a lock leaving
+// the registry and its Done closing, made as long as a test needs.
+type endBlocker struct {
+	recorder
+	entered, release chan struct{}
+}
+
+func (o *endBlocker) Ended(name string, token fence.Token, held time.Duration, cause error) {
+	if errors.Is(cause, lockclient.ErrNotRenewed) {
+		close(o.entered)
+		<-o.release
+	}
+	o.recorder.Ended(name, token, held, cause)
+}
+
+// TestLock_endingIsNotHeld: a call on a lock that its clock is ending (the
+// lock unregistered, its Done not closed yet) reports the loss, never
+// success: Renew must not say the lock is held, nor Release that it released
+// it. The end is held open by the Observer, which runs before Done closes.
+func TestLock_endingIsNotHeld(t *testing.T) {
+	t.Parallel()
+	srv := shared.Cluster(t)
+	tests := []struct {
+		name string
+		call func(l *lockclient.Lock) error
+	}{
+		{"Renew", func(l *lockclient.Lock) error { return l.Renew(t.Context()) }},
+		{"Release", func(l *lockclient.Lock) error { return l.Release(t.Context()) }},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			obs := &endBlocker{entered: make(chan struct{}), release: make(chan struct{})}
+			c := newClient(t, srv.Client(t), lockclient.WithTTL(30*time.Second), lockclient.WithObserver(obs))
+			l := mustAcquire(t, c, "report", lockclient.WithManualRenewal(testTTL))
+			<-obs.entered // the clock has unregistered l and is ending it
+			errc := make(chan error, 1)
+			go func() { errc <- tt.call(l) }()
+			// Room for a call that does not wait for the end to answer first.
+			time.Sleep(300 * time.Millisecond)
+			close(obs.release)
+			if err := <-errc; !errors.Is(err, lockclient.ErrNotRenewed) || !errors.Is(err, fence.ErrLost) {
+				t.Fatalf("%s while the lock ends = %v, want fence.ErrLost and ErrNotRenewed", tt.name, err)
+			}
+		})
+	}
+}

@@ -186,7 +186,7 @@ func (l *Lock) Renew(ctx context.Context) (err error) {
 		return fmt.Errorf("lockclient: renew %q: %w", l.name, c.explain(ctx, err))
 	}
 	if !held {
-		if c.reg.holds(l) {
+		if c.reg.get(l.name) == l {
 			c.keyGone(ctx, l)
 		}
 		return l.endedErr()
@@ -212,11 +212,7 @@ func (l *Lock) Release(ctx context.Context) (err error) {
 	ctx, end := c.call(ctx) // Close ends the call
 	defer end(&err)
 	if !c.reg.remove(l) {
-		if l.ctx.Err() == nil {
-			// Superseded while registered elsewhere; cannot normally happen.
-			l.lose(nil)
-		}
-		return l.endedErr()
+		return l.endedErr() // ended, or being ended by whoever unregistered it
 	}
 	l.end(ErrReleased)
 	return c.releaseKeys(ctx, l)

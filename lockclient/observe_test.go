@@ -254,8 +254,13 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	log := slog.New(slog.NewJSONHandler(&logs, nil))
 	c := newClient(t, cl.Client(t), lockclient.WithTTL(testTTL), lockclient.WithObserver(rec), lockclient.WithLogger(log))
 	l := mustAcquire(t, c, "s")
+	set, err := c.AcquireSet(t.Context(), []string{"t1", "t2", "t3"}) // one lock, three names
+	if err != nil {
+		t.Fatal(err)
+	}
 	cl.Stop(0) // no more confirmed renewals
 	waitClosed(t, l.Done(), "lock's Done after the session deadline")
+	waitClosed(t, set.Done(), "set's Done after the session deadline")
 	// Done closes first; the observer and the log hear of the end right after.
 	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
 		_, ended, _ := rec.snapshot()
@@ -266,8 +271,9 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	}
 
 	_, ended, _ := rec.snapshot()
-	if !slices.Equal(ended, []string{"s lease_expired"}) {
-		t.Errorf("ends %q, want [s lease_expired]", ended)
+	slices.Sort(ended)
+	if !slices.Equal(ended, []string{"s lease_expired", "t1 lease_expired"}) {
+		t.Errorf("ends %q, want [s lease_expired t1 lease_expired]", ended)
 	}
 	rec.mu.Lock()
 	kaErrs := rec.kaErrors
@@ -278,6 +284,9 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	}
 	var sessionLost, kaFailed bool
 	for _, r := range recs {
+		if r["msg"] == "session lost" && r["locks_lost"] != 2.0 { // the set counts once
+			t.Errorf("session lost logged with locks_lost %v, want 2: %v", r["locks_lost"], r)
+		}
 		sessionLost = sessionLost || r["msg"] == "session lost"
 		kaFailed = kaFailed || r["msg"] == "session keepalive failed"
 	}
@@ -287,8 +296,8 @@ func TestClient_WithObserver_sessionLost(t *testing.T) {
 	if kaFailed != (kaErrs > 0) {
 		t.Errorf("keepalive failures: %d observed, logged %v", kaErrs, kaFailed)
 	}
-	if started, lost := rec.sessionCounts(); started != 1 || !slices.Equal(lost, []int{1}) {
-		t.Errorf("sessions started %d, lost %v; want 1 and [1]", started, lost)
+	if started, lost := rec.sessionCounts(); started != 1 || !slices.Equal(lost, []int{2}) {
+		t.Errorf("sessions started %d, lost %v; want 1 and [2] (the set counts once)", started, lost)
 	}
 
 	// The same Client goes on under a new session once etcd is back.

@@ -41,8 +41,12 @@ func (r *registry) take(close bool) []*Lock {
 	r.lease = 0
 	r.closed = r.closed || close
 	locks := make([]*Lock, 0, len(r.locks))
+	seen := make(map[*Lock]bool, len(r.locks))
 	for _, l := range r.locks {
-		locks = append(locks, l)
+		if !seen[l] { // a set is registered under each of its names
+			seen[l] = true
+			locks = append(locks, l)
+		}
 	}
 	clear(r.locks)
 	r.manual = nil
@@ -122,13 +126,6 @@ func (r *registry) dropLocked(l *Lock) {
 	if i := l.index; i >= 0 && i < len(r.manual) && r.manual[i] == l {
 		heap.Remove(&r.manual, i)
 	}
-}
-
-// holds reports whether l is registered.
-func (r *registry) holds(l *Lock) bool {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.locks[l.name] == l
 }
 
 // get returns the lock registered under name, or nil.
@@ -326,15 +323,6 @@ func (h *lockHeap) Pop() any {
 	l.index = -1
 	*h = old[:n-1]
 	return l
-}
-
-// pendDeletes queues a delete of each of keys, conditioned on token.
-func (c *Client) pendDeletes(keys []string, token fence.Token) {
-	dels := make([]pendingDelete, len(keys))
-	for i, key := range keys {
-		dels[i] = tokenDelete(key, token)
-	}
-	c.sess.addPending(dels...)
 }
 
 // followKey ends l as lost once etcd reports its key deleted or replaced; one
