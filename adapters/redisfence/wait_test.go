@@ -57,6 +57,13 @@ func TestWithWaitReplicas(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitOnline(t, raw)
+	// WAIT returns as soon as the replica acknowledges: a long timeout costs
+	// nothing here, and a loaded machine's replica may take over 200 ms.
+	sc := redis.NewClient(&redis.Options{Addr: primary.Addr})
+	t.Cleanup(func() { sc.Close() })
+	if e.store, err = redisfence.New(sc, redisfence.WithWaitReplicas(1, 10*time.Second)); err != nil {
+		t.Fatal(err)
+	}
 	writes := []struct {
 		name  string
 		write func() error
