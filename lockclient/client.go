@@ -225,12 +225,6 @@ func (e *NotHeldError) Unwrap() error { return ErrNotHeld }
 // errNilLock is the error of a method called on a nil *Lock.
 var errNilLock = fmt.Errorf("%w: nil *Lock", ErrNotHeld)
 
-// invalid returns an error wrapping fence.ErrInvalidArgument that says what
-// argument or option is unusable and why.
-func invalid(format string, args ...any) error {
-	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
-}
-
 // endedErr is the error for an operation on a lock no longer registered. It
 // waits for the lock's end: whoever unregisters a lock ends it at once, but a
 // call that finds it gone may run in between, and must not report it held.

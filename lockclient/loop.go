@@ -206,15 +206,6 @@ func tokenDelete(key string, token fence.Token) pendingDelete {
 	return pendingDelete{key: key, cmp: clientv3.Compare(clientv3.CreateRevision(key), "=", int64(token))}
 }
 
-// pendDeletes queues a delete of each of keys, conditioned on token.
-func (c *Client) pendDeletes(keys []string, token fence.Token) {
-	dels := make([]pendingDelete, len(keys))
-	for i, key := range keys {
-		dels[i] = tokenDelete(key, token)
-	}
-	c.sess.addPending(dels...)
-}
-
 // deleteBatch sends the deletes, each conditioned on its own compare, as nested
 // Txns: one etcd write per batch however many locks expired together.
 func (c *Client) deleteBatch(ctx context.Context, todo []pendingDelete, deadline time.Time) error {

@@ -1,10 +1,13 @@
 package lockclient
 
 import (
+	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/fencegate/fencegate/fence"
 )
 
 // Defaults for New.
@@ -231,4 +234,10 @@ func checkMaxHold(o lockOptions, sessionTTL time.Duration) error {
 		return invalid("WithMaxHold(%v): under the lock's lease %v", o.maxHold, lease)
 	}
 	return nil
+}
+
+// invalid returns an error wrapping fence.ErrInvalidArgument that says what
+// argument or option is unusable and why.
+func invalid(format string, args ...any) error {
+	return fmt.Errorf("lockclient: "+format+": %w", append(args, fence.ErrInvalidArgument)...)
 }

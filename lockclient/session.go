@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/fencegate/fencegate/fence"
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
 
@@ -338,4 +339,11 @@ func (c *Client) grant(ctx context.Context) error {
 	go c.loop(resp.ID, ended, sent)
 	c.sessionStarted(resp.ID, ttl)
 	return nil
+}
+
+// pendDeletes queues a delete of each of keys, conditioned on token.
+func (c *Client) pendDeletes(keys []string, token fence.Token) {
+	for _, key := range keys {
+		c.sess.addPending(tokenDelete(key, token))
+	}
 }
