@@ -41,12 +41,9 @@ func LoseSession(c *Client) {
 	c.loseLease(lease, "lost by the test")
 }
 
-// SetUnreachableEvery sets how often a wait on an unreachable etcd is
-// reported; the returned func restores the default.
-func SetUnreachableEvery(d time.Duration) (restore func()) {
-	old := unreachableEvery.Swap(int64(d))
-	return func() { unreachableEvery.Store(old) }
-}
+// SetUnreachableEvery sets how often c reports a wait on an unreachable etcd;
+// call it before c's first call.
+func SetUnreachableEvery(c *Client, d time.Duration) { c.unreachableEvery = d }
 
 // SessionLease returns c's session lease; 0 when it has none.
 func SessionLease(c *Client) int64 {

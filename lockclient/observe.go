@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"github.com/fencegate/fencegate/fence"
@@ -188,14 +187,6 @@ func (c *Client) retried(op string, err error) {
 	c.logAt(slog.LevelWarn, "etcd overloaded, retrying", slog.String("op", op), slog.Any("error", err))
 }
 
-// unreachableEvery is how often a call waiting on an etcd it cannot reach says
-// so (nanoseconds; tests shorten it).
-var unreachableEvery atomic.Int64
-
-func init() { unreachableEvery.Store(int64(5 * time.Second)) }
-
-func reportEvery() time.Duration { return time.Duration(unreachableEvery.Load()) }
-
 // unreachable reports that a call has waited for a connection to etcd for
 // waited, with the last connection error.
 func (c *Client) unreachable(waited time.Duration, err error) {
@@ -234,7 +225,7 @@ var errEtcdClosed = errors.New("the etcd client was closed")
 func (c *Client) connected(ctx context.Context) error {
 	conn := c.cli.ActiveConnection()
 	start := time.Now()
-	next := start.Add(reportEvery())
+	next := start.Add(c.unreachableEvery)
 	for st := conn.GetState(); st != connectivity.Ready; st = conn.GetState() {
 		switch st {
 		case connectivity.Idle:
@@ -250,7 +241,7 @@ func (c *Client) connected(ctx context.Context) error {
 			return ctx.Err()
 		case !changed:
 			c.unreachable(time.Since(start), connError(ctx, conn, st))
-			next = time.Now().Add(reportEvery())
+			next = time.Now().Add(c.unreachableEvery)
 		}
 	}
 	return nil

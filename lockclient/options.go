@@ -37,6 +37,8 @@ type options struct {
 	id       string       // WithIdentity
 	log      *slog.Logger // nil: silent
 	obs      Observer     // nil: nothing reported
+	// how often a call waiting on an etcd it cannot reach says so (tests shorten it)
+	unreachableEvery time.Duration
 }
 
 // WithTTL sets the session lease's time to live (default 10 s): how long after
@@ -107,7 +109,7 @@ func WithIdentity(id string) Option {
 }
 
 func buildOptions(opts []Option) (options, error) {
-	o := options{ttl: defaultTTL, prefix: defaultPrefix}
+	o := options{ttl: defaultTTL, prefix: defaultPrefix, unreachableEvery: 5 * time.Second}
 	for i, opt := range opts {
 		if opt == nil {
 			return o, invalid("New: option %d is nil", i)

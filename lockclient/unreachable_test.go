@@ -33,7 +33,6 @@ func closedAddr(t *testing.T) string {
 // error) and to the Observer (Retried "connect"), until its ctx is cancelled.
 func TestClient_unreachableWaitLogged(t *testing.T) {
 	const every = 200 * time.Millisecond
-	defer lockclient.SetUnreachableEvery(every)()
 	addr := closedAddr(t)
 	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, Logger: zap.NewNop()})
 	if err != nil {
@@ -43,6 +42,7 @@ func TestClient_unreachableWaitLogged(t *testing.T) {
 	logs := &logBuffer{}
 	obs := &recorder{}
 	c := newClient(t, cli, lockclient.WithLogger(slog.New(slog.NewJSONHandler(logs, nil))), lockclient.WithObserver(obs))
+	lockclient.SetUnreachableEvery(c, every)
 
 	ctx, cancel := context.WithCancel(context.Background()) // no deadline: only the cancel ends it
 	defer cancel()
