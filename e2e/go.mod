@@ -3,8 +3,8 @@ module github.com/fencegate/fencegate/e2e
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate v0.2.1
-	github.com/fencegate/fencegate/scenario v0.2.1
+	github.com/fencegate/fencegate v0.2.2
+	github.com/fencegate/fencegate/scenario v0.2.2
 	github.com/go-sql-driver/mysql v1.10.1
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/ory/dockertest/v3 v3.12.0

@@ -3,7 +3,7 @@ module github.com/fencegate/fencegate/scenario
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate v0.2.1
+	github.com/fencegate/fencegate v0.2.2
 	github.com/jackc/pgx/v5 v5.12.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1

@@ -3,8 +3,8 @@ module github.com/fencegate/fencegate/examples/jobtest
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate v0.2.1
-	github.com/fencegate/fencegate/scenario v0.2.1
+	github.com/fencegate/fencegate v0.2.2
+	github.com/fencegate/fencegate/scenario v0.2.2
 	github.com/jackc/pgx/v5 v5.12.0
 )
 

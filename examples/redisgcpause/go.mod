@@ -3,8 +3,8 @@ module github.com/fencegate/fencegate/examples/redisgcpause
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate v0.2.1
-	github.com/fencegate/fencegate/adapters/redisfence v0.2.1
+	github.com/fencegate/fencegate v0.2.2
+	github.com/fencegate/fencegate/adapters/redisfence v0.2.2
 	github.com/redis/go-redis/v9 v9.23.0
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1

@@ -5,8 +5,8 @@ go 1.26.0
 require (
 	github.com/aws/aws-sdk-go-v2 v1.48.0
 	github.com/aws/aws-sdk-go-v2/service/s3 v1.114.10
-	github.com/fencegate/fencegate v0.2.1
-	github.com/fencegate/fencegate/adapters/s3fence v0.2.1
+	github.com/fencegate/fencegate v0.2.2
+	github.com/fencegate/fencegate/adapters/s3fence v0.2.2
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 )

@@ -3,7 +3,7 @@ module github.com/fencegate/fencegate/internal/tests/leadprocess
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate v0.2.1
+	github.com/fencegate/fencegate v0.2.2
 	go.etcd.io/etcd/client/v3 v3.7.3
 	go.uber.org/zap v1.27.1
 )
@@ -36,6 +36,6 @@ require (
 
 replace github.com/fencegate/fencegate => ../../..
 
-require github.com/fencegate/fencegate/scenario v0.2.1
+require github.com/fencegate/fencegate/scenario v0.2.2
 
 replace github.com/fencegate/fencegate/scenario => ../../../scenario

@@ -3,8 +3,8 @@ module github.com/fencegate/fencegate/scenario/internal/redisfaults
 go 1.26.0
 
 require (
-	github.com/fencegate/fencegate/adapters/redisfence v0.2.1
-	github.com/fencegate/fencegate/scenario v0.2.1
+	github.com/fencegate/fencegate/adapters/redisfence v0.2.2
+	github.com/fencegate/fencegate/scenario v0.2.2
 	github.com/redis/go-redis/v9 v9.23.0
 )
 
@@ -12,7 +12,7 @@ require (
 	github.com/cespare/xxhash/v2 v2.3.0 // indirect
 	github.com/coreos/go-semver v0.3.1 // indirect
 	github.com/coreos/go-systemd/v22 v22.7.0 // indirect
-	github.com/fencegate/fencegate v0.2.1 // indirect
+	github.com/fencegate/fencegate v0.2.2 // indirect
 	github.com/golang/protobuf v1.5.4 // indirect
 	github.com/grpc-ecosystem/grpc-gateway/v2 v2.29.0 // indirect
 	go.etcd.io/etcd/api/v3 v3.7.3 // indirect
